@@ -1,0 +1,2 @@
+-- Readiness: the pool reaches the database.
+SELECT 1

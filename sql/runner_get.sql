@@ -1,0 +1,7 @@
+-- One live runner by id: $1 id, $2 presence window ms.
+SELECT r.id, r.owner, r.workspace, r.label, r.os, r.version, r.capabilities, r.capacity,
+       (SELECT count(*) FROM jobs j WHERE j.leased_by = r.id AND j.state = 'leased') AS active_leases,
+       runner_presence(r.last_seen_at, $2) AS presence,
+       r.last_seen_at, r.created_at, r.approved_by, r.ephemeral
+  FROM runners r
+ WHERE r.id = $1 AND r.revoked_at IS NULL

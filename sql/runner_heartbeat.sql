@@ -1,0 +1,12 @@
+-- A runner's own heartbeat: $1 id, $2 version (NULL keeps), $3 capabilities (NULL keeps),
+-- $4 capacity (NULL keeps), $5 presence window ms.
+UPDATE runners r
+   SET last_seen_at = now(),
+       version = COALESCE($2, r.version),
+       capabilities = COALESCE($3, r.capabilities),
+       capacity = COALESCE($4, r.capacity)
+ WHERE r.id = $1 AND r.revoked_at IS NULL
+RETURNING r.id, r.owner, r.workspace, r.label, r.os, r.version, r.capabilities, r.capacity,
+          (SELECT count(*) FROM jobs j WHERE j.leased_by = r.id AND j.state = 'leased') AS active_leases,
+          runner_presence(r.last_seen_at, $5) AS presence,
+          r.last_seen_at, r.created_at, r.approved_by, r.ephemeral

@@ -1,0 +1,44 @@
+-- Parked jobs whose no-runner check is due. The deadline is no_runner_timeout after the later of
+-- dispatch and the last moment a runner that could take the job (live, right owner or the named
+-- runner, every required capability) was online. Past it: rejected no_runner. Otherwise the
+-- next check moves to the deadline. $1 batch size, $2 presence window ms.
+WITH due AS (
+    SELECT id FROM jobs
+     WHERE state = 'parked' AND no_runner_check_at <= now()
+     ORDER BY no_runner_check_at
+     LIMIT $1
+       FOR UPDATE SKIP LOCKED
+),
+judged AS (
+    SELECT j.id,
+           greatest(j.created_at,
+                    (SELECT max(least(now(), r.last_seen_at + $2::bigint * interval '1 millisecond'))
+                       FROM runners r
+                      WHERE r.revoked_at IS NULL
+                        AND (r.id = j.runner_id OR (j.runner_id IS NULL AND r.owner = j.owner))
+                        AND j.required_capabilities <@ r.capabilities))
+           + j.no_runner_timeout_ms * interval '1 millisecond' AS deadline
+      FROM jobs j JOIN due ON due.id = j.id
+),
+moved AS (
+    UPDATE jobs j
+       SET state = CASE WHEN judged.deadline <= now() THEN 'rejected' ELSE 'parked' END,
+           finished_at = CASE WHEN judged.deadline <= now() THEN now() END,
+           error = CASE WHEN judged.deadline <= now() THEN
+                       jsonb_build_object('reason', 'no_runner', 'message',
+                           'no runner that could take this job was online for '
+                           || j.no_runner_timeout_ms || ' ms')
+                   END,
+           no_runner_check_at = judged.deadline,
+           event_seq = j.event_seq + CASE WHEN judged.deadline <= now() THEN 1 ELSE 0 END
+      FROM judged
+     WHERE j.id = judged.id
+    RETURNING j.id, j.owner, j.runner_id, j.state, j.epoch, j.event_seq
+),
+events AS (
+    INSERT INTO job_events (job_id, seq, kind, data)
+    SELECT id, event_seq, 'state',
+           jsonb_build_object('state', 'rejected', 'reason', 'no_runner', 'runner', NULL, 'epoch', epoch)
+      FROM moved WHERE state = 'rejected'
+)
+SELECT id, owner, runner_id, state FROM moved WHERE state = 'rejected'

@@ -1,0 +1,147 @@
+//! The one error type of the HTTP layer and its mapping to the contract's JSON shape.
+//!
+//! Invariant: a client sees only the contract's codes and human messages; internals are logged
+//! here and never sent. Every authentication failure is the same bytes.
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+
+use crate::domain::state::JobState;
+use crate::store::StoreError;
+use crate::wire::{ErrorBody, ErrorDetail};
+
+#[derive(Debug)]
+pub enum ApiError {
+    BadRequest(String),
+    Unauthorized,
+    Forbidden,
+    NotFound,
+    MethodNotAllowed,
+    JobTerminal(JobState),
+    LeaseSuperseded,
+    PayloadTooLarge,
+    UnsupportedMediaType,
+    CapabilityMismatch(String),
+    RateLimited { retry_after_s: u64 },
+    Unavailable,
+    Internal,
+}
+
+pub type ApiResult<T> = Result<T, ApiError>;
+
+impl ApiError {
+    pub fn bad(msg: impl Into<String>) -> Self {
+        ApiError::BadRequest(msg.into())
+    }
+
+    fn parts(&self) -> (StatusCode, &'static str, String) {
+        use ApiError::*;
+        match self {
+            BadRequest(m) => (StatusCode::BAD_REQUEST, "bad_request", m.clone()),
+            Unauthorized => (
+                StatusCode::UNAUTHORIZED,
+                "unauthorized",
+                "unauthorized".into(),
+            ),
+            Forbidden => (
+                StatusCode::FORBIDDEN,
+                "forbidden",
+                "your role does not allow this call".into(),
+            ),
+            NotFound => (StatusCode::NOT_FOUND, "not_found", "not found".into()),
+            MethodNotAllowed => (
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method_not_allowed",
+                "method not allowed on this route".into(),
+            ),
+            JobTerminal(s) => (
+                StatusCode::CONFLICT,
+                "job_terminal",
+                format!("the job is {} and can no longer change", s.as_str()),
+            ),
+            LeaseSuperseded => (
+                StatusCode::CONFLICT,
+                "lease_superseded",
+                "this runner does not hold the job at that epoch".into(),
+            ),
+            PayloadTooLarge => (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "payload_too_large",
+                "request body too large".into(),
+            ),
+            UnsupportedMediaType => (
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "unsupported_media_type",
+                "the body must be Content-Type: application/json".into(),
+            ),
+            CapabilityMismatch(m) => (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "capability_mismatch",
+                m.clone(),
+            ),
+            RateLimited { .. } => (
+                StatusCode::TOO_MANY_REQUESTS,
+                "rate_limited",
+                "too many requests".into(),
+            ),
+            Unavailable => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "unavailable",
+                "the database is unreachable; retry, nothing was written".into(),
+            ),
+            Internal => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                "internal error".into(),
+            ),
+        }
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::Unavailable(msg) => {
+                tracing::warn!(error = %msg, "database unavailable");
+                ApiError::Unavailable
+            }
+            StoreError::Db(err) => {
+                tracing::error!(error = ?err, "database error");
+                ApiError::Internal
+            }
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, code, message) = self.parts();
+        let state = match &self {
+            ApiError::JobTerminal(s) => Some(s.as_str().to_owned()),
+            _ => None,
+        };
+        let body = ErrorBody {
+            error: ErrorDetail {
+                code: code.to_owned(),
+                message,
+                state,
+            },
+        };
+        let mut response = (status, Json(body)).into_response();
+        match self {
+            ApiError::RateLimited { retry_after_s } => {
+                response
+                    .headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from(retry_after_s.max(1)));
+            }
+            ApiError::Unavailable => {
+                response
+                    .headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from(1u64));
+            }
+            _ => {}
+        }
+        response
+    }
+}

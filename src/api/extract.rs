@@ -1,0 +1,240 @@
+//! Extractors whose rejections speak the contract: JSON bodies (415 / 400 naming the field /
+//! 413), UUID path ids, query parameters, and the two kinds of credential.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::{ConnectInfo, FromRequest, FromRequestParts, Request};
+use axum::http::header;
+use axum::http::request::Parts;
+use serde::de::DeserializeOwned;
+use uuid::Uuid;
+
+use super::error::ApiError;
+use super::AppState;
+use crate::domain::credentials::{self, Kind};
+use crate::domain::records::{ApiKey, RunnerIdentity};
+
+/// A JSON body. A body needs `Content-Type: application/json`; an empty body without one is
+/// read as `{}` (every field absent), so calls whose fields are all optional need no body.
+pub struct Body<T>(pub T);
+
+impl<T: DeserializeOwned> FromRequest<Arc<AppState>> for Body<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &Arc<AppState>) -> Result<Self, Self::Rejection> {
+        let content_type = req
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .map(|v| {
+                v.split(';')
+                    .next()
+                    .unwrap_or("")
+                    .trim()
+                    .to_ascii_lowercase()
+            });
+        let bytes = Bytes::from_request(req, state).await.map_err(|rejection| {
+            if rejection.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
+                ApiError::PayloadTooLarge
+            } else {
+                ApiError::bad("the request body could not be read")
+            }
+        })?;
+        let json_type = content_type.as_deref() == Some("application/json");
+        let bytes = if bytes.is_empty() && content_type.is_none() {
+            Bytes::from_static(b"{}")
+        } else if !json_type {
+            return Err(ApiError::UnsupportedMediaType);
+        } else {
+            bytes
+        };
+        parse_json(&bytes).map(Body)
+    }
+}
+
+/// Deserialise, naming the offending field in the error.
+///
+/// # Errors
+/// 400 with a message that starts with the field's path.
+pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let value = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        let what = inner.to_string();
+        let what = what.split(" at line").next().unwrap_or(&what).to_owned();
+        if path == "." || path.is_empty() {
+            if inner.is_syntax() || inner.is_eof() {
+                ApiError::bad(format!("body: malformed JSON: {what}"))
+            } else {
+                ApiError::bad(format!("body: {what}"))
+            }
+        } else {
+            ApiError::bad(format!("{path}: {what}"))
+        }
+    })?;
+    de.end()
+        .map_err(|_| ApiError::bad("body: trailing characters after the JSON value"))?;
+    Ok(value)
+}
+
+/// Parse a path id, or 400 naming it.
+///
+/// # Errors
+/// 400 when `raw` is not a UUID.
+pub fn path_id(raw: &str) -> Result<Uuid, ApiError> {
+    Uuid::try_parse(raw)
+        .map_err(|_| ApiError::bad(format!("id: '{}' is not a UUID", truncate(raw, 64))))
+}
+
+/// The raw query string as a map; duplicate names keep the last value.
+pub struct QueryMap(pub HashMap<String, String>);
+
+impl<S: Send + Sync> FromRequestParts<S> for QueryMap {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        let query = parts.uri.query().unwrap_or("");
+        let pairs: Vec<(String, String)> = serde_urlencoded_pairs(query)?;
+        Ok(QueryMap(pairs.into_iter().collect()))
+    }
+}
+
+fn serde_urlencoded_pairs(query: &str) -> Result<Vec<(String, String)>, ApiError> {
+    let mut out = Vec::new();
+    for part in query.split('&').filter(|p| !p.is_empty()) {
+        let (k, v) = part.split_once('=').unwrap_or((part, ""));
+        let decode = |s: &str| -> Result<String, ApiError> {
+            let s = s.replace('+', " ");
+            percent_decode(&s).ok_or_else(|| ApiError::bad("query: malformed percent-encoding"))
+        };
+        out.push((decode(k)?, decode(v)?));
+    }
+    Ok(out)
+}
+
+fn percent_decode(s: &str) -> Option<String> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = s.get(i + 1..i + 3)?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+impl QueryMap {
+    /// An integer parameter within `lo..=hi`, or `None` when absent.
+    ///
+    /// # Errors
+    /// 400 naming the parameter.
+    pub fn int(&self, name: &str, lo: i64, hi: i64) -> Result<Option<i64>, ApiError> {
+        match self.0.get(name) {
+            None => Ok(None),
+            Some(raw) => match raw.parse::<i64>() {
+                Ok(v) if (lo..=hi).contains(&v) => Ok(Some(v)),
+                _ => Err(ApiError::bad(format!(
+                    "{name}: must be an integer in {lo}..{hi}"
+                ))),
+            },
+        }
+    }
+
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.0.get(name).map(String::as_str)
+    }
+}
+
+pub fn truncate(s: &str, max: usize) -> String {
+    s.chars().take(max).collect()
+}
+
+/// The client's address, for rate limiting.
+pub fn client_ip(parts: &Parts) -> IpAddr {
+    parts
+        .extensions
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|c| c.0.ip())
+        .unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED))
+}
+
+fn bearer(parts: &Parts) -> Option<&str> {
+    let value = parts.headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+}
+
+/// A caller holding a live API key.
+pub struct Operator(pub ApiKey);
+
+impl Operator {
+    /// # Errors
+    /// 403 unless the key's role is admin.
+    pub fn require_admin(&self) -> Result<(), ApiError> {
+        if self.0.admin {
+            Ok(())
+        } else {
+            Err(ApiError::Forbidden)
+        }
+    }
+}
+
+impl FromRequestParts<Arc<AppState>> for Operator {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &Arc<AppState>,
+    ) -> Result<Self, Self::Rejection> {
+        let hash = bearer(parts).and_then(|t| credentials::parse(Kind::ApiKey, t));
+        let key = match hash {
+            Some(h) => state.hub.store.key_by_hash(&h).await?,
+            None => None,
+        };
+        match key {
+            Some(k) => Ok(Operator(k)),
+            None => Err(state.auth_failed(client_ip(parts))),
+        }
+    }
+}
+
+/// A caller holding a live runner token.
+pub struct RunnerCaller(pub RunnerIdentity);
+
+impl FromRequestParts<Arc<AppState>> for RunnerCaller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &Arc<AppState>,
+    ) -> Result<Self, Self::Rejection> {
+        let hash = bearer(parts).and_then(|t| credentials::parse(Kind::Runner, t));
+        let refresh = state.hub.config.presence_refresh().as_millis() as i64;
+        let runner = match hash {
+            Some(h) => state.hub.store.runner_by_token(&h, refresh).await?,
+            None => None,
+        };
+        match runner {
+            Some(r) => {
+                if r.stale {
+                    // Any authenticated runner call counts as seen.
+                    let store = state.hub.store.clone();
+                    let id = r.id;
+                    tokio::spawn(async move { store.touch_runners(&[id]).await });
+                }
+                Ok(RunnerCaller(r))
+            }
+            None => Err(state.auth_failed(client_ip(parts))),
+        }
+    }
+}

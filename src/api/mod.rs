@@ -1,0 +1,156 @@
+//! The HTTP API: routes of the contract (`shared/PROTOCOL.md`), authentication, rate limiting
+//! and the error mapping. Handlers validate, call the store, and tell the hub what changed after
+//! the change committed.
+
+pub mod error;
+pub mod extract;
+mod jobs;
+mod operators;
+mod ops;
+mod runner;
+pub mod validate;
+pub mod views;
+
+use std::net::IpAddr;
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::header;
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{delete, get, post};
+use axum::Router;
+use governor::clock::{Clock, DefaultClock};
+use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
+use tokio_util::sync::CancellationToken;
+use tower_http::catch_panic::CatchPanicLayer;
+
+use crate::domain::capabilities::Vocabulary;
+use crate::hub::Hub;
+use error::ApiError;
+
+/// What every handler shares.
+pub struct AppState {
+    pub hub: Arc<Hub>,
+    pub vocabulary: Vocabulary,
+    /// Token bucket per client address for failed authentications and enrolments. Kept per
+    /// replica, as the contract allows.
+    pub limiter: DefaultKeyedRateLimiter<IpAddr>,
+    /// Fires on SIGTERM: open long-polls answer at once.
+    pub shutdown: CancellationToken,
+}
+
+impl AppState {
+    pub fn new(hub: Arc<Hub>, shutdown: CancellationToken) -> Self {
+        let config = &hub.config;
+        let period = Duration::from_secs_f64(1.0 / config.auth_refill_per_s.max(0.001));
+        let quota = Quota::with_period(period)
+            .expect("non-zero period")
+            .allow_burst(NonZeroU32::new(config.auth_burst.max(1)).expect("non-zero burst"));
+        Self {
+            vocabulary: Vocabulary::parse(config.capability_vocabulary.as_deref()),
+            limiter: RateLimiter::keyed(quota),
+            hub,
+            shutdown,
+        }
+    }
+
+    /// Take one token from `ip`'s bucket: `Err(429)` once it is empty.
+    ///
+    /// # Errors
+    /// 429 with the seconds until the next token.
+    pub fn spend_rate_token(&self, ip: IpAddr) -> Result<(), ApiError> {
+        self.limiter
+            .check_key(&ip)
+            .map_err(|not_until| ApiError::RateLimited {
+                retry_after_s: not_until
+                    .wait_time_from(DefaultClock::default().now())
+                    .as_secs_f64()
+                    .ceil() as u64,
+            })
+    }
+
+    /// A failed authentication: 401 while the bucket has tokens, then 429.
+    pub fn auth_failed(&self, ip: IpAddr) -> ApiError {
+        match self.spend_rate_token(ip) {
+            Ok(()) => ApiError::Unauthorized,
+            Err(limited) => limited,
+        }
+    }
+}
+
+/// The router of one replica.
+pub fn router(state: Arc<AppState>) -> Router {
+    let max_body = state.hub.config.max_body_bytes;
+    Router::new()
+        .route("/healthz", get(ops::healthz))
+        .route("/readyz", get(ops::readyz))
+        .route("/metrics", get(ops::metrics))
+        .route("/v1/enroll", post(runner::enroll))
+        .route(
+            "/v1/runners",
+            post(operators::create_personal_runner).get(operators::list_personal_runners),
+        )
+        .route(
+            "/v1/runners/{id}",
+            delete(operators::revoke_personal_runner),
+        )
+        .route(
+            "/v1/workspace/runners",
+            post(operators::create_workspace_runner).get(operators::list_workspace_runners),
+        )
+        .route(
+            "/v1/workspace/runners/{id}",
+            delete(operators::revoke_workspace_runner),
+        )
+        .route("/v1/join-codes", post(operators::create_join_code))
+        .route("/v1/keys", post(operators::create_key))
+        .route("/v1/keys/{id}", delete(operators::revoke_key))
+        .route("/v1/jobs", post(jobs::dispatch).get(jobs::list))
+        .route("/v1/jobs/{id}", get(jobs::get))
+        .route("/v1/jobs/{id}/cancel", post(jobs::cancel))
+        .route("/v1/jobs/{id}/events", get(jobs::events))
+        .route("/v1/preflight", post(operators::preflight))
+        .route("/v1/pool", get(operators::pool))
+        .route("/v1/runner/heartbeat", post(runner::heartbeat))
+        .route("/v1/runner/lease", post(runner::lease))
+        .route(
+            "/v1/runner/jobs/{id}/heartbeat",
+            post(runner::job_heartbeat),
+        )
+        .route("/v1/runner/jobs/{id}/events", post(runner::append_events))
+        .route("/v1/runner/jobs/{id}/complete", post(runner::complete))
+        .route("/v1/runner/jobs/{id}/fail", post(runner::fail))
+        .route("/v1/runner/jobs/{id}/release", post(runner::release))
+        .fallback(|| async { ApiError::NotFound })
+        .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
+        .layer(DefaultBodyLimit::max(max_body))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            reject_oversized,
+        ))
+        .layer(CatchPanicLayer::custom(|_| {
+            ApiError::Internal.into_response()
+        }))
+        .with_state(state)
+}
+
+/// 413 from the declared length, before authentication runs. Bodies without a length are
+/// capped by `DefaultBodyLimit` when read.
+async fn reject_oversized(
+    State(state): State<Arc<AppState>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let declared = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > state.hub.config.max_body_bytes as u64) {
+        return ApiError::PayloadTooLarge.into_response();
+    }
+    next.run(request).await
+}

@@ -1,0 +1,269 @@
+//! Runner calls (runner token) and enrolment (the join code is the credential).
+//!
+//! Every call about a job is one fenced statement; when it matches nothing the answer is 404
+//! (not this owner's job), 409 `job_terminal` or 409 `lease_superseded`, in that order.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{ConnectInfo, Path, State};
+use axum::http::StatusCode;
+use axum::Json;
+use serde_json::Value;
+use uuid::Uuid;
+
+use super::error::{ApiError, ApiResult};
+use super::extract::{path_id, Body, RunnerCaller};
+use super::validate;
+use super::views;
+use super::AppState;
+use crate::domain::credentials::{self, Kind, Secret};
+use crate::domain::records::RunnerIdentity;
+use crate::hub::LeaseAnswer;
+use crate::store::{FenceMiss, NewRunner};
+use crate::wire;
+
+/// Largest serialised `data` of one runner event, and of a failure message.
+const MAX_EVENT_BYTES: usize = 64 * 1024;
+
+pub async fn enroll(
+    State(st): State<Arc<AppState>>,
+    ConnectInfo(addr): ConnectInfo<std::net::SocketAddr>,
+    Body(req): Body<wire::Enroll>,
+) -> ApiResult<(StatusCode, Json<wire::RunnerWithToken>)> {
+    st.spend_rate_token(addr.ip())?;
+    // A request refused with 400 does not burn its code.
+    validate::text("label", &req.label, 128)?;
+    validate::opt_text("os", req.os.as_deref(), 64)?;
+    validate::opt_text("version", req.version.as_deref(), 64)?;
+    let capacity = validate::range("capacity", req.capacity, 1, 256, 1)? as i32;
+    let capabilities = st
+        .vocabulary
+        .advertised(req.capabilities.as_deref().unwrap_or(&[]));
+    let code = credentials::parse(Kind::JoinCode, &req.code).ok_or(ApiError::Unauthorized)?;
+    let token = Secret::generate(Kind::Runner);
+    let runner = st
+        .hub
+        .store
+        .enroll(&code, |grant| NewRunner {
+            id: Uuid::now_v7(),
+            owner: grant.owner.clone(),
+            workspace: grant.workspace.clone(),
+            label: req.label.clone(),
+            os: req.os.clone(),
+            version: req.version.clone(),
+            capabilities,
+            capacity,
+            token_hash: token.hash().to_vec(),
+            approved_by: grant.approved_by.clone(),
+            ephemeral: grant.ephemeral,
+            seen: true,
+        })
+        .await?
+        .ok_or(ApiError::Unauthorized)?;
+    Ok((
+        StatusCode::CREATED,
+        Json(wire::RunnerWithToken {
+            runner: views::runner(runner),
+            token: token.reveal().to_owned(),
+        }),
+    ))
+}
+
+pub async fn heartbeat(
+    State(st): State<Arc<AppState>>,
+    RunnerCaller(me): RunnerCaller,
+    Body(req): Body<wire::RunnerHeartbeat>,
+) -> ApiResult<Json<wire::RunnerHeartbeatReply>> {
+    validate::opt_text("version", req.version.as_deref(), 64)?;
+    let capacity = validate::opt_range("capacity", req.capacity, 1, 256)?.map(|c| c as i32);
+    let capabilities = req
+        .capabilities
+        .as_deref()
+        .map(|c| st.vocabulary.advertised(c));
+    let running = req.running.unwrap_or_default();
+    if running.len() > 10_000 {
+        return Err(ApiError::bad("running: at most 10000 entries"));
+    }
+    let store = &st.hub.store;
+    let runner = store
+        .runner_heartbeat(
+            me.id,
+            req.version.as_deref(),
+            capabilities.as_deref(),
+            capacity,
+        )
+        .await?
+        .ok_or(ApiError::Unauthorized)?;
+    let pairs: Vec<(Uuid, i64)> = running.iter().map(|r| (r.id, r.epoch)).collect();
+    let cancelled = store.not_running(me.id, &pairs).await?;
+    Ok(Json(wire::RunnerHeartbeatReply {
+        runner: views::runner(runner),
+        cancelled,
+    }))
+}
+
+pub async fn lease(
+    State(st): State<Arc<AppState>>,
+    RunnerCaller(me): RunnerCaller,
+    Body(req): Body<wire::Lease>,
+) -> ApiResult<Json<wire::Leased>> {
+    let wait_ms = validate::range("wait_ms", req.wait_ms, 0, 60_000, 30_000)?;
+    let max_jobs = validate::range("max_jobs", req.max_jobs, 1, 100, 1)?;
+    let capabilities = req
+        .capabilities
+        .as_deref()
+        .map(|c| st.vocabulary.advertised(c));
+    let wait = Duration::from_millis((wait_ms as u64).min(st.hub.config.max_wait_ms));
+    match st
+        .hub
+        .lease(me.id, &me.owner, capabilities, max_jobs, wait, &st.shutdown)
+        .await?
+    {
+        LeaseAnswer::Jobs(jobs) => Ok(Json(wire::Leased {
+            jobs: jobs
+                .into_iter()
+                .map(|c| views::leased(c, &st.hub.config))
+                .collect(),
+        })),
+        LeaseAnswer::RunnerGone => Err(ApiError::Unauthorized),
+    }
+}
+
+/// The 404 / 409 answer of a fenced call that matched nothing.
+async fn fence_miss(st: &AppState, id: Uuid, me: &RunnerIdentity) -> ApiError {
+    match st.hub.store.fence_miss(id, &me.owner).await {
+        Ok(FenceMiss::NotFound) => ApiError::NotFound,
+        Ok(FenceMiss::Terminal(state)) => ApiError::JobTerminal(state),
+        Ok(FenceMiss::Superseded) => ApiError::LeaseSuperseded,
+        Err(e) => e.into(),
+    }
+}
+
+pub async fn job_heartbeat(
+    State(st): State<Arc<AppState>>,
+    RunnerCaller(me): RunnerCaller,
+    Path(id): Path<String>,
+    Body(req): Body<wire::Fence>,
+) -> ApiResult<Json<wire::LeaseExtended>> {
+    let id = path_id(&id)?;
+    let ttl = st.hub.config.lease_ttl_ms as i64;
+    match st
+        .hub
+        .store
+        .heartbeat_job(id, req.epoch, me.id, ttl)
+        .await?
+    {
+        Some(lease_expires_at) => Ok(Json(wire::LeaseExtended { lease_expires_at })),
+        None => Err(fence_miss(&st, id, &me).await),
+    }
+}
+
+pub async fn append_events(
+    State(st): State<Arc<AppState>>,
+    RunnerCaller(me): RunnerCaller,
+    Path(id): Path<String>,
+    Body(req): Body<wire::AppendEvents>,
+) -> ApiResult<(StatusCode, Json<wire::Appended>)> {
+    let id = path_id(&id)?;
+    if req.events.is_empty() || req.events.len() > 1000 {
+        return Err(ApiError::bad("events: 1..1000 events per call"));
+    }
+    let mut kinds = Vec::with_capacity(req.events.len());
+    let mut data = Vec::with_capacity(req.events.len());
+    for (i, e) in req.events.into_iter().enumerate() {
+        if !validate::is_event_kind(&e.kind) {
+            return Err(ApiError::bad(format!(
+                "events[{i}].kind: must match ^[a-z][a-z0-9_.-]{{0,31}}$ and not be 'state'"
+            )));
+        }
+        let d = e.data.unwrap_or(Value::Null);
+        if serde_json::to_vec(&d).map_or(true, |b| b.len() > MAX_EVENT_BYTES) {
+            return Err(ApiError::bad(format!(
+                "events[{i}].data: at most 64 KiB serialised"
+            )));
+        }
+        kinds.push(e.kind);
+        data.push(d);
+    }
+    match st
+        .hub
+        .store
+        .append_events(id, req.epoch, me.id, &kinds, &data)
+        .await?
+    {
+        Some(next) => {
+            st.hub.job_changed(id);
+            Ok((
+                StatusCode::ACCEPTED,
+                Json(wire::Appended {
+                    next: i64::from(next),
+                }),
+            ))
+        }
+        None => Err(fence_miss(&st, id, &me).await),
+    }
+}
+
+pub async fn complete(
+    State(st): State<Arc<AppState>>,
+    RunnerCaller(me): RunnerCaller,
+    Path(id): Path<String>,
+    Body(req): Body<wire::Complete>,
+) -> ApiResult<Json<wire::Job>> {
+    let id = path_id(&id)?;
+    let result = req.result.unwrap_or(Value::Null);
+    match st
+        .hub
+        .store
+        .complete_job(id, req.epoch, me.id, &result)
+        .await?
+    {
+        Some(job) => {
+            st.hub.job_changed(id);
+            Ok(Json(views::job(job)))
+        }
+        None => Err(fence_miss(&st, id, &me).await),
+    }
+}
+
+pub async fn fail(
+    State(st): State<Arc<AppState>>,
+    RunnerCaller(me): RunnerCaller,
+    Path(id): Path<String>,
+    Body(req): Body<wire::Fail>,
+) -> ApiResult<Json<wire::Job>> {
+    let id = path_id(&id)?;
+    if req.message.len() > MAX_EVENT_BYTES {
+        return Err(ApiError::bad("message: at most 64 KiB"));
+    }
+    match st
+        .hub
+        .store
+        .fail_job(id, req.epoch, me.id, &req.message)
+        .await?
+    {
+        Some(job) => {
+            st.hub.job_changed(id);
+            Ok(Json(views::job(job)))
+        }
+        None => Err(fence_miss(&st, id, &me).await),
+    }
+}
+
+pub async fn release(
+    State(st): State<Arc<AppState>>,
+    RunnerCaller(me): RunnerCaller,
+    Path(id): Path<String>,
+    Body(req): Body<wire::Fence>,
+) -> ApiResult<Json<wire::Job>> {
+    let id = path_id(&id)?;
+    match st.hub.store.release_job(id, req.epoch, me.id).await? {
+        Some(job) => {
+            st.hub.job_parked(&job.owner, job.runner_id);
+            st.hub.job_changed(id);
+            Ok(Json(views::job(job)))
+        }
+        None => Err(fence_miss(&st, id, &me).await),
+    }
+}

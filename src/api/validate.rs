@@ -1,0 +1,82 @@
+//! Range and shape checks shared by the handlers; every error names its field.
+
+use std::sync::LazyLock;
+
+use regex_lite::Regex;
+
+use super::error::ApiError;
+
+static JOB_KIND: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"^[a-z][a-z0-9_.-]{0,63}$").expect("regex"));
+static EVENT_KIND: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"^[a-z][a-z0-9_.-]{0,31}$").expect("regex"));
+
+/// `value` or `default`, within `lo..=hi`.
+///
+/// # Errors
+/// 400 naming `field`.
+pub fn range(
+    field: &str,
+    value: Option<i64>,
+    lo: i64,
+    hi: i64,
+    default: i64,
+) -> Result<i64, ApiError> {
+    match value {
+        None => Ok(default),
+        Some(v) if (lo..=hi).contains(&v) => Ok(v),
+        Some(_) => Err(ApiError::bad(format!("{field}: must be in {lo}..{hi}"))),
+    }
+}
+
+/// An optional range-checked value without a default.
+///
+/// # Errors
+/// 400 naming `field`.
+pub fn opt_range(
+    field: &str,
+    value: Option<i64>,
+    lo: i64,
+    hi: i64,
+) -> Result<Option<i64>, ApiError> {
+    value.map(|v| range(field, Some(v), lo, hi, v)).transpose()
+}
+
+/// Text of `1..=max` characters.
+///
+/// # Errors
+/// 400 naming `field`.
+pub fn text(field: &str, value: &str, max: usize) -> Result<(), ApiError> {
+    let n = value.chars().count();
+    if n == 0 || n > max || value.chars().any(char::is_control) {
+        return Err(ApiError::bad(format!(
+            "{field}: must be 1..{max} printable characters"
+        )));
+    }
+    Ok(())
+}
+
+/// Optional text of `1..=max` characters.
+///
+/// # Errors
+/// 400 naming `field`.
+pub fn opt_text(field: &str, value: Option<&str>, max: usize) -> Result<(), ApiError> {
+    value.map_or(Ok(()), |v| text(field, v, max))
+}
+
+/// A job kind: `^[a-z][a-z0-9_.-]{0,63}$`.
+///
+/// # Errors
+/// 400 naming `kind`.
+pub fn job_kind(kind: Option<&str>) -> Result<String, ApiError> {
+    match kind {
+        None => Ok("command".to_owned()),
+        Some(k) if JOB_KIND.is_match(k) => Ok(k.to_owned()),
+        Some(_) => Err(ApiError::bad("kind: must match ^[a-z][a-z0-9_.-]{0,63}$")),
+    }
+}
+
+/// A runner event kind: `^[a-z][a-z0-9_.-]{0,31}$`, and never `state` (the server's own).
+pub fn is_event_kind(kind: &str) -> bool {
+    kind != "state" && EVENT_KIND.is_match(kind)
+}

@@ -1,0 +1,74 @@
+//! Store records shaped for the wire.
+
+use crate::config::Config;
+use crate::domain::records::{Claimed, Event, Job, Runner};
+use crate::wire;
+
+pub fn runner(r: Runner) -> wire::Runner {
+    wire::Runner {
+        id: r.id,
+        owner: r.owner,
+        workspace: r.workspace,
+        label: r.label,
+        os: r.os,
+        version: r.version,
+        capabilities: r.capabilities,
+        capacity: r.capacity,
+        active_leases: r.active_leases,
+        presence: r.presence,
+        last_seen_at: r.last_seen_at,
+        created_at: r.created_at,
+        approved_by: Some(r.approved_by),
+        ephemeral: r.ephemeral,
+    }
+}
+
+pub fn job(j: Job) -> wire::Job {
+    wire::Job {
+        id: j.id,
+        workspace: j.workspace,
+        owner: j.owner,
+        runner_id: j
+            .runner_id
+            .map_or_else(|| "*".to_owned(), |id| id.to_string()),
+        state: j.state.as_str().to_owned(),
+        kind: j.kind,
+        payload: j.payload,
+        required_capabilities: j.required_capabilities,
+        priority: j.priority,
+        epoch: j.epoch,
+        attempts: j.attempts,
+        max_attempts: j.max_attempts,
+        created_at: j.created_at,
+        leased_at: j.leased_at,
+        finished_at: j.finished_at,
+        result: j.result,
+        error: j.error,
+        provenance: j.provenance,
+        billing_tenant: j.billing_tenant,
+    }
+}
+
+pub fn leased(c: Claimed, config: &Config) -> wire::LeasedJob {
+    wire::LeasedJob {
+        id: c.id,
+        epoch: c.epoch,
+        attempt: c.attempt,
+        workspace: c.workspace,
+        kind: c.kind,
+        payload: c.payload,
+        required_capabilities: c.required_capabilities,
+        lease_expires_at: c.lease_expires_at,
+        lease_ttl_ms: config.lease_ttl_ms,
+        heartbeat_interval_ms: config.lease_ttl_ms / 3,
+    }
+}
+
+pub fn event(e: Event) -> wire::Event {
+    wire::Event {
+        seq: e.seq,
+        at: e.at,
+        kind: e.kind,
+        data: e.data,
+    }
+}

@@ -1,0 +1,351 @@
+//! A typed HTTP client over [`crate::wire`]: the runner, the CLI, the benchmark and the tests
+//! all speak the contract through it. It imports nothing of the server.
+
+use std::time::Duration;
+
+use reqwest::{Method, StatusCode};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use uuid::Uuid;
+
+use crate::wire::{self, ErrorBody};
+
+/// A failed call: the contract's error, or no answer at all.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("{status} {code}: {message}")]
+    Api {
+        status: StatusCode,
+        code: String,
+        message: String,
+        /// On `job_terminal`: the terminal state.
+        state: Option<String>,
+    },
+    #[error("transport: {0}")]
+    Transport(#[from] reqwest::Error),
+}
+
+impl ClientError {
+    /// The contract's error code, if the server answered.
+    pub fn code(&self) -> Option<&str> {
+        match self {
+            ClientError::Api { code, .. } => Some(code),
+            ClientError::Transport(_) => None,
+        }
+    }
+
+    pub fn status(&self) -> Option<StatusCode> {
+        match self {
+            ClientError::Api { status, .. } => Some(*status),
+            ClientError::Transport(_) => None,
+        }
+    }
+}
+
+pub type Result<T> = std::result::Result<T, ClientError>;
+
+/// One server (or load balancer) and one credential.
+#[derive(Clone)]
+pub struct Client {
+    http: reqwest::Client,
+    base: String,
+    token: Option<String>,
+}
+
+impl Client {
+    /// A client for `base` (e.g. `http://127.0.0.1:8080`) calling with `token`.
+    pub fn new(base: impl Into<String>, token: Option<String>) -> Self {
+        let http = reqwest::Client::builder()
+            .pool_idle_timeout(Duration::from_secs(30))
+            .tcp_nodelay(true)
+            .connect_timeout(Duration::from_secs(5))
+            .build()
+            .expect("reqwest client");
+        Self {
+            http,
+            base: base.into().trim_end_matches('/').to_owned(),
+            token,
+        }
+    }
+
+    /// The same server with another credential, sharing connections.
+    pub fn with_token(&self, token: impl Into<String>) -> Self {
+        Self {
+            http: self.http.clone(),
+            base: self.base.clone(),
+            token: Some(token.into()),
+        }
+    }
+
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
+    /// Send a request; `body` is JSON when given. Returns the status and decoded answer.
+    ///
+    /// # Errors
+    /// Transport failures, or any non-2xx answer as [`ClientError::Api`].
+    pub async fn call<B: Serialize + ?Sized, T: DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&B>,
+        headers: &[(&str, &str)],
+    ) -> Result<(StatusCode, T)> {
+        let mut req = self
+            .http
+            .request(method, format!("{}{}", self.base, path))
+            .timeout(Duration::from_secs(75));
+        if let Some(t) = &self.token {
+            req = req.bearer_auth(t);
+        }
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        if let Some(b) = body {
+            req = req.json(b);
+        }
+        let resp = req.send().await?;
+        let status = resp.status();
+        let bytes = resp.bytes().await?;
+        if !status.is_success() {
+            let (code, message, state) = match serde_json::from_slice::<ErrorBody>(&bytes) {
+                Ok(e) => (e.error.code, e.error.message, e.error.state),
+                Err(_) => (
+                    "unknown".into(),
+                    String::from_utf8_lossy(&bytes).into_owned(),
+                    None,
+                ),
+            };
+            return Err(ClientError::Api {
+                status,
+                code,
+                message,
+                state,
+            });
+        }
+        let bytes = if bytes.is_empty() {
+            &b"null"[..]
+        } else {
+            &bytes[..]
+        };
+        let value = serde_json::from_slice(bytes).map_err(|e| ClientError::Api {
+            status,
+            code: "bad_response".into(),
+            message: e.to_string(),
+            state: None,
+        })?;
+        Ok((status, value))
+    }
+
+    async fn post<B: Serialize + ?Sized, T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &B,
+    ) -> Result<T> {
+        self.call(Method::POST, path, Some(body), &[])
+            .await
+            .map(|(_, v)| v)
+    }
+
+    async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T> {
+        self.call::<(), T>(Method::GET, path, None, &[])
+            .await
+            .map(|(_, v)| v)
+    }
+
+    async fn delete(&self, path: &str) -> Result<()> {
+        self.call::<(), serde_json::Value>(Method::DELETE, path, None, &[])
+            .await
+            .map(drop)
+    }
+
+    // ---- operators and dispatchers --------------------------------------------------------
+
+    pub async fn create_key(&self, subject: &str, role: wire::Role) -> Result<wire::CreatedKey> {
+        self.post(
+            "/v1/keys",
+            &wire::CreateKey {
+                subject: subject.into(),
+                role,
+            },
+        )
+        .await
+    }
+
+    pub async fn revoke_key(&self, id: Uuid) -> Result<()> {
+        self.delete(&format!("/v1/keys/{id}")).await
+    }
+
+    pub async fn pair_runner(
+        &self,
+        tier: wire::Tier,
+        req: &wire::CreateRunner,
+    ) -> Result<wire::RunnerWithToken> {
+        match tier {
+            wire::Tier::Personal => self.post("/v1/runners", req).await,
+            wire::Tier::Workspace => self.post("/v1/workspace/runners", req).await,
+        }
+    }
+
+    pub async fn runners(&self, tier: wire::Tier) -> Result<Vec<wire::Runner>> {
+        let path = match tier {
+            wire::Tier::Personal => "/v1/runners",
+            wire::Tier::Workspace => "/v1/workspace/runners",
+        };
+        self.get::<wire::RunnerList>(path).await.map(|l| l.runners)
+    }
+
+    pub async fn revoke_runner(&self, tier: wire::Tier, id: Uuid) -> Result<()> {
+        match tier {
+            wire::Tier::Personal => self.delete(&format!("/v1/runners/{id}")).await,
+            wire::Tier::Workspace => self.delete(&format!("/v1/workspace/runners/{id}")).await,
+        }
+    }
+
+    pub async fn create_join_code(&self, req: &wire::CreateJoinCode) -> Result<wire::JoinCode> {
+        self.post("/v1/join-codes", req).await
+    }
+
+    pub async fn dispatch(&self, req: &wire::Dispatch) -> Result<wire::Job> {
+        self.post("/v1/jobs", req).await
+    }
+
+    /// Dispatch with an `Idempotency-Key`; the status tells a first dispatch (201) from a repeat (200).
+    pub async fn dispatch_idempotent(
+        &self,
+        req: &wire::Dispatch,
+        key: &str,
+    ) -> Result<(StatusCode, wire::Job)> {
+        self.call(
+            Method::POST,
+            "/v1/jobs",
+            Some(req),
+            &[("Idempotency-Key", key)],
+        )
+        .await
+    }
+
+    pub async fn job(&self, id: Uuid) -> Result<wire::Job> {
+        self.get(&format!("/v1/jobs/{id}")).await
+    }
+
+    /// The job as soon as it is terminal, or as it is when `wait_ms` ends.
+    pub async fn wait_job(&self, id: Uuid, wait_ms: u64) -> Result<wire::Job> {
+        self.get(&format!("/v1/jobs/{id}?wait_ms={wait_ms}")).await
+    }
+
+    pub async fn jobs(
+        &self,
+        state: Option<&str>,
+        limit: Option<u32>,
+        after: Option<Uuid>,
+    ) -> Result<wire::JobList> {
+        let mut q = Vec::new();
+        if let Some(s) = state {
+            q.push(format!("state={s}"));
+        }
+        if let Some(l) = limit {
+            q.push(format!("limit={l}"));
+        }
+        if let Some(a) = after {
+            q.push(format!("after={a}"));
+        }
+        self.get(&format!("/v1/jobs?{}", q.join("&"))).await
+    }
+
+    pub async fn cancel(&self, id: Uuid) -> Result<wire::Job> {
+        self.post(&format!("/v1/jobs/{id}/cancel"), &serde_json::json!({}))
+            .await
+    }
+
+    pub async fn events(&self, id: Uuid, after: i64, wait_ms: u64) -> Result<wire::EventList> {
+        self.get(&format!(
+            "/v1/jobs/{id}/events?after={after}&wait_ms={wait_ms}"
+        ))
+        .await
+    }
+
+    pub async fn preflight(&self, req: &wire::Preflight) -> Result<wire::PreflightReport> {
+        self.post("/v1/preflight", req).await
+    }
+
+    pub async fn pool(&self) -> Result<wire::Pool> {
+        self.get("/v1/pool").await
+    }
+
+    // ---- runners ---------------------------------------------------------------------------
+
+    pub async fn enroll(&self, req: &wire::Enroll) -> Result<wire::RunnerWithToken> {
+        self.post("/v1/enroll", req).await
+    }
+
+    pub async fn runner_heartbeat(
+        &self,
+        req: &wire::RunnerHeartbeat,
+    ) -> Result<wire::RunnerHeartbeatReply> {
+        self.post("/v1/runner/heartbeat", req).await
+    }
+
+    pub async fn lease(&self, req: &wire::Lease) -> Result<Vec<wire::LeasedJob>> {
+        self.post::<_, wire::Leased>("/v1/runner/lease", req)
+            .await
+            .map(|l| l.jobs)
+    }
+
+    pub async fn heartbeat_job(&self, id: Uuid, epoch: i64) -> Result<wire::LeaseExtended> {
+        self.post(
+            &format!("/v1/runner/jobs/{id}/heartbeat"),
+            &wire::Fence { epoch },
+        )
+        .await
+    }
+
+    pub async fn append_events(
+        &self,
+        id: Uuid,
+        epoch: i64,
+        events: Vec<wire::NewEvent>,
+    ) -> Result<wire::Appended> {
+        self.post(
+            &format!("/v1/runner/jobs/{id}/events"),
+            &wire::AppendEvents { epoch, events },
+        )
+        .await
+    }
+
+    pub async fn complete(
+        &self,
+        id: Uuid,
+        epoch: i64,
+        result: serde_json::Value,
+    ) -> Result<wire::Job> {
+        self.post(
+            &format!("/v1/runner/jobs/{id}/complete"),
+            &wire::Complete {
+                epoch,
+                result: Some(result),
+            },
+        )
+        .await
+    }
+
+    pub async fn fail(&self, id: Uuid, epoch: i64, message: &str) -> Result<wire::Job> {
+        self.post(
+            &format!("/v1/runner/jobs/{id}/fail"),
+            &wire::Fail {
+                epoch,
+                message: message.into(),
+            },
+        )
+        .await
+    }
+
+    pub async fn release(&self, id: Uuid, epoch: i64) -> Result<wire::Job> {
+        self.post(
+            &format!("/v1/runner/jobs/{id}/release"),
+            &wire::Fence { epoch },
+        )
+        .await
+    }
+}

@@ -1,0 +1,105 @@
+//! The typed configuration of one replica: every timing and limit, from flags or environment.
+//!
+//! Nothing deeper in the code reads the environment; tests build a [`Config`] directly with
+//! short timings.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use clap::Args;
+
+/// Everything a replica needs to run. Durations are milliseconds on the wire and in env vars.
+#[derive(Debug, Clone, Args)]
+pub struct Config {
+    /// PostgreSQL connection string.
+    #[arg(long, env = "DATABASE_URL")]
+    pub database_url: String,
+    /// Address to listen on.
+    #[arg(long, env = "LEASEHOLD_LISTEN", default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+    /// How long a lease lives without a heartbeat.
+    #[arg(long, env = "LEASEHOLD_LEASE_TTL_MS", default_value_t = 120_000)]
+    pub lease_ttl_ms: u64,
+    /// Default time a parked job may wait without any capable runner online.
+    #[arg(
+        long,
+        env = "LEASEHOLD_NO_RUNNER_TIMEOUT_MS",
+        default_value_t = 300_000
+    )]
+    pub no_runner_timeout_ms: u64,
+    /// A runner seen within this window is `online`.
+    #[arg(long, env = "LEASEHOLD_PRESENCE_WINDOW_MS", default_value_t = 90_000)]
+    pub presence_window_ms: u64,
+    /// How often every replica sweeps lapsed leases and timeouts.
+    #[arg(long, env = "LEASEHOLD_SWEEP_INTERVAL_MS", default_value_t = 1_000)]
+    pub sweep_interval_ms: u64,
+    /// Upper clamp for every `wait_ms`.
+    #[arg(long, env = "LEASEHOLD_MAX_WAIT_MS", default_value_t = 60_000)]
+    pub max_wait_ms: u64,
+    /// How often parked waiters are re-checked against the database in one query per replica,
+    /// the bound on the delay a lost notification can cause.
+    #[arg(long, env = "LEASEHOLD_RECHECK_INTERVAL_MS", default_value_t = 2_000)]
+    pub recheck_interval_ms: u64,
+    /// Largest request body accepted.
+    #[arg(long, env = "LEASEHOLD_MAX_BODY_BYTES", default_value_t = 1_048_576)]
+    pub max_body_bytes: usize,
+    /// Rate limit for unauthenticated calls and failed authentications: bucket size.
+    #[arg(long, env = "LEASEHOLD_AUTH_BURST", default_value_t = 30)]
+    pub auth_burst: u32,
+    /// Rate limit refill, tokens per second.
+    #[arg(long, env = "LEASEHOLD_AUTH_REFILL_PER_S", default_value_t = 1.0)]
+    pub auth_refill_per_s: f64,
+    /// Comma-separated capability vocabulary; unset accepts any valid name.
+    #[arg(long, env = "LEASEHOLD_CAPABILITY_VOCABULARY")]
+    pub capability_vocabulary: Option<String>,
+    /// Connections in this replica's pool (the LISTEN and notifier connections are extra).
+    #[arg(long, env = "LEASEHOLD_POOL_SIZE", default_value_t = 16)]
+    pub pool_size: usize,
+    /// An ephemeral runner unseen this long is revoked by the sweeper.
+    #[arg(
+        long,
+        env = "LEASEHOLD_EPHEMERAL_PURGE_MS",
+        default_value_t = 86_400_000
+    )]
+    pub ephemeral_purge_ms: u64,
+}
+
+impl Config {
+    /// A configuration with the contract's defaults for the given database.
+    pub fn new(database_url: impl Into<String>) -> Self {
+        Self {
+            database_url: database_url.into(),
+            listen: "127.0.0.1:8080".parse().expect("static address"),
+            lease_ttl_ms: 120_000,
+            no_runner_timeout_ms: 300_000,
+            presence_window_ms: 90_000,
+            sweep_interval_ms: 1_000,
+            max_wait_ms: 60_000,
+            recheck_interval_ms: 2_000,
+            max_body_bytes: 1_048_576,
+            auth_burst: 30,
+            auth_refill_per_s: 1.0,
+            capability_vocabulary: None,
+            pool_size: 16,
+            ephemeral_purge_ms: 86_400_000,
+        }
+    }
+
+    pub fn lease_ttl(&self) -> Duration {
+        Duration::from_millis(self.lease_ttl_ms)
+    }
+
+    pub fn sweep_interval(&self) -> Duration {
+        Duration::from_millis(self.sweep_interval_ms.max(10))
+    }
+
+    pub fn recheck_interval(&self) -> Duration {
+        Duration::from_millis(self.recheck_interval_ms.max(10))
+    }
+
+    /// A replica holding a runner's long-poll refreshes its `last_seen_at` this often, a third
+    /// of the presence window, so a long-polling runner is `online` everywhere.
+    pub fn presence_refresh(&self) -> Duration {
+        Duration::from_millis((self.presence_window_ms / 3).max(10))
+    }
+}

@@ -1,0 +1,99 @@
+//! Capability names: what runners advertise and jobs require.
+//!
+//! Advertised lists are forgiving (bad or unknown names are dropped); required lists are strict
+//! (a bad or unknown name is the caller's error), so a job can never require something no runner
+//! could ever advertise by accident.
+
+use std::collections::BTreeSet;
+
+/// `^[a-z0-9][a-z0-9._:-]{0,62}$`
+pub fn is_valid_name(name: &str) -> bool {
+    let b = name.as_bytes();
+    !b.is_empty()
+        && b.len() <= 63
+        && (b[0].is_ascii_lowercase() || b[0].is_ascii_digit())
+        && b.iter().all(|c| {
+            c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, b'.' | b'_' | b':' | b'-')
+        })
+}
+
+/// The server's vocabulary: `None` accepts every valid name.
+#[derive(Debug, Clone, Default)]
+pub struct Vocabulary(Option<BTreeSet<String>>);
+
+impl Vocabulary {
+    /// From `LEASEHOLD_CAPABILITY_VOCABULARY`: comma-separated; unset or blank means any.
+    pub fn parse(spec: Option<&str>) -> Self {
+        let names: BTreeSet<String> = spec
+            .unwrap_or("")
+            .split(',')
+            .map(str::trim)
+            .filter(|n| is_valid_name(n))
+            .map(str::to_owned)
+            .collect();
+        Self((!names.is_empty()).then_some(names))
+    }
+
+    fn knows(&self, name: &str) -> bool {
+        self.0.as_ref().is_none_or(|v| v.contains(name))
+    }
+
+    /// What a runner advertises: invalid or unknown names dropped, sorted, de-duplicated.
+    pub fn advertised(&self, names: &[String]) -> Vec<String> {
+        names
+            .iter()
+            .filter(|n| is_valid_name(n) && self.knows(n))
+            .cloned()
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect()
+    }
+
+    /// What a job requires: sorted, de-duplicated, or the first bad name as the error.
+    ///
+    /// # Errors
+    /// The offending name, when malformed or outside the vocabulary.
+    pub fn required(&self, names: &[String]) -> Result<Vec<String>, String> {
+        if let Some(bad) = names.iter().find(|n| !is_valid_name(n) || !self.knows(n)) {
+            return Err(bad.clone());
+        }
+        Ok(names
+            .iter()
+            .cloned()
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v(names: &[&str]) -> Vec<String> {
+        names.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn names_follow_the_contract_pattern() {
+        assert!(is_valid_name("docker"));
+        assert!(is_valid_name("gpu:a100"));
+        assert!(is_valid_name("0day"));
+        assert!(!is_valid_name("Docker"));
+        assert!(!is_valid_name("-x"));
+        assert!(!is_valid_name(&"a".repeat(64)));
+    }
+
+    #[test]
+    fn vocabulary_drops_advertised_and_refuses_required_unknowns() {
+        let any = Vocabulary::parse(None);
+        assert_eq!(
+            any.advertised(&v(&["linux", "BAD", "docker", "linux"])),
+            v(&["docker", "linux"])
+        );
+        let vocab = Vocabulary::parse(Some("linux, docker"));
+        assert_eq!(vocab.advertised(&v(&["linux", "gpu"])), v(&["linux"]));
+        assert_eq!(vocab.required(&v(&["gpu"])), Err("gpu".to_string()));
+        assert_eq!(vocab.required(&v(&["docker"])), Ok(v(&["docker"])));
+    }
+}

@@ -1,0 +1,122 @@
+//! What the store hands back: rows as typed records, before the API shapes them for the wire.
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use uuid::Uuid;
+
+use super::state::JobState;
+
+/// An authenticated API key.
+#[derive(Debug, Clone)]
+pub struct ApiKey {
+    pub id: Uuid,
+    pub workspace: String,
+    pub subject: String,
+    pub admin: bool,
+}
+
+/// An authenticated runner token.
+#[derive(Debug, Clone)]
+pub struct RunnerIdentity {
+    pub id: Uuid,
+    pub owner: String,
+    pub workspace: String,
+    pub ephemeral: bool,
+    /// `last_seen_at` is older than the refresh interval: the caller should touch it.
+    pub stale: bool,
+}
+
+/// A runner as listed (never carries its token hash).
+#[derive(Debug, Clone)]
+pub struct Runner {
+    pub id: Uuid,
+    pub owner: String,
+    pub workspace: String,
+    pub label: String,
+    pub os: Option<String>,
+    pub version: Option<String>,
+    pub capabilities: Vec<String>,
+    pub capacity: i32,
+    pub active_leases: i64,
+    pub presence: String,
+    pub last_seen_at: Option<DateTime<Utc>>,
+    pub created_at: DateTime<Utc>,
+    pub approved_by: String,
+    pub ephemeral: bool,
+}
+
+/// A job row.
+#[derive(Debug, Clone)]
+pub struct Job {
+    pub id: Uuid,
+    pub workspace: String,
+    pub owner: String,
+    pub runner_id: Option<Uuid>,
+    pub state: JobState,
+    pub kind: String,
+    pub payload: Value,
+    pub required_capabilities: Vec<String>,
+    pub priority: i32,
+    pub epoch: i64,
+    pub attempts: i32,
+    pub max_attempts: i32,
+    pub created_at: DateTime<Utc>,
+    pub leased_at: Option<DateTime<Utc>>,
+    pub finished_at: Option<DateTime<Utc>>,
+    pub result: Option<Value>,
+    pub error: Option<Value>,
+    pub provenance: Option<Value>,
+    pub billing_tenant: Option<String>,
+}
+
+/// A job as the lease claim hands it to its runner.
+#[derive(Debug, Clone)]
+pub struct Claimed {
+    pub id: Uuid,
+    pub workspace: String,
+    pub epoch: i64,
+    pub attempt: i32,
+    pub kind: String,
+    pub payload: Value,
+    pub required_capabilities: Vec<String>,
+    pub priority: i32,
+    pub named: bool,
+    pub lease_expires_at: DateTime<Utc>,
+}
+
+/// A job a transition moved, for wake-ups: its queue key (`owner`, `runner_id`) and new state.
+#[derive(Debug, Clone)]
+pub struct Moved {
+    pub id: Uuid,
+    pub owner: String,
+    pub runner_id: Option<Uuid>,
+    pub state: JobState,
+}
+
+#[derive(Debug, Clone)]
+pub struct Event {
+    pub seq: i32,
+    pub at: DateTime<Utc>,
+    pub kind: String,
+    pub data: Value,
+}
+
+/// A burned join code: what the runner it enrols becomes.
+#[derive(Debug, Clone)]
+pub struct JoinGrant {
+    pub workspace: String,
+    pub owner: String,
+    pub approved_by: String,
+    pub ephemeral: bool,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct PoolCounts {
+    pub online: i64,
+    pub dormant: i64,
+    pub never: i64,
+    pub slot_capacity: i64,
+    pub slot_active: i64,
+    pub parked: i64,
+    pub leased: i64,
+}

@@ -1,0 +1,282 @@
+//! A private PostgreSQL from the installed server binaries, for `leasehold dev`, the tests and
+//! the benchmark. Never for production.
+//!
+//! As root (CI, these machines) `initdb` refuses to run, so the server runs as the `postgres`
+//! OS user in a directory that user owns. A watchdog shell stops the server (and, for a
+//! throw-away directory, deletes it) once the process that started it is gone, so a crashed
+//! test never leaves a server behind.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+
+/// Settings for a throw-away test or bench server: durability off, many connections.
+const FAST: &[&str] = &[
+    "fsync=off",
+    "synchronous_commit=off",
+    "full_page_writes=off",
+];
+
+pub struct EmbeddedPg {
+    pub port: u16,
+    dir: PathBuf,
+    bin: PathBuf,
+    owner: Option<(u32, u32)>,
+    durable: bool,
+    temporary: bool,
+    server: Option<Child>,
+    watchdog: Option<Child>,
+}
+
+/// Where `pg_ctl` and friends live: on PATH, else the newest `/usr/lib/postgresql/*/bin`.
+///
+/// # Errors
+/// No PostgreSQL server binaries are installed.
+pub fn find_bin_dir() -> anyhow::Result<PathBuf> {
+    if let Some(paths) = std::env::var_os("PATH") {
+        for dir in std::env::split_paths(&paths) {
+            if dir.join("initdb").is_file() && dir.join("postgres").is_file() {
+                return Ok(dir);
+            }
+        }
+    }
+    let mut found: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path().join("bin"))
+        .filter(|p| p.join("initdb").is_file())
+        .collect();
+    found.sort_by_key(|p| {
+        p.parent()
+            .and_then(|v| v.file_name())
+            .and_then(|v| v.to_str())
+            .and_then(|v| v.parse::<u32>().ok())
+            .unwrap_or(0)
+    });
+    found
+        .pop()
+        .context("PostgreSQL server binaries (initdb, postgres) not found on PATH or under /usr/lib/postgresql/*/bin")
+}
+
+fn postgres_ids() -> anyhow::Result<(u32, u32)> {
+    let user = nix::unistd::User::from_name("postgres")?
+        .context("running as root needs a 'postgres' OS user")?;
+    Ok((user.uid.as_raw(), user.gid.as_raw()))
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+impl EmbeddedPg {
+    /// Start a server in `dir` (created and initialised if needed). `durable` keeps fsync on
+    /// (`leasehold dev`, benchmarks); otherwise durability is off for speed. With `temporary`,
+    /// the watchdog deletes `dir` after the server stops.
+    ///
+    /// # Errors
+    /// initdb or the server failed to start.
+    pub fn start(dir: &Path, durable: bool, temporary: bool) -> anyhow::Result<Self> {
+        let bin = find_bin_dir()?;
+        let owner = if nix::unistd::Uid::effective().is_root() {
+            Some(postgres_ids()?)
+        } else {
+            None
+        };
+        std::fs::create_dir_all(dir)?;
+        let dir = dir.canonicalize()?;
+        if let Some((uid, gid)) = owner {
+            let status = Command::new("chown")
+                .arg("-R")
+                .arg(format!("{uid}:{gid}"))
+                .arg(&dir)
+                .status()?;
+            if !status.success() {
+                bail!("chown of {} failed", dir.display());
+            }
+        }
+        let mut pg = Self {
+            port: free_port()?,
+            dir,
+            bin,
+            owner,
+            durable,
+            temporary,
+            server: None,
+            watchdog: None,
+        };
+        if !pg.dir.join("PG_VERSION").exists() {
+            let out = pg
+                .command("initdb")
+                .args([
+                    "-U",
+                    "postgres",
+                    "-A",
+                    "trust",
+                    "-E",
+                    "UTF8",
+                    "--no-sync",
+                    "-D",
+                ])
+                .arg(&pg.dir)
+                .stdout(Stdio::null())
+                .output()?;
+            if !out.status.success() {
+                bail!("initdb failed: {}", String::from_utf8_lossy(&out.stderr));
+            }
+        }
+        // A server left over from a crashed run of this same directory.
+        let stale = pg.dir.join("postmaster.pid");
+        if stale.exists() {
+            let _ = pg
+                .command("pg_ctl")
+                .args(["stop", "-m", "immediate", "-D"])
+                .arg(&pg.dir)
+                .output();
+            let _ = std::fs::remove_file(&stale);
+        }
+        pg.start_server()?;
+        pg.start_watchdog(temporary)?;
+        Ok(pg)
+    }
+
+    fn command(&self, program: &str) -> Command {
+        let mut cmd = Command::new(self.bin.join(program));
+        if let Some((uid, gid)) = self.owner {
+            use std::os::unix::process::CommandExt;
+            cmd.uid(uid).gid(gid);
+        }
+        cmd.env_remove("PGDATA");
+        cmd
+    }
+
+    /// Start the server process (again, after [`EmbeddedPg::kill`] or [`EmbeddedPg::stop`]), on
+    /// the same port and data directory, and wait until it accepts connections.
+    ///
+    /// # Errors
+    /// The server did not come up within 30 s.
+    pub fn start_server(&mut self) -> anyhow::Result<()> {
+        let mut cmd = self.command("postgres");
+        cmd.arg("-D").arg(&self.dir);
+        cmd.args(["-p", &self.port.to_string()]);
+        let socket_dir = self.dir.display().to_string();
+        let mut settings = vec![
+            "listen_addresses=127.0.0.1".to_owned(),
+            format!("unix_socket_directories={socket_dir}"),
+            "max_connections=500".to_owned(),
+            "shared_buffers=256MB".to_owned(),
+        ];
+        if !self.durable {
+            settings.extend(FAST.iter().map(|s| s.to_string()));
+        }
+        for s in settings {
+            cmd.arg("-c").arg(s);
+        }
+        let log = std::fs::File::create(
+            std::env::temp_dir().join(format!("leasehold-pg-{}.log", self.port)),
+        )?;
+        cmd.stdout(Stdio::null()).stderr(log);
+        self.server = Some(cmd.spawn().context("starting postgres")?);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            // The postmaster writes "ready" as the status line of its pid file once it accepts
+            // connections.
+            let ready = std::fs::read_to_string(self.dir.join("postmaster.pid")).is_ok_and(|pid| {
+                pid.lines()
+                    .nth(7)
+                    .is_some_and(|status| status.trim() == "ready")
+            });
+            if ready {
+                return Ok(());
+            }
+            if let Some(child) = self.server.as_mut() {
+                if let Ok(Some(status)) = child.try_wait() {
+                    bail!(
+                        "postgres exited during start-up ({status}); see {}/leasehold-pg-{}.log",
+                        std::env::temp_dir().display(),
+                        self.port
+                    );
+                }
+            }
+            if Instant::now() > deadline {
+                bail!("postgres did not become ready within 30 s");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn start_watchdog(&mut self, temporary: bool) -> anyhow::Result<()> {
+        let me = std::process::id();
+        let dir = self.dir.display();
+        let cleanup = if temporary {
+            format!("rm -rf '{dir}'")
+        } else {
+            String::new()
+        };
+        // Runs as our own user, so it can watch our pid; it signals whichever postmaster the
+        // pid file names, so it follows restarts.
+        let script = format!(
+            "while kill -0 {me} 2>/dev/null; do sleep 1; done; \
+             pid=$(head -n 1 '{dir}/postmaster.pid' 2>/dev/null); \
+             if [ -n \"$pid\" ]; then kill -INT \"$pid\" 2>/dev/null; \
+               while kill -0 \"$pid\" 2>/dev/null; do sleep 0.2; done; fi; {cleanup}"
+        );
+        self.watchdog = Some(
+            Command::new("sh")
+                .arg("-c")
+                .arg(script)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()?,
+        );
+        self.temporary = temporary;
+        Ok(())
+    }
+
+    /// A connection URL for `database` on this server.
+    pub fn url(&self, database: &str) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/{database}", self.port)
+    }
+
+    /// Crash the server (SIGKILL of the postmaster; its backends exit on their own).
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.server.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        // Backends notice the postmaster is gone; wait for them to release the port.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline
+            && std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok()
+        {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = std::fs::remove_file(self.dir.join("postmaster.pid"));
+    }
+
+    /// Fast shutdown (SIGINT): open connections are closed, the server exits cleanly.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.server.take() {
+            let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT);
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for EmbeddedPg {
+    fn drop(&mut self) {
+        self.stop();
+        if let Some(mut w) = self.watchdog.take() {
+            let _ = w.kill();
+            let _ = w.wait();
+        }
+        if self.temporary {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}

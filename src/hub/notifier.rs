@@ -1,0 +1,109 @@
+//! Sends wake-ups to the other replicas, after the durable transaction that caused them has
+//! committed, from its own connection with `synchronous_commit = off` (shared/PERF-FACTS.md:
+//! a `pg_notify` inside a durable transaction holds a cluster-wide lock across the WAL flush).
+//!
+//! Keys are coalesced: whatever queued up while the previous statement ran goes out in the next
+//! one, de-duplicated. A notification that cannot be sent is dropped and logged; correctness
+//! never depends on one arriving (waiters re-check on their own).
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio_postgres::NoTls;
+use tokio_util::sync::CancellationToken;
+
+use super::waiters::Key;
+use crate::store::sql;
+
+/// Most payloads sent in one statement.
+const BATCH: usize = 512;
+
+/// A cheap handle that queues keys for the notifier task.
+#[derive(Clone)]
+pub struct Notifier {
+    tx: mpsc::UnboundedSender<Key>,
+    pub sent: Arc<AtomicU64>,
+}
+
+impl Notifier {
+    /// Start the notifier task; payloads are `<origin>|<key>`.
+    pub fn start(
+        database_url: String,
+        origin: String,
+        cancel: CancellationToken,
+    ) -> (Self, tokio::task::JoinHandle<()>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let sent = Arc::new(AtomicU64::new(0));
+        let task = tokio::spawn(run(database_url, origin, rx, sent.clone(), cancel));
+        (Self { tx, sent }, task)
+    }
+
+    /// Queue a wake-up for other replicas.
+    pub fn send(&self, key: Key) {
+        let _ = self.tx.send(key);
+    }
+}
+
+async fn connect(database_url: &str) -> Option<tokio_postgres::Client> {
+    let (client, connection) = tokio_postgres::connect(database_url, NoTls).await.ok()?;
+    tokio::spawn(connection);
+    client
+        .batch_execute("SET synchronous_commit = off")
+        .await
+        .ok()?;
+    Some(client)
+}
+
+async fn run(
+    database_url: String,
+    origin: String,
+    mut rx: mpsc::UnboundedReceiver<Key>,
+    sent: Arc<AtomicU64>,
+    cancel: CancellationToken,
+) {
+    let mut client: Option<tokio_postgres::Client> = None;
+    loop {
+        let first = tokio::select! {
+            _ = cancel.cancelled() => return,
+            k = rx.recv() => match k { Some(k) => k, None => return },
+        };
+        let mut keys = BTreeSet::from([first]);
+        while keys.len() < BATCH {
+            match rx.try_recv() {
+                Ok(k) => {
+                    keys.insert(k);
+                }
+                Err(_) => break,
+            }
+        }
+        let payloads: Vec<String> = keys
+            .iter()
+            .map(|k| format!("{origin}|{}", k.encode()))
+            .collect();
+        // One retry on a fresh connection; after that the batch is dropped.
+        for attempt in 0..2 {
+            if client.as_ref().is_none_or(|c| c.is_closed()) {
+                client = connect(&database_url).await;
+            }
+            let Some(c) = client.as_ref() else {
+                if attempt == 0 {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                continue;
+            };
+            match c.execute(sql::NOTIFY, &[&payloads]).await {
+                Ok(_) => {
+                    sent.fetch_add(payloads.len() as u64, Ordering::Relaxed);
+                    break;
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "notify failed");
+                    client = None;
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,68 @@
+//! Maintenance that every replica runs: lapsed leases back to parked (or failed `lease_lost`),
+//! `no_runner` and `queue_timeout` rejections, dead join codes, stale ephemeral runners.
+//!
+//! Idempotent and concurrent: each statement works in small batches with
+//! `FOR UPDATE SKIP LOCKED`, so any number of replicas sweep at once without a leader.
+
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+
+use super::Hub;
+use crate::store::Result;
+
+/// Rows per statement; a full batch is followed at once by another.
+const BATCH: i64 = 500;
+
+/// Run until `cancel` fires.
+pub async fn run(hub: Arc<Hub>, cancel: CancellationToken) {
+    let mut tick = tokio::time::interval(hub.config.sweep_interval());
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        if let Err(e) = sweep_once(&hub).await {
+            tracing::debug!(error = %e, "sweep failed; next tick retries");
+        }
+    }
+}
+
+/// One full sweep.
+///
+/// # Errors
+/// The database failed; whatever batches committed stay committed.
+pub async fn sweep_once(hub: &Hub) -> Result<()> {
+    let store = &hub.store;
+    loop {
+        let moved = store.sweep_lapsed_leases(BATCH).await?;
+        let full = moved.len() as i64 == BATCH;
+        hub.after_moves(&moved);
+        if !full {
+            break;
+        }
+    }
+    loop {
+        let moved = store.sweep_no_runner(BATCH).await?;
+        let full = moved.len() as i64 == BATCH;
+        hub.after_moves(&moved);
+        if !full {
+            break;
+        }
+    }
+    loop {
+        let moved = store.sweep_queue_timeout(BATCH).await?;
+        let full = moved.len() as i64 == BATCH;
+        hub.after_moves(&moved);
+        if !full {
+            break;
+        }
+    }
+    store.sweep_join_codes(BATCH).await?;
+    let moved = store
+        .sweep_ephemeral_runners(BATCH, hub.config.ephemeral_purge_ms as i64)
+        .await?;
+    hub.after_moves(&moved);
+    Ok(())
+}

@@ -1,0 +1,288 @@
+//! This replica's parked long-polls, in memory, keyed by what could satisfy them.
+//!
+//! A lease long-poll waits on two keys, its named queue ([`Key::Runner`]) and its owner's pool
+//! ([`Key::Pool`]); a job or events read waits on [`Key::Job`]. A waiter holds no database
+//! connection. Invariants: a waiter is woken at most once per registration, and waking removes
+//! it from every key it waits on; within a key waiters are woken oldest first, so runners that
+//! just got work queue up behind those that did not (round-robin across runners).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::Notify;
+use uuid::Uuid;
+
+/// What a waiter waits for.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Key {
+    /// A pool job parked for this owner.
+    Pool(String),
+    /// A job parked for this named runner.
+    Runner(Uuid),
+    /// Anything happened to this job (state change, events).
+    Job(Uuid),
+}
+
+impl Key {
+    /// The queue key of a parked job.
+    pub fn queue(owner: &str, runner_id: Option<Uuid>) -> Key {
+        match runner_id {
+            Some(id) => Key::Runner(id),
+            None => Key::Pool(owner.to_owned()),
+        }
+    }
+
+    /// Wire form in a notification payload.
+    pub fn encode(&self) -> String {
+        match self {
+            Key::Pool(owner) => format!("p/{owner}"),
+            Key::Runner(id) => format!("r/{id}"),
+            Key::Job(id) => format!("j/{id}"),
+        }
+    }
+
+    pub fn decode(s: &str) -> Option<Key> {
+        let (kind, rest) = s.split_once('/')?;
+        match kind {
+            "p" => Some(Key::Pool(rest.to_owned())),
+            "r" => rest.parse().ok().map(Key::Runner),
+            "j" => rest.parse().ok().map(Key::Job),
+            _ => None,
+        }
+    }
+}
+
+/// Why a waiter woke: the key, and how many waiters this wake has already been passed through.
+#[derive(Debug, Clone)]
+pub struct Wake {
+    pub key: Key,
+    pub hops: usize,
+}
+
+struct Slot {
+    keys: Vec<Key>,
+    wake: Mutex<Option<Wake>>,
+    notify: Notify,
+}
+
+#[derive(Default)]
+struct Inner {
+    next_id: u64,
+    queues: HashMap<Key, BTreeMap<u64, Arc<Slot>>>,
+    count: usize,
+}
+
+/// The registry. Critical sections are a few map operations; no await under the lock.
+#[derive(Default)]
+pub struct Waiters {
+    inner: Mutex<Inner>,
+}
+
+/// A registered waiter; dropping it deregisters.
+pub struct Registration<'a> {
+    waiters: &'a Waiters,
+    id: u64,
+    slot: Arc<Slot>,
+}
+
+impl Registration<'_> {
+    /// Resolves once woken (immediately if the wake came before the await).
+    pub async fn woken(&self) -> Wake {
+        loop {
+            if let Some(w) = self.slot.wake.lock().expect("waiter lock").clone() {
+                return w;
+            }
+            self.slot.notify.notified().await;
+        }
+    }
+}
+
+impl Drop for Registration<'_> {
+    fn drop(&mut self) {
+        self.waiters.remove(self.id, &self.slot.keys);
+    }
+}
+
+impl Waiters {
+    /// Register a waiter on `keys`. Register *before* checking the database, so a wake that
+    /// lands between the check and the wait is not lost.
+    pub fn register(&self, keys: Vec<Key>) -> Registration<'_> {
+        let slot = Arc::new(Slot {
+            keys,
+            wake: Mutex::new(None),
+            notify: Notify::new(),
+        });
+        let mut inner = self.inner.lock().expect("waiters lock");
+        inner.next_id += 1;
+        let id = inner.next_id;
+        for key in &slot.keys {
+            inner
+                .queues
+                .entry(key.clone())
+                .or_default()
+                .insert(id, slot.clone());
+        }
+        inner.count += 1;
+        Registration {
+            waiters: self,
+            id,
+            slot,
+        }
+    }
+
+    fn remove(&self, id: u64, keys: &[Key]) {
+        let mut inner = self.inner.lock().expect("waiters lock");
+        let mut removed = false;
+        for key in keys {
+            if let Some(q) = inner.queues.get_mut(key) {
+                removed |= q.remove(&id).is_some();
+                if q.is_empty() {
+                    inner.queues.remove(key);
+                }
+            }
+        }
+        if removed {
+            inner.count -= 1;
+        }
+    }
+
+    fn fire(inner: &mut Inner, id: u64, slot: &Arc<Slot>, wake: Wake) {
+        for key in &slot.keys {
+            if let Some(q) = inner.queues.get_mut(key) {
+                q.remove(&id);
+                if q.is_empty() {
+                    inner.queues.remove(key);
+                }
+            }
+        }
+        inner.count -= 1;
+        *slot.wake.lock().expect("waiter lock") = Some(wake);
+        slot.notify.notify_one();
+    }
+
+    /// Wake the oldest waiter on `key`, unless this wake has already been passed through as
+    /// many waiters as are waiting (so a chain of pass-ons ends). `true` if one was woken.
+    pub fn wake_one(&self, key: &Key, hops: usize) -> bool {
+        let mut inner = self.inner.lock().expect("waiters lock");
+        let Some(q) = inner.queues.get_mut(key) else {
+            return false;
+        };
+        if hops > q.len() {
+            return false;
+        }
+        let Some((id, slot)) = q.pop_first() else {
+            return false;
+        };
+        Self::fire(
+            &mut inner,
+            id,
+            &slot,
+            Wake {
+                key: key.clone(),
+                hops,
+            },
+        );
+        true
+    }
+
+    /// Wake every waiter on `key`.
+    pub fn wake_all(&self, key: &Key) -> usize {
+        let mut inner = self.inner.lock().expect("waiters lock");
+        let Some(q) = inner.queues.remove(key) else {
+            return 0;
+        };
+        let n = q.len();
+        for (id, slot) in q {
+            Self::fire(
+                &mut inner,
+                id,
+                &slot,
+                Wake {
+                    key: key.clone(),
+                    hops: 0,
+                },
+            );
+        }
+        n
+    }
+
+    /// Wake every waiter on every key: after the LISTEN connection reconnects, each re-checks.
+    pub fn wake_everyone(&self) -> usize {
+        let keys: Vec<Key> = self
+            .inner
+            .lock()
+            .expect("waiters lock")
+            .queues
+            .keys()
+            .cloned()
+            .collect();
+        keys.iter().map(|k| self.wake_all(k)).sum()
+    }
+
+    /// The queue keys (pool owners, named runners) that have waiters now.
+    pub fn queue_keys(&self) -> (Vec<String>, Vec<Uuid>) {
+        let inner = self.inner.lock().expect("waiters lock");
+        let mut owners = Vec::new();
+        let mut runners = Vec::new();
+        for key in inner.queues.keys() {
+            match key {
+                Key::Pool(o) => owners.push(o.clone()),
+                Key::Runner(id) => runners.push(*id),
+                Key::Job(_) => {}
+            }
+        }
+        (owners, runners)
+    }
+
+    /// How many waiters are registered.
+    pub fn len(&self) -> usize {
+        self.inner.lock().expect("waiters lock").count
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn wakes_oldest_first_and_once() {
+        let w = Waiters::default();
+        let pool = Key::Pool("alice".into());
+        let a = w.register(vec![Key::Runner(Uuid::nil()), pool.clone()]);
+        let b = w.register(vec![pool.clone()]);
+        assert!(w.wake_one(&pool, 0));
+        assert_eq!(a.woken().await.key, pool);
+        assert_eq!(w.len(), 1, "a is gone from both of its keys");
+        assert!(!w.wake_one(&Key::Runner(Uuid::nil()), 0));
+        assert!(w.wake_one(&pool, 0));
+        b.woken().await;
+        assert!(w.is_empty());
+    }
+
+    #[test]
+    fn pass_on_chains_end() {
+        let w = Waiters::default();
+        let pool = Key::Pool("bob".into());
+        let _a = w.register(vec![pool.clone()]);
+        assert!(
+            !w.wake_one(&pool, 2),
+            "a wake passed through more waiters than wait stops"
+        );
+        assert!(w.wake_one(&pool, 1));
+    }
+
+    #[test]
+    fn keys_round_trip() {
+        for k in [
+            Key::Pool("ws:acme".into()),
+            Key::Runner(Uuid::now_v7()),
+            Key::Job(Uuid::now_v7()),
+        ] {
+            assert_eq!(Key::decode(&k.encode()), Some(k));
+        }
+    }
+}

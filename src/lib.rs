@@ -1,0 +1,36 @@
+//! # leasehold
+//!
+//! A durable, multi-replica job lease service for self-hosted runners, on PostgreSQL.
+//! Dispatchers park jobs; runners long-poll any replica for a lease, heartbeat while they
+//! work and report results. The job row *is* the lease, fenced by its epoch; replicas are
+//! stateless and wake their long-pollers with LISTEN/NOTIFY.
+//!
+//! # Layout
+//!
+//! - [`wire`]: the HTTP contract's request and response types (`shared/PROTOCOL.md`), shared by
+//!   the server, the client, the runner and the tests.
+//! - [`domain`]: pure rules, no I/O: credentials, owners, capabilities, job states.
+//! - [`store`]: PostgreSQL: the pool, one function per statement in `sql/`, migrations, the
+//!   LISTEN connection.
+//! - [`hub`]: long-poll waiters and their wake-up, the notifier, the sweeper.
+//! - [`api`]: the axum router, authentication, the error type and its JSON mapping.
+//! - [`server`]: wires store, hub and api into one replica with an ordered shutdown.
+//! - [`client`]: a typed HTTP client over [`wire`] (runner, CLI, bench and tests use it).
+//! - [`embedded_pg`]: a private PostgreSQL from the installed binaries (`leasehold dev`, tests,
+//!   bench).
+//! - [`config`]: the typed configuration of a replica.
+//!
+//! Imports run one way: `domain` imports nothing of ours; `store` imports `domain`; `hub`
+//! imports `store` and `domain`; `api` imports `hub`, `store`, `domain` and `wire`; `client`
+//! imports only `wire`.
+#![forbid(unsafe_code)]
+
+pub mod api;
+pub mod client;
+pub mod config;
+pub mod domain;
+pub mod embedded_pg;
+pub mod hub;
+pub mod server;
+pub mod store;
+pub mod wire;

@@ -1,0 +1,143 @@
+//! One replica: store, hub, background loops and the HTTP server, with an ordered shutdown.
+//!
+//! Start order: migrate (under sqlx's advisory lock), pool, notifier, LISTEN, sweeper, re-check
+//! loop, HTTP. Stop order: answer long-polls and stop accepting, let in-flight requests finish,
+//! then stop the background loops, all under one deadline.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rand::RngCore;
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::api::{self, AppState};
+use crate::config::Config;
+use crate::hub::{sweeper, Hub, Notifier};
+use crate::store::{listener, migrate, Store};
+
+/// A running replica.
+pub struct Replica {
+    pub addr: SocketAddr,
+    pub hub: Arc<Hub>,
+    shutdown: CancellationToken,
+    server: tokio::task::JoinHandle<()>,
+}
+
+/// Apply migrations, retrying while the database is still coming up (up to `patience`).
+///
+/// # Errors
+/// The database stayed unreachable, or a migration failed.
+pub async fn migrate_with_patience(database_url: &str, patience: Duration) -> anyhow::Result<()> {
+    let deadline = tokio::time::Instant::now() + patience;
+    loop {
+        match migrate::run(database_url).await {
+            Ok(()) => return Ok(()),
+            Err(e) if tokio::time::Instant::now() < deadline => {
+                tracing::warn!(error = %e, "migration failed; retrying");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Start a replica on `listener` (bind port 0 in tests).
+///
+/// # Errors
+/// Migrations failed or the configuration is invalid.
+pub async fn start(config: Config, listener: TcpListener) -> anyhow::Result<Replica> {
+    migrate_with_patience(&config.database_url, Duration::from_secs(30)).await?;
+    let store = Store::connect(
+        &config.database_url,
+        config.pool_size,
+        config.presence_window_ms,
+    )?;
+    let origin = format!("{:016x}", rand::rng().next_u64());
+    let background = CancellationToken::new();
+    let shutdown = CancellationToken::new();
+    let mut tasks = JoinSet::new();
+
+    let (notifier, notifier_task) = Notifier::start(
+        config.database_url.clone(),
+        origin.clone(),
+        background.clone(),
+    );
+    let hub = Arc::new(Hub::new(store, config.clone(), notifier, origin));
+    let (events_tx, events_rx) = mpsc::unbounded_channel();
+    tasks.spawn(listener::run(
+        config.database_url.clone(),
+        events_tx,
+        background.clone(),
+    ));
+    tasks.spawn(hub.clone().consume_listener(events_rx));
+    tasks.spawn(sweeper::run(hub.clone(), background.clone()));
+    tasks.spawn(hub.clone().recheck_loop(background.clone()));
+
+    let state = Arc::new(AppState::new(hub.clone(), shutdown.clone()));
+    {
+        // Forget rate-limit buckets of clients that have been quiet.
+        let state = state.clone();
+        let cancel = background.clone();
+        tasks.spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(60));
+            loop {
+                tokio::select! {
+                    _ = cancel.cancelled() => return,
+                    _ = tick.tick() => state.limiter.retain_recent(),
+                }
+            }
+        });
+    }
+    let app = api::router(state);
+    let addr = listener.local_addr()?;
+    let serve = axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(shutdown.clone().cancelled_owned());
+    let server = tokio::spawn(async move {
+        if let Err(e) = serve.await {
+            tracing::error!(error = %e, "server failed");
+        }
+        background.cancel();
+        let _ = notifier_task.await;
+        while tasks.join_next().await.is_some() {}
+    });
+    Ok(Replica {
+        addr,
+        hub,
+        shutdown,
+        server,
+    })
+}
+
+impl Replica {
+    /// Graceful stop: open long-polls answer at once, new connections are refused, in-flight
+    /// requests finish, background loops stop. Gives up waiting after `deadline`.
+    pub async fn stop(self, deadline: Duration) {
+        self.shutdown.cancel();
+        let _ = tokio::time::timeout(deadline, self.server).await;
+    }
+
+    /// A token that stops this replica when cancelled (for signal handlers).
+    pub fn shutdown_token(&self) -> CancellationToken {
+        self.shutdown.clone()
+    }
+
+    /// Wait until the server has stopped.
+    pub async fn wait(self) {
+        let _ = self.server.await;
+    }
+}
+
+impl Replica {
+    /// Wait for the shutdown token to fire, then give the server `deadline` to drain.
+    pub async fn stop_after_shutdown(self, deadline: Duration) {
+        self.shutdown.cancelled().await;
+        let _ = tokio::time::timeout(deadline, self.server).await;
+    }
+}

@@ -1,0 +1,85 @@
+//! The replica's one dedicated LISTEN connection (never from the pool).
+//!
+//! It forwards every notification on channel `leasehold`, reports when it is up or down, and
+//! reconnects with capped exponential backoff. Notifications sent while it was down are gone,
+//! so on every (re)connect the hub makes every waiter re-check.
+
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use tokio::sync::mpsc;
+use tokio_postgres::{AsyncMessage, NoTls};
+use tokio_util::sync::CancellationToken;
+
+/// What the listener reports to the hub.
+#[derive(Debug)]
+pub enum ListenerEvent {
+    /// LISTEN is in place (first connect or reconnect).
+    Up,
+    /// The connection was lost.
+    Down,
+    /// A notification's payload.
+    Notification(String),
+}
+
+pub const CHANNEL: &str = "leasehold";
+
+/// Run until `cancel` fires.
+pub async fn run(
+    database_url: String,
+    events: mpsc::UnboundedSender<ListenerEvent>,
+    cancel: CancellationToken,
+) {
+    let mut backoff = Duration::from_millis(50);
+    while !cancel.is_cancelled() {
+        match tokio_postgres::connect(&database_url, NoTls).await {
+            Ok((client, mut connection)) => {
+                let (tx, mut rx) = mpsc::unbounded_channel::<String>();
+                let driver = tokio::spawn(async move {
+                    let mut messages =
+                        futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
+                    while let Some(message) = messages.next().await {
+                        match message {
+                            Ok(AsyncMessage::Notification(n)) => {
+                                if tx.send(n.payload().to_owned()).is_err() {
+                                    break;
+                                }
+                            }
+                            Ok(_) => {}
+                            Err(e) => {
+                                tracing::warn!(error = %e, "LISTEN connection failed");
+                                break;
+                            }
+                        }
+                    }
+                });
+                if client
+                    .batch_execute(&format!("LISTEN {CHANNEL}"))
+                    .await
+                    .is_ok()
+                {
+                    backoff = Duration::from_millis(50);
+                    let _ = events.send(ListenerEvent::Up);
+                    loop {
+                        tokio::select! {
+                            _ = cancel.cancelled() => break,
+                            payload = rx.recv() => match payload {
+                                Some(p) => { let _ = events.send(ListenerEvent::Notification(p)); }
+                                None => break,
+                            },
+                        }
+                    }
+                    let _ = events.send(ListenerEvent::Down);
+                }
+                drop(client);
+                driver.abort();
+            }
+            Err(e) => tracing::debug!(error = %e, "LISTEN connect failed"),
+        }
+        tokio::select! {
+            _ = cancel.cancelled() => break,
+            _ = tokio::time::sleep(backoff) => {}
+        }
+        backoff = (backoff * 2).min(Duration::from_secs(2));
+    }
+}

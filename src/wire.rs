@@ -1,0 +1,364 @@
+//! The HTTP contract's bodies (`shared/PROTOCOL.md`), shared by the server, the client, the
+//! runner and the tests. Responses serialise every documented field, `null` where empty;
+//! requests ignore unknown fields and leave range checks to the server's validation.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::Value;
+use uuid::Uuid;
+
+/// `{"error": {...}}`, every non-2xx answer.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ErrorDetail {
+    pub code: String,
+    pub message: String,
+    /// Only on `job_terminal`: the job's terminal state.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Runner {
+    pub id: Uuid,
+    pub owner: String,
+    pub workspace: String,
+    pub label: String,
+    pub os: Option<String>,
+    pub version: Option<String>,
+    pub capabilities: Vec<String>,
+    pub capacity: i32,
+    pub active_leases: i64,
+    pub presence: String,
+    pub last_seen_at: Option<DateTime<Utc>>,
+    pub created_at: DateTime<Utc>,
+    pub approved_by: Option<String>,
+    pub ephemeral: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Job {
+    pub id: Uuid,
+    pub workspace: String,
+    pub owner: String,
+    /// A runner id, or `*` for the owner's pool.
+    pub runner_id: String,
+    pub state: String,
+    pub kind: String,
+    pub payload: Value,
+    pub required_capabilities: Vec<String>,
+    pub priority: i32,
+    pub epoch: i64,
+    pub attempts: i32,
+    pub max_attempts: i32,
+    pub created_at: DateTime<Utc>,
+    pub leased_at: Option<DateTime<Utc>>,
+    pub finished_at: Option<DateTime<Utc>>,
+    pub result: Option<Value>,
+    pub error: Option<Value>,
+    pub provenance: Option<Value>,
+    pub billing_tenant: Option<String>,
+}
+
+impl Job {
+    pub fn is_terminal(&self) -> bool {
+        !matches!(self.state.as_str(), "parked" | "leased")
+    }
+}
+
+/// A job as the runner holding it sees it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LeasedJob {
+    pub id: Uuid,
+    pub epoch: i64,
+    pub attempt: i32,
+    pub workspace: String,
+    pub kind: String,
+    pub payload: Value,
+    pub required_capabilities: Vec<String>,
+    pub lease_expires_at: DateTime<Utc>,
+    pub lease_ttl_ms: u64,
+    pub heartbeat_interval_ms: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Event {
+    pub seq: i32,
+    pub at: DateTime<Utc>,
+    pub kind: String,
+    pub data: Value,
+}
+
+// ---- requests -------------------------------------------------------------------------
+
+/// Deserialises a present field, even `null`, as `Some`: `payload` is required but may be null.
+fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
+    Value::deserialize(d).map(Some)
+}
+
+/// `POST /v1/runners`, `POST /v1/workspace/runners`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct CreateRunner {
+    pub label: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub os: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capabilities: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity: Option<i64>,
+}
+
+/// `201` of pairing and enrolment: the token is shown this once.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RunnerWithToken {
+    pub runner: Runner,
+    pub token: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RunnerList {
+    pub runners: Vec<Runner>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    Member,
+    Admin,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CreateKey {
+    pub subject: String,
+    pub role: Role,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CreatedKey {
+    pub id: Uuid,
+    pub key: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Tier {
+    Personal,
+    Workspace,
+}
+
+/// Where a job goes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Target {
+    Runner { runner_id: Uuid },
+    Pool { pool: Tier },
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Dispatch {
+    pub target: Target,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    #[serde(default, deserialize_with = "present")]
+    pub payload: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub required_capabilities: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_attempts: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub no_runner_timeout_ms: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_timeout_ms: Option<i64>,
+}
+
+impl Dispatch {
+    /// A pool or named dispatch of `payload` with every option at its default.
+    pub fn new(target: Target, payload: Value) -> Self {
+        Self {
+            target,
+            kind: None,
+            payload: Some(payload),
+            required_capabilities: None,
+            priority: None,
+            max_attempts: None,
+            no_runner_timeout_ms: None,
+            queue_timeout_ms: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct JobList {
+    pub jobs: Vec<Job>,
+    pub next: Option<Uuid>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct EventList {
+    pub events: Vec<Event>,
+    pub next: i64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CreateJoinCode {
+    pub tier: Tier,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl_s: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ephemeral: Option<bool>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct JoinCode {
+    pub code: String,
+    pub expires_at: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Preflight {
+    pub target: Target,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub required_capabilities: Option<Vec<String>>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Finding {
+    pub code: String,
+    pub message: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PreflightReport {
+    pub ok: bool,
+    pub blockers: Vec<Finding>,
+    pub warnings: Vec<Finding>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PoolRunners {
+    pub online: i64,
+    pub dormant: i64,
+    pub never: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PoolSlots {
+    pub capacity: i64,
+    pub active: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PoolJobs {
+    pub parked: i64,
+    pub leased: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Pool {
+    pub runners: PoolRunners,
+    pub slots: PoolSlots,
+    pub jobs: PoolJobs,
+}
+
+// ---- runner calls -----------------------------------------------------------------------
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Enroll {
+    pub code: String,
+    pub label: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub os: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capabilities: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity: Option<i64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Running {
+    pub id: Uuid,
+    pub epoch: i64,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct RunnerHeartbeat {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capabilities: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub running: Option<Vec<Running>>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RunnerHeartbeatReply {
+    pub runner: Runner,
+    pub cancelled: Vec<Uuid>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Lease {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait_ms: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_jobs: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capabilities: Option<Vec<String>>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Leased {
+    pub jobs: Vec<LeasedJob>,
+}
+
+/// `{epoch}`: job heartbeat and release.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Fence {
+    pub epoch: i64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LeaseExtended {
+    pub lease_expires_at: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct NewEvent {
+    pub kind: String,
+    #[serde(default, deserialize_with = "present")]
+    pub data: Option<Value>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AppendEvents {
+    pub epoch: i64,
+    pub events: Vec<NewEvent>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Appended {
+    pub next: i64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Complete {
+    pub epoch: i64,
+    #[serde(default, deserialize_with = "present")]
+    pub result: Option<Value>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Fail {
+    pub epoch: i64,
+    pub message: String,
+}
