@@ -150,9 +150,9 @@ pub enum Tier {
     Workspace,
 }
 
-/// Where a job goes.
+/// Where a job goes: exactly one of the two shapes; anything else is 400.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(untagged)]
+#[serde(untagged, deny_unknown_fields)]
 pub enum Target {
     Runner { runner_id: Uuid },
     Pool { pool: Tier },

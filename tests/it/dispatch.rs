@@ -1,0 +1,297 @@
+//! Dispatch and the dispatcher's view: idempotent dispatch, tenancy (another workspace's job is
+//! 404 everywhere), server-stamped provenance and billing, no-runner and queue timeouts, waits,
+//! events, pool and preflight, revocation and roles.
+
+use std::time::{Duration, Instant};
+
+use leasehold::wire::{self, Tier};
+use serde_json::json;
+
+use crate::support::{code, dispatch, lease, pair, personal, workspace_pool, TestApp};
+
+#[tokio::test]
+async fn idempotent_dispatch_returns_the_first_job_and_4xx_does_not_use_the_key() {
+    let app = TestApp::spawn().await;
+    let alice = app.operator("acme", "alice", false).await;
+    let mut bad = wire::Dispatch::new(personal(), json!(1));
+    bad.priority = Some(5000);
+    assert_eq!(code(alice.dispatch_idempotent(&bad, "k1").await), "bad_request");
+    let (status, first) = alice.dispatch_idempotent(&wire::Dispatch::new(personal(), json!(1)), "k1").await.unwrap();
+    assert_eq!(status.as_u16(), 201);
+    let (status, again) = alice.dispatch_idempotent(&wire::Dispatch::new(workspace_pool(), json!(2)), "k1").await.unwrap();
+    assert_eq!(status.as_u16(), 200);
+    assert_eq!(again.id, first.id);
+    assert_eq!(again.payload, json!(1));
+    // Concurrent first dispatches with one key: one job.
+    let d = wire::Dispatch::new(personal(), json!("race"));
+    let racers = (0..8).map(|_| alice.dispatch_idempotent(&d, "race"));
+    let ids: std::collections::HashSet<_> = futures_util::future::join_all(racers)
+        .await
+        .into_iter()
+        .map(|r| r.unwrap().1.id)
+        .collect();
+    assert_eq!(ids.len(), 1);
+    // Keys are per workspace.
+    let other = app.operator("globex", "alice", false).await;
+    let (status, theirs) = other.dispatch_idempotent(&wire::Dispatch::new(personal(), json!(3)), "k1").await.unwrap();
+    assert_eq!(status.as_u16(), 201);
+    assert_ne!(theirs.id, first.id);
+}
+
+#[tokio::test]
+async fn another_workspaces_jobs_and_runners_are_invisible() {
+    let app = TestApp::spawn().await;
+    let acme = app.operator("acme", "alice", true).await;
+    let globex = app.operator("globex", "mallory", true).await;
+    let (ws_runner, _) = pair(&acme, Tier::Workspace, &[], 1).await;
+    let job = dispatch(&acme, workspace_pool(), json!("secret")).await;
+    assert_eq!(code(globex.job(job.id).await), "not_found");
+    assert_eq!(code(globex.cancel(job.id).await), "not_found");
+    assert_eq!(code(globex.events(job.id, 0, 0).await), "not_found");
+    assert!(globex.jobs(None, None, None).await.unwrap().jobs.is_empty());
+    assert_eq!(
+        code(globex.dispatch(&wire::Dispatch::new(wire::Target::Runner { runner_id: ws_runner.id }, json!(1))).await),
+        "not_found"
+    );
+    assert_eq!(code(globex.revoke_runner(Tier::Workspace, ws_runner.id).await), "not_found");
+    assert!(globex.runners(Tier::Workspace).await.unwrap().is_empty());
+    assert_eq!(acme.job(job.id).await.unwrap().state, "parked", "nothing changed");
+    // Members of a workspace all see its jobs.
+    let bob = app.operator("acme", "bob", false).await;
+    assert_eq!(bob.job(job.id).await.unwrap().id, job.id);
+}
+
+#[tokio::test]
+async fn provenance_and_billing_are_stamped_by_the_server() {
+    let app = TestApp::spawn().await;
+    let admin = app.operator("acme", "alice", true).await;
+    let (mine, personal_runner) = pair(&admin, Tier::Personal, &[], 1).await;
+    let (theirs, ws_runner) = pair(&admin, Tier::Workspace, &[], 1).await;
+    assert_eq!(mine.owner, "alice");
+    assert_eq!(theirs.owner, "ws:acme");
+    assert_eq!(theirs.approved_by.as_deref(), Some("alice"));
+
+    let p = dispatch(&admin, personal(), json!(1)).await;
+    let w = dispatch(&admin, workspace_pool(), json!(2)).await;
+    assert_eq!(p.billing_tenant, None, "personal runners are own-pays");
+    assert_eq!(w.billing_tenant.as_deref(), Some("acme"));
+
+    let lp = lease(&personal_runner, 1000, 1).await.remove(0);
+    let lw = lease(&ws_runner, 1000, 1).await.remove(0);
+    // A runner cannot forge provenance: fields it sends are ignored.
+    let forged: wire::Job = personal_runner
+        .call(
+            reqwest::Method::POST,
+            &format!("/v1/runner/jobs/{}/complete", lp.id),
+            Some(&json!({"epoch": lp.epoch, "result": 7, "provenance": {"ran_on": "cloud"}, "state": "failed"})),
+            &[],
+        )
+        .await
+        .unwrap()
+        .1;
+    assert_eq!(forged.state, "completed");
+    assert_eq!(
+        forged.provenance,
+        Some(json!({"ran_on": "self-hosted", "runner": mine.id, "by": "alice", "epoch": 1}))
+    );
+    let failed = ws_runner.fail(lw.id, lw.epoch, "no docker here").await.unwrap();
+    assert_eq!(failed.error, Some(json!({"reason": "runner_failed", "message": "no docker here"})));
+    assert_eq!(failed.provenance.unwrap()["by"], "ws:acme");
+}
+
+#[tokio::test]
+async fn a_job_no_runner_could_take_is_rejected_no_runner_and_an_old_one_queue_timeout() {
+    let app = TestApp::spawn().await;
+    let alice = app.operator("acme", "alice", false).await;
+    let mut d = wire::Dispatch::new(personal(), json!(null));
+    d.no_runner_timeout_ms = Some(1000);
+    let orphan = alice.dispatch(&d).await.unwrap();
+    let started = Instant::now();
+    let rejected = alice.wait_job(orphan.id, 10_000).await.unwrap();
+    assert_eq!(rejected.state, "rejected");
+    assert_eq!(rejected.error.unwrap()["reason"], "no_runner");
+    assert!(started.elapsed() < Duration::from_secs(5));
+
+    // An online but busy runner keeps a job waiting past no_runner, but not past queue_timeout.
+    let (_, r) = pair(&alice, Tier::Personal, &[], 1).await;
+    dispatch(&alice, personal(), json!("occupies the only slot")).await;
+    assert_eq!(lease(&r, 1000, 1).await.len(), 1);
+    let mut d = wire::Dispatch::new(personal(), json!(null));
+    d.no_runner_timeout_ms = Some(1000);
+    d.queue_timeout_ms = Some(2500);
+    let waiting = alice.dispatch(&d).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(alice.job(waiting.id).await.unwrap().state, "parked", "a busy online runner keeps it waiting");
+    let timed_out = alice.wait_job(waiting.id, 10_000).await.unwrap();
+    assert_eq!(timed_out.error.unwrap()["reason"], "queue_timeout");
+}
+
+#[tokio::test]
+async fn waiting_on_a_job_returns_as_soon_as_it_settles() {
+    let app = TestApp::spawn().await;
+    let alice = app.operator("acme", "alice", false).await;
+    let (_, r) = pair(&alice, Tier::Personal, &[], 1).await;
+    let job = dispatch(&alice, personal(), json!(null)).await;
+    let waiter = tokio::spawn({
+        let alice = alice.clone();
+        async move {
+            let started = Instant::now();
+            (alice.wait_job(job.id, 30_000).await.unwrap(), started.elapsed())
+        }
+    });
+    let l = lease(&r, 1000, 1).await.remove(0);
+    r.complete(l.id, l.epoch, json!("done")).await.unwrap();
+    let (settled, took) = waiter.await.unwrap();
+    assert_eq!(settled.state, "completed");
+    assert!(took < Duration::from_secs(10), "the wait ended on completion, not on its deadline");
+    // Without wait_ms the call answers at once.
+    let parked = dispatch(&alice, personal(), json!(null)).await;
+    assert_eq!(alice.job(parked.id).await.unwrap().state, "parked");
+}
+
+#[tokio::test]
+async fn events_append_fenced_page_and_wait() {
+    let app = TestApp::spawn().await;
+    let alice = app.operator("acme", "alice", false).await;
+    let (_, r) = pair(&alice, Tier::Personal, &[], 1).await;
+    let job = dispatch(&alice, personal(), json!(null)).await;
+    let l = lease(&r, 1000, 1).await.remove(0);
+    let reader = tokio::spawn({
+        let alice = alice.clone();
+        async move { alice.events(job.id, 2, 30_000).await.unwrap() }
+    });
+    let lines: Vec<_> = (0..3)
+        .map(|i| wire::NewEvent {
+            kind: "stdout".into(),
+            data: Some(json!({"line": i})),
+        })
+        .collect();
+    let appended = r.append_events(job.id, l.epoch, lines).await.unwrap();
+    assert_eq!(appended.next, 5, "parked=1, leased=2, then 3..5");
+    let woken = reader.await.unwrap();
+    assert_eq!(woken.events.first().unwrap().seq, 3);
+    let page: wire::EventList = alice
+        .call::<(), _>(reqwest::Method::GET, &format!("/v1/jobs/{}/events?after=1&limit=2", job.id), None, &[])
+        .await
+        .unwrap()
+        .1;
+    assert_eq!(page.events.iter().map(|e| e.seq).collect::<Vec<_>>(), [2, 3]);
+    assert_eq!(page.next, 3);
+    let none = alice.events(job.id, 99, 0).await.unwrap();
+    assert!(none.events.is_empty());
+    assert_eq!(none.next, 99);
+    // `state` is the server's own kind.
+    let bad = r
+        .append_events(job.id, l.epoch, vec![wire::NewEvent { kind: "state".into(), data: None }])
+        .await;
+    assert_eq!(code(bad), "bad_request");
+    // An events wait on a terminal job answers at once.
+    r.complete(job.id, l.epoch, json!(null)).await.unwrap();
+    let started = Instant::now();
+    let tail = alice.events(job.id, 6, 30_000).await.unwrap();
+    assert!(tail.events.is_empty() && started.elapsed() < Duration::from_secs(5));
+}
+
+#[tokio::test]
+async fn list_pages_by_ascending_id_with_a_state_filter() {
+    let app = TestApp::spawn().await;
+    let alice = app.operator("acme", "alice", false).await;
+    let mut ids = Vec::new();
+    for i in 0..5 {
+        ids.push(dispatch(&alice, personal(), json!(i)).await.id);
+    }
+    alice.cancel(ids[1]).await.unwrap();
+    let first = alice.jobs(None, Some(2), None).await.unwrap();
+    assert_eq!(first.jobs.iter().map(|j| j.id).collect::<Vec<_>>(), &ids[..2]);
+    assert_eq!(first.next, Some(ids[1]));
+    let rest = alice.jobs(None, Some(10), first.next).await.unwrap();
+    assert_eq!(rest.jobs.iter().map(|j| j.id).collect::<Vec<_>>(), &ids[2..]);
+    assert_eq!(rest.next, None);
+    let parked = alice.jobs(Some("parked"), None, None).await.unwrap();
+    assert_eq!(parked.jobs.len(), 4);
+    assert_eq!(code(alice.jobs(Some("sleeping"), None, None).await), "bad_request");
+}
+
+#[tokio::test]
+async fn pool_and_preflight_report_what_the_caller_could_target() {
+    let app = TestApp::spawn().await;
+    let alice = app.operator("acme", "alice", true).await;
+    let pre = |caps: &[&str]| wire::Preflight {
+        target: personal(),
+        required_capabilities: Some(caps.iter().map(|s| s.to_string()).collect()),
+    };
+    let report = alice.preflight(&pre(&["docker"])).await.unwrap();
+    assert!(!report.ok);
+    assert_eq!(report.blockers[0].code, "no_matching_runner");
+
+    let (_, r) = pair(&alice, Tier::Personal, &["docker"], 4).await;
+    let (_, _never) = pair(&alice, Tier::Workspace, &[], 2).await;
+    let report = alice.preflight(&pre(&["docker"])).await.unwrap();
+    assert!(report.ok);
+    assert_eq!(report.warnings[0].code, "runners_offline", "paired but never seen");
+
+    dispatch(&alice, personal(), json!(1)).await;
+    dispatch(&alice, workspace_pool(), json!(2)).await;
+    assert_eq!(lease(&r, 1000, 1).await.len(), 1);
+    let report = alice.preflight(&pre(&["docker"])).await.unwrap();
+    assert!(report.ok && report.warnings.is_empty());
+    let pool = alice.pool().await.unwrap();
+    assert_eq!(
+        pool,
+        wire::Pool {
+            runners: wire::PoolRunners { online: 1, dormant: 0, never: 1 },
+            slots: wire::PoolSlots { capacity: 4, active: 1 },
+            jobs: wire::PoolJobs { parked: 1, leased: 1 },
+        }
+    );
+}
+
+#[tokio::test]
+async fn revoking_a_runner_kills_its_token_and_reparks_its_pool_jobs() {
+    let app = TestApp::spawn().await;
+    let alice = app.operator("acme", "alice", false).await;
+    let (doomed, d) = pair(&alice, Tier::Personal, &[], 2).await;
+    let (_, heir) = pair(&alice, Tier::Personal, &[], 2).await;
+    let pool_job = dispatch(&alice, personal(), json!("pool")).await;
+    let l = lease(&d, 1000, 1).await.remove(0);
+    let named = dispatch(&alice, wire::Target::Runner { runner_id: doomed.id }, json!("named")).await;
+    let settled = dispatch(&alice, personal(), json!("settled")).await;
+    let ls = lease(&d, 1000, 1).await.remove(0);
+    assert_eq!(ls.id, named.id, "named jobs come first");
+    let _ = settled;
+    alice.revoke_runner(Tier::Personal, doomed.id).await.unwrap();
+    assert_eq!(code(d.complete(l.id, l.epoch, json!(null)).await), "unauthorized");
+    assert_eq!(code(alice.revoke_runner(Tier::Personal, doomed.id).await), "not_found");
+    let named_now = alice.job(named.id).await.unwrap();
+    assert_eq!((named_now.state.as_str(), named_now.error.unwrap()["reason"].as_str()), ("rejected", Some("runner_revoked")));
+    let got = lease(&heir, 1000, 2).await;
+    let again = got.iter().find(|j| j.id == pool_job.id).expect("re-parked pool job re-delivered");
+    assert_eq!(again.epoch, 2);
+    heir.complete(again.id, again.epoch, json!("finished by heir")).await.unwrap();
+    assert!(!alice.runners(Tier::Personal).await.unwrap().iter().any(|r| r.id == doomed.id));
+}
+
+#[tokio::test]
+async fn roles_and_key_revocation() {
+    let app = TestApp::spawn().await;
+    let admin = app.operator("acme", "root", true).await;
+    let member = app.operator("acme", "bob", false).await;
+    assert_eq!(code(member.create_key("eve", wire::Role::Admin).await), "forbidden");
+    assert_eq!(
+        code(member.pair_runner(Tier::Workspace, &wire::CreateRunner { label: "x".into(), ..Default::default() }).await),
+        "forbidden"
+    );
+    assert_eq!(
+        code(member.create_join_code(&wire::CreateJoinCode { tier: Tier::Workspace, ttl_s: None, ephemeral: None }).await),
+        "forbidden"
+    );
+    let created = admin.create_key("carol", wire::Role::Member).await.unwrap();
+    let carol = admin.with_token(created.key.clone());
+    assert!(carol.pool().await.is_ok());
+    admin.revoke_key(created.id).await.unwrap();
+    assert_eq!(code(carol.pool().await), "unauthorized");
+    assert_eq!(code(admin.revoke_key(created.id).await), "not_found");
+    // Personal runners can't be revoked through the workspace route.
+    let (mine, _) = pair(&admin, Tier::Personal, &[], 1).await;
+    assert_eq!(code(admin.revoke_runner(Tier::Workspace, mine.id).await), "not_found");
+}

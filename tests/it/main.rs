@@ -1,0 +1,9 @@
+//! Integration tests: real PostgreSQL (a private server per test binary, a fresh database per
+//! test), real HTTP (replicas on port 0). Each module's doc names the invariants it defends.
+
+mod support;
+
+mod dispatch;
+mod errors;
+mod lease;
+mod schema;

@@ -1,0 +1,219 @@
+//! Test support: one private PostgreSQL per test binary (or `DATABASE_URL`), a fresh database
+//! per test cloned from a migrated template, and replicas on port 0, in-process or as real
+//! `leasehold serve` processes.
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use leasehold::client::Client;
+use leasehold::config::Config;
+use leasehold::domain::credentials::{Kind, Secret};
+use leasehold::embedded_pg::EmbeddedPg;
+use leasehold::server::{self, Replica};
+use leasehold::store::Store;
+use leasehold::wire;
+use tokio::net::TcpListener;
+use uuid::Uuid;
+
+const TEMPLATE: &str = "leasehold_template";
+
+struct Shared {
+    /// Keeps the private server alive for the binary's lifetime (the watchdog stops it after).
+    _pg: Option<EmbeddedPg>,
+    /// URL of the maintenance database, with `{db}` to fill in.
+    base: String,
+}
+
+fn shared() -> &'static Shared {
+    static SHARED: OnceLock<Shared> = OnceLock::new();
+    SHARED.get_or_init(|| {
+        std::thread::spawn(|| {
+            let (pg, base) = match std::env::var("DATABASE_URL") {
+                Ok(url) => {
+                    let (head, _) = url.rsplit_once('/').expect("DATABASE_URL names a database");
+                    (None, format!("{head}/{{db}}"))
+                }
+                Err(_) => {
+                    let dir = std::env::temp_dir().join(format!("leasehold-test-{}", Uuid::now_v7()));
+                    let pg = EmbeddedPg::start(&dir, false, true).expect("private PostgreSQL");
+                    let base = pg.url("{db}");
+                    (Some(pg), base)
+                }
+            };
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            rt.block_on(async {
+                let admin = connect(&base.replace("{db}", "postgres")).await;
+                for statement in [format!("DROP DATABASE IF EXISTS {TEMPLATE}"), format!("CREATE DATABASE {TEMPLATE}")] {
+                    admin.batch_execute(&statement).await.expect("template database");
+                }
+                leasehold::store::migrate::run(&base.replace("{db}", TEMPLATE))
+                    .await
+                    .expect("migrate template");
+            });
+            Shared { _pg: pg, base }
+        })
+        .join()
+        .expect("test database set-up")
+    })
+}
+
+pub async fn connect(url: &str) -> tokio_postgres::Client {
+    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls).await.expect("connect");
+    tokio::spawn(conn);
+    client
+}
+
+/// A fresh, migrated database of the shared server.
+pub async fn fresh_database() -> String {
+    let shared = shared();
+    let name = format!("t_{}", Uuid::now_v7().simple());
+    let admin = connect(&shared.base.replace("{db}", "postgres")).await;
+    // Concurrent clones of one template can collide; retry briefly.
+    for attempt in 0.. {
+        match admin.batch_execute(&format!("CREATE DATABASE {name} TEMPLATE {TEMPLATE}")).await {
+            Ok(()) => break,
+            Err(e) if attempt < 50 => {
+                let _ = e;
+                tokio::time::sleep(Duration::from_millis(20 + attempt * 5)).await;
+            }
+            Err(e) => panic!("create database: {e}"),
+        }
+    }
+    shared.base.replace("{db}", &name)
+}
+
+/// Timings short enough for tests; each test overrides what it exercises.
+pub fn test_config(database_url: &str) -> Config {
+    let mut c = Config::new(database_url);
+    c.listen = "127.0.0.1:0".parse().unwrap();
+    c.sweep_interval_ms = 100;
+    c.recheck_interval_ms = 500;
+    c.pool_size = 8;
+    c.auth_burst = 10_000;
+    c.auth_refill_per_s = 1000.0;
+    c
+}
+
+/// A test's database and the replicas serving it.
+pub struct TestApp {
+    pub database_url: String,
+    pub config: Config,
+    pub replicas: Vec<Replica>,
+    pub store: Store,
+}
+
+impl TestApp {
+    /// One replica with the test defaults.
+    pub async fn spawn() -> Self {
+        Self::spawn_with(1, |_| {}).await
+    }
+
+    /// `n` in-process replicas on one fresh database, with `tweak` applied to the config.
+    pub async fn spawn_with(n: usize, tweak: impl FnOnce(&mut Config)) -> Self {
+        let database_url = fresh_database().await;
+        let mut config = test_config(&database_url);
+        tweak(&mut config);
+        let mut replicas = Vec::new();
+        for _ in 0..n {
+            replicas.push(start_replica(config.clone()).await);
+        }
+        let store = Store::connect(&database_url, 2, config.presence_window_ms).unwrap();
+        Self {
+            database_url,
+            config,
+            replicas,
+            store,
+        }
+    }
+
+    pub fn url(&self, replica: usize) -> String {
+        format!("http://{}", self.replicas[replica].addr)
+    }
+
+    /// An API key minted straight in the store (as `leasehold admin create-key` does).
+    pub async fn key(&self, workspace: &str, subject: &str, admin: bool) -> String {
+        let key = Secret::generate(Kind::ApiKey);
+        self.store
+            .insert_key(Uuid::now_v7(), workspace, subject, admin, key.hash())
+            .await
+            .unwrap();
+        key.reveal().to_owned()
+    }
+
+    /// A client on replica 0 with a fresh key.
+    pub async fn operator(&self, workspace: &str, subject: &str, admin: bool) -> Client {
+        Client::new(self.url(0), Some(self.key(workspace, subject, admin).await))
+    }
+}
+
+pub async fn start_replica(config: Config) -> Replica {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    server::start(config, listener).await.expect("replica starts")
+}
+
+/// Pair a runner through `operator` and return it with a client holding its token.
+pub async fn pair(operator: &Client, tier: wire::Tier, capabilities: &[&str], capacity: i64) -> (wire::Runner, Client) {
+    let created = operator
+        .pair_runner(
+            tier,
+            &wire::CreateRunner {
+                label: "test-runner".into(),
+                os: Some("linux".into()),
+                capabilities: Some(capabilities.iter().map(|s| s.to_string()).collect()),
+                capacity: Some(capacity),
+            },
+        )
+        .await
+        .expect("pair runner");
+    let client = operator.with_token(created.token);
+    (created.runner, client)
+}
+
+/// Dispatch `payload` to `target` with defaults.
+pub async fn dispatch(operator: &Client, target: wire::Target, payload: serde_json::Value) -> wire::Job {
+    operator.dispatch(&wire::Dispatch::new(target, payload)).await.expect("dispatch")
+}
+
+pub fn personal() -> wire::Target {
+    wire::Target::Pool { pool: wire::Tier::Personal }
+}
+
+pub fn workspace_pool() -> wire::Target {
+    wire::Target::Pool { pool: wire::Tier::Workspace }
+}
+
+/// Lease with a wait, `max_jobs` at most.
+pub async fn lease(runner: &Client, wait_ms: i64, max_jobs: i64) -> Vec<wire::LeasedJob> {
+    runner
+        .lease(&wire::Lease {
+            wait_ms: Some(wait_ms),
+            max_jobs: Some(max_jobs),
+            capabilities: None,
+        })
+        .await
+        .expect("lease")
+}
+
+/// Poll `check` until it returns `Some`, failing after `deadline`.
+pub async fn eventually<T, F, Fut>(deadline: Duration, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let end = tokio::time::Instant::now() + deadline;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(tokio::time::Instant::now() < end, "timed out waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The error code of a failed client call.
+pub fn code<T: std::fmt::Debug>(r: Result<T, leasehold::client::ClientError>) -> String {
+    match r {
+        Ok(v) => panic!("expected an error, got {v:?}"),
+        Err(e) => e.code().unwrap_or("transport").to_owned(),
+    }
+}
