@@ -81,6 +81,11 @@ impl Client {
         &self.base
     }
 
+    /// The credential this client calls with.
+    pub fn token(&self) -> Option<&str> {
+        self.token.as_deref()
+    }
+
     /// Send a request; `body` is JSON when given. Returns the status and decoded answer.
     ///
     /// # Errors

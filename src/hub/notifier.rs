@@ -12,7 +12,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
-use tokio_postgres::NoTls;
 use tokio_util::sync::CancellationToken;
 
 use super::waiters::Key;
@@ -48,7 +47,9 @@ impl Notifier {
 }
 
 async fn connect(database_url: &str) -> Option<tokio_postgres::Client> {
-    let (client, connection) = tokio_postgres::connect(database_url, NoTls).await.ok()?;
+    let (client, connection) = crate::store::listener::connect_as(database_url, "leasehold-notify")
+        .await
+        .ok()?;
     tokio::spawn(connection);
     client
         .batch_execute("SET synchronous_commit = off")

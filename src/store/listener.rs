@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use tokio::sync::mpsc;
-use tokio_postgres::{AsyncMessage, NoTls};
+use tokio_postgres::{AsyncMessage, NoTls, Socket};
 use tokio_util::sync::CancellationToken;
 
 /// What the listener reports to the hub.
@@ -32,7 +32,7 @@ pub async fn run(
 ) {
     let mut backoff = Duration::from_millis(50);
     while !cancel.is_cancelled() {
-        match tokio_postgres::connect(&database_url, NoTls).await {
+        match connect_as(&database_url, "leasehold-listen").await {
             Ok((client, mut connection)) => {
                 let (tx, mut rx) = mpsc::unbounded_channel::<String>();
                 let driver = tokio::spawn(async move {
@@ -82,4 +82,24 @@ pub async fn run(
         }
         backoff = (backoff * 2).min(Duration::from_secs(2));
     }
+}
+
+/// A dedicated (non-pool) connection, named in `pg_stat_activity`.
+///
+/// # Errors
+/// The URL does not parse or the database cannot be reached.
+pub async fn connect_as(
+    database_url: &str,
+    application_name: &str,
+) -> Result<
+    (
+        tokio_postgres::Client,
+        tokio_postgres::Connection<Socket, tokio_postgres::tls::NoTlsStream>,
+    ),
+    tokio_postgres::Error,
+> {
+    let mut config: tokio_postgres::Config = database_url.parse()?;
+    config.application_name(application_name);
+    config.connect_timeout(std::time::Duration::from_secs(5));
+    config.connect(NoTls).await
 }

@@ -106,7 +106,10 @@ impl Store {
         size: usize,
         presence_window_ms: u64,
     ) -> anyhow::Result<Self> {
-        let pg = tokio_postgres::Config::from_str(database_url)?;
+        let mut pg = tokio_postgres::Config::from_str(database_url)?;
+        if pg.get_application_name().is_none() {
+            pg.application_name("leasehold-pool");
+        }
         let manager = Manager::from_config(
             pg,
             NoTls,

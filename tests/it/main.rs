@@ -5,5 +5,7 @@ mod support;
 
 mod dispatch;
 mod errors;
+mod faults;
 mod lease;
+mod replicas;
 mod schema;

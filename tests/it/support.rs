@@ -34,17 +34,27 @@ fn shared() -> &'static Shared {
                     (None, format!("{head}/{{db}}"))
                 }
                 Err(_) => {
-                    let dir = std::env::temp_dir().join(format!("leasehold-test-{}", Uuid::now_v7()));
+                    let dir =
+                        std::env::temp_dir().join(format!("leasehold-test-{}", Uuid::now_v7()));
                     let pg = EmbeddedPg::start(&dir, false, true).expect("private PostgreSQL");
                     let base = pg.url("{db}");
                     (Some(pg), base)
                 }
             };
-            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
             rt.block_on(async {
                 let admin = connect(&base.replace("{db}", "postgres")).await;
-                for statement in [format!("DROP DATABASE IF EXISTS {TEMPLATE}"), format!("CREATE DATABASE {TEMPLATE}")] {
-                    admin.batch_execute(&statement).await.expect("template database");
+                for statement in [
+                    format!("DROP DATABASE IF EXISTS {TEMPLATE}"),
+                    format!("CREATE DATABASE {TEMPLATE}"),
+                ] {
+                    admin
+                        .batch_execute(&statement)
+                        .await
+                        .expect("template database");
                 }
                 leasehold::store::migrate::run(&base.replace("{db}", TEMPLATE))
                     .await
@@ -58,7 +68,9 @@ fn shared() -> &'static Shared {
 }
 
 pub async fn connect(url: &str) -> tokio_postgres::Client {
-    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls).await.expect("connect");
+    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .expect("connect");
     tokio::spawn(conn);
     client
 }
@@ -70,7 +82,10 @@ pub async fn fresh_database() -> String {
     let admin = connect(&shared.base.replace("{db}", "postgres")).await;
     // Concurrent clones of one template can collide; retry briefly.
     for attempt in 0.. {
-        match admin.batch_execute(&format!("CREATE DATABASE {name} TEMPLATE {TEMPLATE}")).await {
+        match admin
+            .batch_execute(&format!("CREATE DATABASE {name} TEMPLATE {TEMPLATE}"))
+            .await
+        {
             Ok(()) => break,
             Err(e) if attempt < 50 => {
                 let _ = e;
@@ -97,7 +112,6 @@ pub fn test_config(database_url: &str) -> Config {
 /// A test's database and the replicas serving it.
 pub struct TestApp {
     pub database_url: String,
-    pub config: Config,
     pub replicas: Vec<Replica>,
     pub store: Store,
 }
@@ -117,10 +131,14 @@ impl TestApp {
         for _ in 0..n {
             replicas.push(start_replica(config.clone()).await);
         }
-        let store = Store::connect(&database_url, 2, config.presence_window_ms).unwrap();
+        let store = Store::connect(
+            &format!("{database_url}?application_name=leasehold-test"),
+            2,
+            config.presence_window_ms,
+        )
+        .unwrap();
         Self {
             database_url,
-            config,
             replicas,
             store,
         }
@@ -148,11 +166,18 @@ impl TestApp {
 
 pub async fn start_replica(config: Config) -> Replica {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    server::start(config, listener).await.expect("replica starts")
+    server::start(config, listener)
+        .await
+        .expect("replica starts")
 }
 
 /// Pair a runner through `operator` and return it with a client holding its token.
-pub async fn pair(operator: &Client, tier: wire::Tier, capabilities: &[&str], capacity: i64) -> (wire::Runner, Client) {
+pub async fn pair(
+    operator: &Client,
+    tier: wire::Tier,
+    capabilities: &[&str],
+    capacity: i64,
+) -> (wire::Runner, Client) {
     let created = operator
         .pair_runner(
             tier,
@@ -170,16 +195,27 @@ pub async fn pair(operator: &Client, tier: wire::Tier, capabilities: &[&str], ca
 }
 
 /// Dispatch `payload` to `target` with defaults.
-pub async fn dispatch(operator: &Client, target: wire::Target, payload: serde_json::Value) -> wire::Job {
-    operator.dispatch(&wire::Dispatch::new(target, payload)).await.expect("dispatch")
+pub async fn dispatch(
+    operator: &Client,
+    target: wire::Target,
+    payload: serde_json::Value,
+) -> wire::Job {
+    operator
+        .dispatch(&wire::Dispatch::new(target, payload))
+        .await
+        .expect("dispatch")
 }
 
 pub fn personal() -> wire::Target {
-    wire::Target::Pool { pool: wire::Tier::Personal }
+    wire::Target::Pool {
+        pool: wire::Tier::Personal,
+    }
 }
 
 pub fn workspace_pool() -> wire::Target {
-    wire::Target::Pool { pool: wire::Tier::Workspace }
+    wire::Target::Pool {
+        pool: wire::Tier::Workspace,
+    }
 }
 
 /// Lease with a wait, `max_jobs` at most.
@@ -205,7 +241,10 @@ where
         if let Some(v) = check().await {
             return v;
         }
-        assert!(tokio::time::Instant::now() < end, "timed out waiting for: {what}");
+        assert!(
+            tokio::time::Instant::now() < end,
+            "timed out waiting for: {what}"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -216,4 +255,93 @@ pub fn code<T: std::fmt::Debug>(r: Result<T, leasehold::client::ClientError>) ->
         Ok(v) => panic!("expected an error, got {v:?}"),
         Err(e) => e.code().unwrap_or("transport").to_owned(),
     }
+}
+
+/// A real `leasehold serve` process, for tests that kill or signal a replica.
+pub struct ServeProcess {
+    pub child: tokio::process::Child,
+    pub url: String,
+}
+
+impl ServeProcess {
+    /// Start `leasehold serve` on port 0 against `database_url`, with extra `LEASEHOLD_*` env.
+    pub async fn start(database_url: &str, env: &[(&str, &str)]) -> Self {
+        use tokio::io::AsyncBufReadExt;
+        let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_leasehold"));
+        cmd.args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--database-url",
+            database_url,
+        ])
+        .env("LEASEHOLD_SWEEP_INTERVAL_MS", "100")
+        .env("LEASEHOLD_LOG", "warn")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::inherit())
+        .kill_on_drop(true);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().expect("spawn leasehold serve");
+        let stdout = child.stdout.take().unwrap();
+        let mut lines = tokio::io::BufReader::new(stdout).lines();
+        let url = tokio::time::timeout(Duration::from_secs(30), async {
+            while let Some(line) = lines.next_line().await.unwrap() {
+                if let Some(url) = line.strip_prefix("leasehold listening on ") {
+                    return url.to_owned();
+                }
+            }
+            panic!("leasehold serve exited before listening");
+        })
+        .await
+        .expect("leasehold serve listens within 30 s");
+        // Keep draining stdout so the child never blocks on a full pipe.
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        Self { child, url }
+    }
+
+    /// SIGKILL: no chance to clean up.
+    pub async fn kill9(&mut self) {
+        self.child.kill().await.unwrap();
+    }
+
+    /// SIGTERM, then wait for the exit status.
+    pub async fn terminate(&mut self) -> std::process::ExitStatus {
+        let pid = nix::unistd::Pid::from_raw(self.child.id().unwrap() as i32);
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+        tokio::time::timeout(Duration::from_secs(15), self.child.wait())
+            .await
+            .expect("exits after SIGTERM")
+            .unwrap()
+    }
+}
+
+/// Wait until `url` answers `/readyz` with `want`.
+pub async fn readiness(url: &str, want: u16, within: Duration) {
+    let http = reqwest::Client::new();
+    eventually(within, &format!("{url}/readyz == {want}"), || async {
+        let got = http
+            .get(format!("{url}/readyz"))
+            .timeout(Duration::from_secs(3))
+            .send()
+            .await
+            .map(|r| r.status().as_u16())
+            .unwrap_or(0);
+        (got == want).then_some(())
+    })
+    .await;
+}
+
+/// Connections of the replicas' pools to `database_url`'s database, from `pg_stat_activity`.
+pub async fn pool_connections(database_url: &str) -> i64 {
+    let client = connect(database_url).await;
+    client
+        .query_one(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'leasehold-pool'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0)
 }

@@ -1,0 +1,252 @@
+//! Failures the service must ride through, on the test's own private PostgreSQL and its own
+//! server processes: a database restart (readiness drops and returns, parked jobs survive, a
+//! waiting runner gets a new job within seconds; an authenticated call meanwhile is 503, never
+//! 401), kill -9 of a replica during a long-poll and during a lease (the runner carries on
+//! through another replica at the same epoch), and SIGTERM (open long-polls answered at once,
+//! exit 0 well inside 10 s).
+
+use std::time::{Duration, Instant};
+
+use leasehold::client::Client;
+use leasehold::embedded_pg::EmbeddedPg;
+use leasehold::wire::{self, Tier};
+use serde_json::json;
+
+use crate::support::{
+    dispatch, eventually, lease, pair, personal, readiness, start_replica, test_config,
+    ServeProcess, TestApp,
+};
+
+async fn private_pg() -> EmbeddedPg {
+    tokio::task::spawn_blocking(|| {
+        let dir = std::env::temp_dir().join(format!("leasehold-fault-{}", uuid::Uuid::now_v7()));
+        EmbeddedPg::start(&dir, false, true).expect("private PostgreSQL")
+    })
+    .await
+    .unwrap()
+}
+
+/// Keep long-polling until a job arrives, riding out 503s and connection errors.
+async fn poll_until_job(r: &Client, within: Duration) -> wire::LeasedJob {
+    eventually(within, "a job through the long-poll", || async {
+        let got = r
+            .lease(&wire::Lease {
+                wait_ms: Some(2000),
+                max_jobs: Some(1),
+                capabilities: None,
+            })
+            .await
+            .ok()?;
+        got.into_iter().next()
+    })
+    .await
+}
+
+async fn waiters(url: &str) -> Option<u64> {
+    let m = reqwest::get(format!("{url}/metrics"))
+        .await
+        .ok()?
+        .text()
+        .await
+        .ok()?;
+    m.lines()
+        .find_map(|l| l.strip_prefix("leasehold_waiters ")?.parse().ok())
+}
+
+#[tokio::test]
+async fn a_database_restart_loses_nothing_and_long_polls_resume() {
+    let mut pg = private_pg().await;
+    let url = pg.url("postgres");
+    let mut config = test_config(&url);
+    // Only the re-check after the LISTEN reconnect (or a notification) may deliver in time.
+    config.recheck_interval_ms = 600_000;
+    let replica = start_replica(config).await;
+    let base = format!("http://{}", replica.addr);
+    readiness(&base, 200, Duration::from_secs(10)).await;
+    let store = leasehold::store::Store::connect(&url, 1, 90_000).unwrap();
+    let key = leasehold::domain::credentials::Secret::generate(
+        leasehold::domain::credentials::Kind::ApiKey,
+    );
+    store
+        .insert_key(uuid::Uuid::now_v7(), "acme", "alice", false, key.hash())
+        .await
+        .unwrap();
+    drop(store);
+    let alice = Client::new(&base, Some(key.reveal().to_owned()));
+    let (_, r) = pair(&alice, Tier::Personal, &["linux"], 1).await;
+    // A job no runner here can take stays parked across the restart.
+    let mut d = wire::Dispatch::new(personal(), json!("needs a gpu"));
+    d.required_capabilities = Some(vec!["gpu".into()]);
+    let parked = alice.dispatch(&d).await.unwrap();
+
+    let poll = tokio::spawn({
+        let r = r.clone();
+        async move { poll_until_job(&r, Duration::from_secs(90)).await }
+    });
+    eventually(Duration::from_secs(10), "runner parked", || async {
+        (waiters(&base).await? == 1).then_some(())
+    })
+    .await;
+
+    let mut pg = tokio::task::spawn_blocking(move || {
+        pg.stop();
+        pg
+    })
+    .await
+    .unwrap();
+    readiness(&base, 503, Duration::from_secs(10)).await;
+    match alice.pool().await {
+        Err(e) => assert_eq!(
+            e.status().map(|s| s.as_u16()),
+            Some(503),
+            "database down is 503, never 401: {e}"
+        ),
+        Ok(p) => panic!("answered while the database was down: {p:?}"),
+    }
+    let pg = tokio::task::spawn_blocking(move || {
+        pg.start_server().expect("restart");
+        pg
+    })
+    .await
+    .unwrap();
+    readiness(&base, 200, Duration::from_secs(20)).await;
+
+    let sent = Instant::now();
+    let fresh = eventually(
+        Duration::from_secs(10),
+        "dispatch after restart",
+        || async {
+            alice
+                .dispatch(&wire::Dispatch::new(personal(), json!("after restart")))
+                .await
+                .ok()
+        },
+    )
+    .await;
+    let got = poll.await.unwrap();
+    assert_eq!(got.id, fresh.id);
+    println!(
+        "job reached the waiting runner {:?} after dispatch following a database restart",
+        sent.elapsed()
+    );
+    assert!(sent.elapsed() < Duration::from_secs(5));
+    assert_eq!(
+        alice.job(parked.id).await.unwrap().state,
+        "parked",
+        "parked jobs survive"
+    );
+    replica.stop(Duration::from_secs(10)).await;
+    drop(pg);
+}
+
+#[tokio::test]
+async fn kill_9_of_a_replica_during_a_long_poll_and_a_lease_loses_nothing() {
+    let app = TestApp::spawn_with(0, |_| {}).await;
+    let env = [("LEASEHOLD_LEASE_TTL_MS", "30000")];
+    let mut a = ServeProcess::start(&app.database_url, &env).await;
+    let b = ServeProcess::start(&app.database_url, &env).await;
+    let key = app.key("acme", "alice", false).await;
+    let alice_b = Client::new(&b.url, Some(key));
+    let (_, runner_b) = pair(&alice_b, Tier::Personal, &[], 2).await;
+    let runner_a = Client::new(&a.url, Some(runner_b.token().unwrap().to_owned()));
+
+    // A lease taken through A...
+    let held = dispatch(&alice_b, personal(), json!("held")).await;
+    let l = lease(&runner_a, 1000, 1).await.remove(0);
+    assert_eq!(l.id, held.id);
+    // ...and a long-poll open on A, when A dies.
+    let open_poll = tokio::spawn({
+        let r = runner_a.clone();
+        async move {
+            r.lease(&wire::Lease {
+                wait_ms: Some(30_000),
+                max_jobs: Some(1),
+                capabilities: None,
+            })
+            .await
+        }
+    });
+    eventually(Duration::from_secs(10), "poll parked on A", || async {
+        (waiters(&a.url).await? == 1).then_some(())
+    })
+    .await;
+    a.kill9().await;
+    assert!(
+        open_poll.await.unwrap().is_err(),
+        "the open long-poll is cut, not answered"
+    );
+
+    // The runner carries on through B: same lease, same epoch.
+    runner_b
+        .heartbeat_job(l.id, l.epoch)
+        .await
+        .expect("heartbeat through B");
+    let done = runner_b
+        .complete(l.id, l.epoch, json!("finished via B"))
+        .await
+        .expect("complete through B");
+    assert_eq!((done.state.as_str(), done.epoch), ("completed", 1));
+    // And its next long-poll on B gets new work.
+    let poll = tokio::spawn({
+        let r = runner_b.clone();
+        async move { lease(&r, 10_000, 1).await }
+    });
+    let next = dispatch(&alice_b, personal(), json!("next")).await;
+    assert_eq!(poll.await.unwrap()[0].id, next.id);
+}
+
+#[tokio::test]
+async fn sigterm_answers_open_long_polls_at_once_and_exits_cleanly() {
+    let app = TestApp::spawn_with(0, |_| {}).await;
+    let mut a = ServeProcess::start(&app.database_url, &[]).await;
+    let alice = Client::new(&a.url, Some(app.key("acme", "alice", false).await));
+    let (_, r) = pair(&alice, Tier::Personal, &[], 2).await;
+    let job = dispatch(
+        &alice,
+        wire::Target::Pool {
+            pool: Tier::Workspace,
+        },
+        json!("nobody takes this"),
+    )
+    .await;
+    let polls: Vec<_> = (0..2)
+        .map(|_| {
+            let r = r.clone();
+            tokio::spawn(async move {
+                let got = r
+                    .lease(&wire::Lease {
+                        wait_ms: Some(30_000),
+                        max_jobs: Some(1),
+                        capabilities: None,
+                    })
+                    .await;
+                (got, Instant::now())
+            })
+        })
+        .collect();
+    let job_wait = tokio::spawn({
+        let alice = alice.clone();
+        async move { alice.wait_job(job.id, 30_000).await }
+    });
+    eventually(Duration::from_secs(10), "three waiters parked", || async {
+        (waiters(&a.url).await? == 3).then_some(())
+    })
+    .await;
+    let signalled = Instant::now();
+    let status = a.terminate().await;
+    assert!(status.success(), "exit status {status:?}");
+    assert!(signalled.elapsed() < Duration::from_secs(10));
+    for p in polls {
+        let (got, answered) = p.await.unwrap();
+        assert!(got.expect("answered, not cut").is_empty());
+        assert!(answered.duration_since(signalled) < Duration::from_secs(3));
+    }
+    assert_eq!(
+        job_wait
+            .await
+            .unwrap()
+            .expect("answered with what it has")
+            .state,
+        "parked"
+    );
+}

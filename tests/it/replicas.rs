@@ -1,0 +1,242 @@
+//! Several replicas on one database: a job parked through any replica reaches a runner
+//! long-polling any other in milliseconds (not through the re-check safety net); waiting costs
+//! no database connection; a notification heard by three replicas delivers the job once; wakes
+//! are shared round-robin across runners.
+
+use std::time::{Duration, Instant};
+
+use leasehold::client::Client;
+use leasehold::wire::{self, Tier};
+use serde_json::json;
+
+use crate::support::{dispatch, lease, pair, personal, pool_connections, TestApp};
+
+/// The re-check safety net is pushed far out, so only a notification can deliver in time.
+fn notifications_only(c: &mut leasehold::config::Config) {
+    c.recheck_interval_ms = 600_000;
+}
+
+#[tokio::test]
+async fn a_runner_polling_replica_a_gets_a_job_dispatched_on_replica_b() {
+    let app = TestApp::spawn_with(2, notifications_only).await;
+    let alice_a = app.operator("acme", "alice", false).await;
+    let alice_b = Client::new(app.url(1), None).with_token(app.key("acme", "alice", false).await);
+    let (_, runner_a) = pair(&alice_a, Tier::Personal, &[], 1).await;
+    let mut latencies = Vec::new();
+    for i in 0..100 {
+        let poll = tokio::spawn({
+            let r = runner_a.clone();
+            async move {
+                let got = lease(&r, 20_000, 1).await;
+                (got, Instant::now())
+            }
+        });
+        // Let the poll park (registering as a waiter) before dispatching.
+        crate::support::eventually(Duration::from_secs(5), "runner parked", || async {
+            let m = reqwest::get(format!("{}/metrics", app.url(0)))
+                .await
+                .ok()?
+                .text()
+                .await
+                .ok()?;
+            m.contains("\nleasehold_waiters 1\n").then_some(())
+        })
+        .await;
+        let sent = Instant::now();
+        let job = dispatch(&alice_b, personal(), json!(i)).await;
+        let (got, received) = poll.await.unwrap();
+        assert_eq!(
+            got.len(),
+            1,
+            "delivered by notification, not by the wait ending"
+        );
+        assert_eq!(got[0].id, job.id);
+        latencies.push(received.duration_since(sent));
+        runner_a
+            .complete(job.id, got[0].epoch, json!(null))
+            .await
+            .unwrap();
+    }
+    latencies.sort();
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    println!(
+        "cross-replica wake (dispatch call start -> lease answer) over {} wakes: p50 {:.2} ms, p90 {:.2} ms, max {:.2} ms",
+        latencies.len(),
+        ms(latencies[latencies.len() / 2]),
+        ms(latencies[latencies.len() * 9 / 10]),
+        ms(*latencies.last().unwrap())
+    );
+    assert!(latencies.iter().all(|l| *l < Duration::from_secs(10)));
+}
+
+#[tokio::test]
+async fn a_result_waiter_on_a_returns_when_the_job_completes_through_b() {
+    let app = TestApp::spawn_with(2, notifications_only).await;
+    let alice_a = app.operator("acme", "alice", false).await;
+    let alice_b = alice_a.with_token(app.key("acme", "alice", false).await);
+    let alice_b = Client::new(app.url(1), None).with_token(alice_b_token(&alice_b));
+    let (_, runner) = pair(&alice_a, Tier::Personal, &[], 1).await;
+    let runner_b = Client::new(app.url(1), None).with_token(runner_token(&runner));
+    let job = dispatch(&alice_a, personal(), json!(null)).await;
+    let waiter = tokio::spawn({
+        let a = alice_a.clone();
+        async move {
+            let j = a.wait_job(job.id, 30_000).await.unwrap();
+            (j, Instant::now())
+        }
+    });
+    let l = lease(&runner_b, 1000, 1).await.remove(0);
+    // Events read on A, appended on B.
+    let reader = tokio::spawn({
+        let a = alice_a.clone();
+        async move { a.events(job.id, 2, 30_000).await.unwrap() }
+    });
+    runner_b
+        .append_events(
+            job.id,
+            l.epoch,
+            vec![wire::NewEvent {
+                kind: "stdout".into(),
+                data: Some(json!("hi")),
+            }],
+        )
+        .await
+        .unwrap();
+    assert_eq!(reader.await.unwrap().events[0].data, json!("hi"));
+    let completed_at = Instant::now();
+    runner_b
+        .complete(job.id, l.epoch, json!("done"))
+        .await
+        .unwrap();
+    let (settled, woke) = waiter.await.unwrap();
+    assert_eq!(settled.state, "completed");
+    assert!(woke.duration_since(completed_at) < Duration::from_secs(5));
+    let _ = alice_b;
+}
+
+fn alice_b_token(c: &Client) -> String {
+    token_of(c)
+}
+
+fn runner_token(c: &Client) -> String {
+    token_of(c)
+}
+
+/// The bearer token a test client holds (tests only: the client keeps it private otherwise).
+fn token_of(c: &Client) -> String {
+    c.token().expect("client has a token").to_owned()
+}
+
+#[tokio::test]
+async fn a_thousand_idle_long_polls_hold_no_more_connections_than_the_pool() {
+    let app = TestApp::spawn_with(1, |c| c.pool_size = 4).await;
+    let alice = app.operator("acme", "alice", false).await;
+    let mut runners = Vec::new();
+    for _ in 0..10 {
+        runners.push(pair(&alice, Tier::Personal, &[], 100).await.1);
+    }
+    let polls: Vec<_> = (0..1000)
+        .map(|i| {
+            let r = runners[i % 10].clone();
+            tokio::spawn(async move { lease(&r, 20_000, 1).await })
+        })
+        .collect();
+    crate::support::eventually(Duration::from_secs(30), "1000 waiters parked", || async {
+        let m = reqwest::get(format!("{}/metrics", app.url(0)))
+            .await
+            .ok()?
+            .text()
+            .await
+            .ok()?;
+        m.contains("\nleasehold_waiters 1000\n").then_some(())
+    })
+    .await;
+    let held = pool_connections(&app.database_url).await;
+    println!("1000 idle long-polls hold {held} pooled database connections (pool size 4)");
+    assert!(held <= 4, "held {held} connections");
+    // They still work: one job wakes exactly one of them.
+    let job = dispatch(&alice, personal(), json!(null)).await;
+    let first =
+        crate::support::eventually(Duration::from_secs(10), "one poll answered", || async {
+            polls.iter().position(|p| p.is_finished())
+        })
+        .await;
+    let got = polls.into_iter().nth(first).unwrap().await.unwrap();
+    assert_eq!(got[0].id, job.id);
+}
+
+#[tokio::test]
+async fn a_job_heard_by_three_replicas_is_delivered_exactly_once() {
+    let app = TestApp::spawn_with(3, notifications_only).await;
+    let alice = app.operator("acme", "alice", false).await;
+    let (runner, r0) = pair(&alice, Tier::Personal, &[], 3).await;
+    let token = token_of(&r0);
+    let _ = runner;
+    // The same runner long-polls every replica at once, with room for more than one job.
+    let polls: Vec<_> = (0..3)
+        .map(|i| {
+            let r = Client::new(app.url(i), Some(token.clone()));
+            tokio::spawn(async move { lease(&r, 3000, 3).await })
+        })
+        .collect();
+    crate::support::eventually(Duration::from_secs(5), "all three parked", || async {
+        for i in 0..3 {
+            let m = reqwest::get(format!("{}/metrics", app.url(i)))
+                .await
+                .ok()?
+                .text()
+                .await
+                .ok()?;
+            if !m.contains("\nleasehold_waiters 1\n") {
+                return None;
+            }
+        }
+        Some(())
+    })
+    .await;
+    let job = dispatch(
+        &Client::new(app.url(2), Some(token_of(&alice))),
+        personal(),
+        json!(null),
+    )
+    .await;
+    let mut delivered = Vec::new();
+    for p in polls {
+        delivered.extend(p.await.unwrap());
+    }
+    assert_eq!(delivered.len(), 1, "{delivered:?}");
+    assert_eq!((delivered[0].id, delivered[0].epoch), (job.id, 1));
+}
+
+#[tokio::test]
+async fn a_stream_of_jobs_is_shared_between_two_long_polling_runners() {
+    let app = TestApp::spawn_with(2, notifications_only).await;
+    let alice = app.operator("acme", "alice", false).await;
+    let (_, a) = pair(&alice, Tier::Personal, &[], 1).await;
+    let (_, b) = pair(&alice, Tier::Personal, &[], 1).await;
+    let b = Client::new(app.url(1), Some(token_of(&b)));
+    let total = 30;
+    let worker = |r: Client| async move {
+        let mut mine = 0;
+        loop {
+            let got = lease(&r, 3000, 1).await;
+            let Some(j) = got.into_iter().next() else {
+                return mine;
+            };
+            r.complete(j.id, j.epoch, json!(null)).await.unwrap();
+            mine += 1;
+        }
+    };
+    let (ta, tb) = (tokio::spawn(worker(a)), tokio::spawn(worker(b)));
+    for i in 0..total {
+        dispatch(&alice, personal(), json!(i)).await;
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    }
+    let (na, nb) = (ta.await.unwrap(), tb.await.unwrap());
+    println!("fairness: runner a took {na}, runner b took {nb} of {total}");
+    assert_eq!(na + nb, total);
+    assert!(
+        na >= total / 5 && nb >= total / 5,
+        "one runner monopolised the pool: {na} vs {nb}"
+    );
+}
