@@ -62,6 +62,21 @@ pub fn find_bin_dir() -> anyhow::Result<PathBuf> {
         .context("PostgreSQL server binaries (initdb, postgres) not found on PATH or under /usr/lib/postgresql/*/bin")
 }
 
+/// A PostgreSQL client or server program (`pg_dump`, `psql`, ...): on PATH, else under
+/// `/usr/lib/postgresql/*/bin`.
+pub fn find_tool(name: &str) -> Option<PathBuf> {
+    let on_path = std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .map(|d| d.join(name));
+    let packaged = std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path().join("bin").join(name));
+    on_path.chain(packaged).find(|p| p.is_file())
+}
+
 fn postgres_ids() -> anyhow::Result<(u32, u32)> {
     let user = nix::unistd::User::from_name("postgres")?
         .context("running as root needs a 'postgres' OS user")?;

@@ -6,7 +6,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 
 use axum::body::Bytes;
-use axum::extract::{ConnectInfo, FromRequest, FromRequestParts, Request};
+use axum::extract::{ConnectInfo, FromRequest, FromRequestParts, Path, Request};
 use axum::http::header;
 use axum::http::request::Parts;
 use serde::de::DeserializeOwned;
@@ -81,13 +81,20 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     Ok(value)
 }
 
-/// Parse a path id, or 400 naming it.
-///
-/// # Errors
-/// 400 when `raw` is not a UUID.
-pub fn path_id(raw: &str) -> Result<Uuid, ApiError> {
-    Uuid::try_parse(raw)
-        .map_err(|_| ApiError::bad(format!("id: '{}' is not a UUID", truncate(raw, 64))))
+/// The `{id}` of a route, a UUID; anything else (malformed, undecodable) is 400 naming `id`.
+pub struct PathId(pub Uuid);
+
+impl<S: Send + Sync> FromRequestParts<S> for PathId {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let Path(raw) = Path::<String>::from_request_parts(parts, state)
+            .await
+            .map_err(|_| ApiError::bad("id: must be a UUID"))?;
+        Uuid::try_parse(&raw)
+            .map(PathId)
+            .map_err(|_| ApiError::bad(format!("id: '{}' is not a UUID", truncate(&raw, 64))))
+    }
 }
 
 /// The raw query string as a map; duplicate names keep the last value.

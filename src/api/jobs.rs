@@ -4,13 +4,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
 use uuid::Uuid;
 
 use super::error::{ApiError, ApiResult};
-use super::extract::{path_id, Body, Operator, QueryMap};
+use super::extract::{Body, Operator, PathId, QueryMap};
 use super::operators::resolve_target;
 use super::validate;
 use super::views;
@@ -118,10 +118,9 @@ pub async fn dispatch(
 pub async fn get(
     State(st): State<Arc<AppState>>,
     Operator(key): Operator,
-    Path(id): Path<String>,
+    PathId(id): PathId,
     query: QueryMap,
 ) -> ApiResult<Json<wire::Job>> {
-    let id = path_id(&id)?;
     let wait = wait_duration(&st, &query, 0)?;
     let store = &st.hub.store;
     let job = st
@@ -172,9 +171,8 @@ pub async fn list(
 pub async fn cancel(
     State(st): State<Arc<AppState>>,
     Operator(key): Operator,
-    Path(id): Path<String>,
+    PathId(id): PathId,
 ) -> ApiResult<Json<wire::Job>> {
-    let id = path_id(&id)?;
     let store = &st.hub.store;
     if let Some(job) = store.cancel_job(id, &key.workspace, &key.subject).await? {
         st.hub.job_changed(id);
@@ -191,10 +189,9 @@ pub async fn cancel(
 pub async fn events(
     State(st): State<Arc<AppState>>,
     Operator(key): Operator,
-    Path(id): Path<String>,
+    PathId(id): PathId,
     query: QueryMap,
 ) -> ApiResult<Json<wire::EventList>> {
-    let id = path_id(&id)?;
     let after = query.int("after", 0, i64::from(i32::MAX))?.unwrap_or(0);
     let limit = query.int("limit", 1, 1000)?.unwrap_or(1000);
     let wait = wait_duration(&st, &query, 0)?;

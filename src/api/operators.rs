@@ -3,13 +3,13 @@
 
 use std::sync::Arc;
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use uuid::Uuid;
 
 use super::error::{ApiError, ApiResult};
-use super::extract::{path_id, Body, Operator};
+use super::extract::{Body, Operator, PathId};
 use super::validate;
 use super::views;
 use super::AppState;
@@ -100,18 +100,16 @@ pub async fn list_workspace_runners(
 pub async fn revoke_personal_runner(
     State(st): State<Arc<AppState>>,
     Operator(key): Operator,
-    Path(id): Path<String>,
+    PathId(id): PathId,
 ) -> ApiResult<StatusCode> {
-    let id = path_id(&id)?;
     revoke(&st, id, &key.subject).await
 }
 
 pub async fn revoke_workspace_runner(
     State(st): State<Arc<AppState>>,
     op: Operator,
-    Path(id): Path<String>,
+    PathId(id): PathId,
 ) -> ApiResult<StatusCode> {
-    let id = path_id(&id)?;
     op.require_admin()?;
     revoke(&st, id, &owner::workspace_owner(&op.0.workspace)).await
 }
@@ -162,9 +160,8 @@ pub async fn create_key(
 pub async fn revoke_key(
     State(st): State<Arc<AppState>>,
     op: Operator,
-    Path(id): Path<String>,
+    PathId(id): PathId,
 ) -> ApiResult<StatusCode> {
-    let id = path_id(&id)?;
     op.require_admin()?;
     if st.hub.store.revoke_key(id, &op.0.workspace).await? {
         Ok(StatusCode::NO_CONTENT)

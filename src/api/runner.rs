@@ -6,14 +6,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::{ConnectInfo, Path, State};
+use axum::extract::{ConnectInfo, State};
 use axum::http::StatusCode;
 use axum::Json;
 use serde_json::Value;
 use uuid::Uuid;
 
 use super::error::{ApiError, ApiResult};
-use super::extract::{path_id, Body, RunnerCaller};
+use super::extract::{Body, PathId, RunnerCaller};
 use super::validate;
 use super::views;
 use super::AppState;
@@ -143,10 +143,9 @@ async fn fence_miss(st: &AppState, id: Uuid, me: &RunnerIdentity) -> ApiError {
 pub async fn job_heartbeat(
     State(st): State<Arc<AppState>>,
     RunnerCaller(me): RunnerCaller,
-    Path(id): Path<String>,
+    PathId(id): PathId,
     Body(req): Body<wire::Fence>,
 ) -> ApiResult<Json<wire::LeaseExtended>> {
-    let id = path_id(&id)?;
     let ttl = st.hub.config.lease_ttl_ms as i64;
     match st
         .hub
@@ -162,10 +161,9 @@ pub async fn job_heartbeat(
 pub async fn append_events(
     State(st): State<Arc<AppState>>,
     RunnerCaller(me): RunnerCaller,
-    Path(id): Path<String>,
+    PathId(id): PathId,
     Body(req): Body<wire::AppendEvents>,
 ) -> ApiResult<(StatusCode, Json<wire::Appended>)> {
-    let id = path_id(&id)?;
     if req.events.is_empty() || req.events.len() > 1000 {
         return Err(ApiError::bad("events: 1..1000 events per call"));
     }
@@ -178,6 +176,7 @@ pub async fn append_events(
             )));
         }
         let d = e.data.unwrap_or(Value::Null);
+        validate::no_nul(&format!("events[{i}].data"), &d)?;
         if serde_json::to_vec(&d).map_or(true, |b| b.len() > MAX_EVENT_BYTES) {
             return Err(ApiError::bad(format!(
                 "events[{i}].data: at most 64 KiB serialised"
@@ -208,11 +207,11 @@ pub async fn append_events(
 pub async fn complete(
     State(st): State<Arc<AppState>>,
     RunnerCaller(me): RunnerCaller,
-    Path(id): Path<String>,
+    PathId(id): PathId,
     Body(req): Body<wire::Complete>,
 ) -> ApiResult<Json<wire::Job>> {
-    let id = path_id(&id)?;
     let result = req.result.unwrap_or(Value::Null);
+    validate::no_nul("result", &result)?;
     match st
         .hub
         .store
@@ -230,12 +229,13 @@ pub async fn complete(
 pub async fn fail(
     State(st): State<Arc<AppState>>,
     RunnerCaller(me): RunnerCaller,
-    Path(id): Path<String>,
+    PathId(id): PathId,
     Body(req): Body<wire::Fail>,
 ) -> ApiResult<Json<wire::Job>> {
-    let id = path_id(&id)?;
-    if req.message.len() > MAX_EVENT_BYTES {
-        return Err(ApiError::bad("message: at most 64 KiB"));
+    if req.message.len() > MAX_EVENT_BYTES || req.message.contains('\0') {
+        return Err(ApiError::bad(
+            "message: at most 64 KiB, without NUL characters",
+        ));
     }
     match st
         .hub
@@ -254,10 +254,9 @@ pub async fn fail(
 pub async fn release(
     State(st): State<Arc<AppState>>,
     RunnerCaller(me): RunnerCaller,
-    Path(id): Path<String>,
+    PathId(id): PathId,
     Body(req): Body<wire::Fence>,
 ) -> ApiResult<Json<wire::Job>> {
-    let id = path_id(&id)?;
     match st.hub.store.release_job(id, req.epoch, me.id).await? {
         Some(job) => {
             st.hub.job_parked(&job.owner, job.runner_id);

@@ -80,3 +80,30 @@ pub fn job_kind(kind: Option<&str>) -> Result<String, ApiError> {
 pub fn is_event_kind(kind: &str) -> bool {
     kind != "state" && EVENT_KIND.is_match(kind)
 }
+
+/// PostgreSQL stores no NUL character in text or jsonb; refuse it up front (400, not 500).
+///
+/// # Errors
+/// 400 naming `field`.
+pub fn no_nul(field: &str, value: &serde_json::Value) -> Result<(), ApiError> {
+    use serde_json::Value;
+    let bad = match value {
+        Value::String(s) => s.contains('\0'),
+        Value::Array(items) => return items.iter().try_for_each(|v| no_nul(field, v)),
+        Value::Object(map) => {
+            if map.keys().any(|k| k.contains('\0')) {
+                true
+            } else {
+                return map.values().try_for_each(|v| no_nul(field, v));
+            }
+        }
+        _ => false,
+    };
+    if bad {
+        Err(ApiError::bad(format!(
+            "{field}: must not contain the NUL character (\\u0000)"
+        )))
+    } else {
+        Ok(())
+    }
+}

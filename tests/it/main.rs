@@ -9,3 +9,4 @@ mod faults;
 mod lease;
 mod replicas;
 mod schema;
+mod security;
