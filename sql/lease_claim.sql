@@ -63,7 +63,11 @@ UNION ALL
 SELECT 'rejected', id, workspace, epoch, NULL, NULL, NULL, NULL, NULL, NULL, NULL
   FROM rejected
 UNION ALL
+-- Parked pool jobs this call did not take: count up to $4 + 1 of them on the claim index (the
+-- ones taken here still look parked to this statement's snapshot) and compare.
 SELECT 'more', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
- WHERE EXISTS (SELECT 1 FROM jobs
-                WHERE owner = $2 AND runner_id IS NULL AND state = 'parked'
-                  AND id NOT IN (SELECT id FROM pool))
+ WHERE (SELECT count(*) FROM (SELECT 1 FROM jobs
+                               WHERE owner = $2 AND runner_id IS NULL AND state = 'parked'
+                               ORDER BY priority DESC, id
+                               LIMIT $4 + 1) AS visible)
+       > (SELECT count(*) FROM pool)

@@ -27,6 +27,8 @@ pub struct EmbeddedPg {
     owner: Option<(u32, u32)>,
     durable: bool,
     temporary: bool,
+    /// Extra `-c name=value` settings for the server.
+    extra: Vec<String>,
     server: Option<Child>,
     watchdog: Option<Child>,
 }
@@ -95,6 +97,19 @@ impl EmbeddedPg {
     /// # Errors
     /// initdb or the server failed to start.
     pub fn start(dir: &Path, durable: bool, temporary: bool) -> anyhow::Result<Self> {
+        Self::start_with(dir, durable, temporary, &[])
+    }
+
+    /// [`EmbeddedPg::start`] with extra server settings (`name=value`).
+    ///
+    /// # Errors
+    /// initdb or the server failed to start.
+    pub fn start_with(
+        dir: &Path,
+        durable: bool,
+        temporary: bool,
+        extra: &[&str],
+    ) -> anyhow::Result<Self> {
         let bin = find_bin_dir()?;
         let owner = if nix::unistd::Uid::effective().is_root() {
             Some(postgres_ids()?)
@@ -120,9 +135,11 @@ impl EmbeddedPg {
             owner,
             durable,
             temporary,
+            extra: Vec::new(),
             server: None,
             watchdog: None,
         };
+        pg.extra = extra.iter().map(|s| s.to_string()).collect();
         if !pg.dir.join("PG_VERSION").exists() {
             let out = pg
                 .command("initdb")
@@ -187,6 +204,7 @@ impl EmbeddedPg {
         if !self.durable {
             settings.extend(FAST.iter().map(|s| s.to_string()));
         }
+        settings.extend(self.extra.iter().cloned());
         for s in settings {
             cmd.arg("-c").arg(s);
         }

@@ -19,6 +19,7 @@
 //! - [`embedded_pg`]: a private PostgreSQL from the installed binaries (`leasehold dev`, tests,
 //!   bench).
 //! - [`config`]: the typed configuration of a replica.
+//! - [`bench`]: `leasehold bench`, the benchmark against a raw-SQL baseline.
 //!
 //! Imports run one way: `domain` imports nothing of ours; `store` imports `domain`; `hub`
 //! imports `store` and `domain`; `api` imports `hub`, `store`, `domain` and `wire`; `client`
@@ -26,6 +27,7 @@
 #![forbid(unsafe_code)]
 
 pub mod api;
+pub mod bench;
 pub mod client;
 pub mod config;
 pub mod domain;

@@ -40,6 +40,8 @@ enum Command {
         #[arg(long, default_value = "dev")]
         workspace: String,
     },
+    /// Measure a real deployment against the raw-SQL limit (starts its own by default).
+    Bench(leasehold::bench::BenchArgs),
     /// Operator tasks straight against the database.
     Admin {
         #[command(subcommand)]
@@ -81,6 +83,7 @@ async fn main() -> anyhow::Result<()> {
             listen,
             workspace,
         } => dev(data_dir, listen, workspace).await,
+        Command::Bench(args) => leasehold::bench::run(args).await,
         Command::Admin {
             command:
                 AdminCommand::CreateKey {

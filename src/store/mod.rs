@@ -11,6 +11,8 @@ pub mod migrate;
 pub mod sql;
 
 use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime, Timeouts};
@@ -32,6 +34,8 @@ pub type Result<T> = std::result::Result<T, StoreError>;
 pub struct Store {
     pool: Pool,
     presence_window_ms: i64,
+    /// Statements sent to the database (BEGIN and COMMIT included), for `/metrics`.
+    statements: Arc<AtomicU64>,
 }
 
 /// A new job, validated and targeted, ready to park.
@@ -129,7 +133,17 @@ impl Store {
         Ok(Self {
             pool,
             presence_window_ms: presence_window_ms as i64,
+            statements: Arc::new(AtomicU64::new(0)),
         })
+    }
+
+    /// Statements sent so far.
+    pub fn statements(&self) -> u64 {
+        self.statements.load(Ordering::Relaxed)
+    }
+
+    fn count(&self, n: u64) {
+        self.statements.fetch_add(n, Ordering::Relaxed);
     }
 
     /// Connections open in the pool now (for metrics and tests).
@@ -261,6 +275,7 @@ impl Store {
         make: impl FnOnce(&JoinGrant) -> NewRunner,
     ) -> Result<Option<Runner>> {
         let mut client = self.client().await?;
+        self.count(4);
         let tx = client.transaction().await?;
         let burn = tx.prepare_cached(sql::JOIN_CODE_BURN).await?;
         let Some(row) = tx.query_opt(&burn, &[&code_hash]).await? else {
@@ -407,6 +422,7 @@ impl Store {
     /// `None`: no such live runner of that owner.
     pub async fn revoke_runner(&self, id: Uuid, owner: &str) -> Result<Option<Vec<Moved>>> {
         let mut client = self.client().await?;
+        self.count(4);
         let tx = client.transaction().await?;
         let revoke = tx.prepare_cached(sql::RUNNER_REVOKE).await?;
         if tx.query_opt(&revoke, &[&id, &owner]).await?.is_none() {
@@ -431,6 +447,8 @@ impl Store {
         lease_ttl_ms: i64,
     ) -> Result<LeaseOutcome> {
         let mut client = self.client().await?;
+        // BEGIN, lock, count, COMMIT; the claim is counted when it runs.
+        self.count(4);
         let tx = client.transaction().await?;
         let lock = tx.prepare_cached(sql::RUNNER_LOCK_FOR_LEASE).await?;
         let Some(runner) = tx.query_opt(&lock, &[&runner_id, &capabilities]).await? else {
@@ -467,6 +485,7 @@ impl Store {
             return Ok(out);
         }
         let claim = tx.prepare_cached(sql::LEASE_CLAIM).await?;
+        self.count(1);
         for row in tx
             .query(
                 &claim,
@@ -753,6 +772,7 @@ impl Store {
     /// Purge ephemeral runners unseen for `unseen_ms`, re-parking or rejecting their jobs.
     pub async fn sweep_ephemeral_runners(&self, batch: i64, unseen_ms: i64) -> Result<Vec<Moved>> {
         let mut client = self.client().await?;
+        self.count(3);
         let tx = client.transaction().await?;
         let purge = tx.prepare_cached(sql::SWEEP_EPHEMERAL_RUNNERS).await?;
         let ids: Vec<Uuid> = tx

@@ -1,0 +1,132 @@
+//! `leasehold bench`: drives a real deployment (its own durable PostgreSQL and `leasehold serve`
+//! replicas by default) through the project's own client, and measures every figure beside a
+//! raw-SQL baseline run in the same process, on the same machine, at the same concurrency.
+//!
+//! It prints a human table and, with `--json`, one JSON object as its last line. Numbers only:
+//! nothing here asserts a target.
+
+mod depth;
+mod idle;
+mod redelivery;
+mod setup;
+pub mod stats;
+mod throughput;
+mod wake;
+
+use std::io::Write;
+
+use clap::Args;
+use serde_json::{json, Map, Value};
+
+pub use setup::Deployment;
+
+#[derive(Debug, Clone, Args)]
+pub struct BenchArgs {
+    /// Scenarios, comma-separated: throughput, wake, idle, depth, redelivery, or all.
+    #[arg(long, default_value = "all")]
+    pub scenario: String,
+    /// Use this PostgreSQL server (its role must be allowed to create databases) instead of a
+    /// private one.
+    #[arg(long)]
+    pub database_url: Option<String>,
+    /// Print one JSON object as the last line.
+    #[arg(long)]
+    pub json: bool,
+    /// Length of each throughput phase, seconds.
+    #[arg(long, default_value_t = 10)]
+    pub seconds: u64,
+    /// Concurrent dispatchers in the throughput scenario.
+    #[arg(long, default_value_t = 8)]
+    pub dispatchers: usize,
+    /// Concurrent runners (and raw-SQL claimers) in the throughput scenario.
+    #[arg(long, default_value_t = 16)]
+    pub runners: usize,
+    /// Jobs per lease call in the batch phase.
+    #[arg(long, default_value_t = 10)]
+    pub batch: i64,
+    /// Jobs dispatched one by one in the wake scenario.
+    #[arg(long, default_value_t = 2000)]
+    pub wake_jobs: usize,
+    /// Dispatch pace in the wake scenario, jobs per second.
+    #[arg(long, default_value_t = 200)]
+    pub wake_rate: u64,
+    /// Idle long-polls held open in the idle scenario.
+    #[arg(long, default_value_t = 10_000)]
+    pub idle_pollers: usize,
+    /// How long the idle long-polls are held, seconds.
+    #[arg(long, default_value_t = 60)]
+    pub idle_seconds: u64,
+    /// Queue depths for the depth scenario, comma-separated.
+    #[arg(long, default_value = "1000,100000,1000000")]
+    pub depths: String,
+    /// Also measure at 10,000,000 parked jobs (several minutes of loading).
+    #[arg(long)]
+    pub depth_10m: bool,
+    /// Lease TTL used by the redelivery scenario, milliseconds.
+    #[arg(long, default_value_t = 2000)]
+    pub redelivery_ttl_ms: u64,
+}
+
+/// Progress on stderr, one line rewritten in place.
+pub fn progress(msg: &str) {
+    let mut err = std::io::stderr();
+    let _ = write!(err, "\r\x1b[2K[bench] {msg}");
+    let _ = err.flush();
+}
+
+fn done_progress() {
+    eprintln!();
+}
+
+/// Run the chosen scenarios.
+///
+/// # Errors
+/// Set-up failed (PostgreSQL, replicas) or a scenario could not run.
+pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
+    let all = ["throughput", "wake", "idle", "depth", "redelivery"];
+    let chosen: Vec<&str> = if args.scenario == "all" {
+        all.to_vec()
+    } else {
+        args.scenario.split(',').map(str::trim).collect()
+    };
+    for c in &chosen {
+        anyhow::ensure!(
+            all.contains(c),
+            "unknown scenario {c}; choose from {}",
+            all.join(", ")
+        );
+    }
+    let deployment = Deployment::start(args.database_url.as_deref()).await?;
+    let mut out = Map::new();
+    let mut table: Vec<(String, String, String)> = Vec::new();
+    let machine = setup::machine();
+    out.insert("machine".into(), machine.clone());
+    for scenario in chosen {
+        match scenario {
+            "throughput" => throughput::run(&deployment, &args, &mut out, &mut table).await?,
+            "wake" => wake::run(&deployment, &args, &mut out, &mut table).await?,
+            "idle" => idle::run(&deployment, &args, &mut out, &mut table).await?,
+            "depth" => depth::run(&deployment, &args, &mut out, &mut table).await?,
+            "redelivery" => redelivery::run(&deployment, &args, &mut out, &mut table).await?,
+            _ => unreachable!("checked above"),
+        }
+        done_progress();
+    }
+    println!("leasehold bench on {}", machine);
+    let w = table.iter().map(|r| r.0.len()).max().unwrap_or(10).max(6);
+    let v = table.iter().map(|r| r.1.len()).max().unwrap_or(10).max(5);
+    println!("{:<w$}  {:>v$}  {}", "metric", "value", "baseline / target");
+    for (metric, value, note) in &table {
+        println!("{metric:<w$}  {value:>v$}  {note}");
+    }
+    if args.json {
+        println!("{}", Value::Object(out));
+    }
+    Ok(())
+}
+
+/// Round to `digits` decimals for the JSON.
+pub fn round(x: f64, digits: i32) -> Value {
+    let m = 10f64.powi(digits);
+    json!((x * m).round() / m)
+}
