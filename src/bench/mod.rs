@@ -115,7 +115,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     println!("leasehold bench on {}", machine);
     let w = table.iter().map(|r| r.0.len()).max().unwrap_or(10).max(6);
     let v = table.iter().map(|r| r.1.len()).max().unwrap_or(10).max(5);
-    println!("{:<w$}  {:>v$}  {}", "metric", "value", "baseline / target");
+    println!("{:<w$}  {:>v$}  baseline / target", "metric", "value");
     for (metric, value, note) in &table {
         println!("{metric:<w$}  {value:>v$}  {note}");
     }

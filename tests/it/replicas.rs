@@ -212,8 +212,11 @@ async fn a_job_heard_by_three_replicas_is_delivered_exactly_once() {
 async fn a_stream_of_jobs_is_shared_between_two_long_polling_runners() {
     let app = TestApp::spawn_with(2, notifications_only).await;
     let alice = app.operator("acme", "alice", false).await;
+    // Both poll replica 1; jobs are dispatched through replica 0, so every wake arrives by
+    // notification and replica 1 hands it to its longest-waiting runner.
     let (_, a) = pair(&alice, Tier::Personal, &[], 1).await;
     let (_, b) = pair(&alice, Tier::Personal, &[], 1).await;
+    let a = Client::new(app.url(1), Some(token_of(&a)));
     let b = Client::new(app.url(1), Some(token_of(&b)));
     let total = 30;
     let worker = |r: Client| async move {
