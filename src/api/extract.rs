@@ -245,3 +245,25 @@ impl FromRequestParts<Arc<AppState>> for RunnerCaller {
         }
     }
 }
+
+/// A well-formed runner token, not yet checked: the lease call authenticates it inside its own
+/// transaction (the runner-row lock), saving a round trip on the hottest route.
+pub struct RunnerToken {
+    pub hash: Vec<u8>,
+    pub ip: IpAddr,
+}
+
+impl FromRequestParts<Arc<AppState>> for RunnerToken {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &Arc<AppState>,
+    ) -> Result<Self, Self::Rejection> {
+        let ip = client_ip(parts);
+        match bearer(parts).and_then(|t| credentials::parse(Kind::Runner, t)) {
+            Some(hash) => Ok(RunnerToken { hash, ip }),
+            None => Err(state.auth_failed(ip)),
+        }
+    }
+}

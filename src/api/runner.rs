@@ -13,7 +13,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use super::error::{ApiError, ApiResult};
-use super::extract::{Body, PathId, RunnerCaller};
+use super::extract::{Body, PathId, RunnerCaller, RunnerToken};
 use super::validate;
 use super::views;
 use super::AppState;
@@ -105,7 +105,7 @@ pub async fn heartbeat(
 
 pub async fn lease(
     State(st): State<Arc<AppState>>,
-    RunnerCaller(me): RunnerCaller,
+    token: RunnerToken,
     Body(req): Body<wire::Lease>,
 ) -> ApiResult<Json<wire::Leased>> {
     let wait_ms = validate::range("wait_ms", req.wait_ms, 0, 60_000, 30_000)?;
@@ -117,7 +117,7 @@ pub async fn lease(
     let wait = Duration::from_millis((wait_ms as u64).min(st.hub.config.max_wait_ms));
     match st
         .hub
-        .lease(me.id, &me.owner, capabilities, max_jobs, wait, &st.shutdown)
+        .lease(&token.hash, capabilities, max_jobs, wait, &st.shutdown)
         .await?
     {
         LeaseAnswer::Jobs(jobs) => Ok(Json(wire::Leased {
@@ -126,7 +126,7 @@ pub async fn lease(
                 .map(|c| views::leased(c, &st.hub.config))
                 .collect(),
         })),
-        LeaseAnswer::RunnerGone => Err(ApiError::Unauthorized),
+        LeaseAnswer::RunnerGone => Err(st.auth_failed(token.ip)),
     }
 }
 

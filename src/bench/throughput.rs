@@ -218,7 +218,10 @@ async fn baseline(url: &str, args: &BenchArgs) -> anyhow::Result<f64> {
             let result = json!({"exit_code": 0});
             while !stop.load(Ordering::Relaxed) {
                 let rows = c
-                    .query(&claim, &[&runner, &"ws:bench", &caps, &1i64, &120_000i64])
+                    .query(
+                        &claim,
+                        &[&runner, &"ws:bench", &caps, &1i64, &120_000i64, &1i64],
+                    )
                     .await?;
                 let mut took = false;
                 for row in rows

@@ -164,15 +164,17 @@ impl Hub {
         }
     }
 
-    /// A runner's lease long-poll: claim at once; with nothing there and a free slot, wait
-    /// (holding no connection) until woken, then claim again; when the wait ends, re-check once.
+    /// A runner's lease long-poll, authenticated by its token hash: claim at once; with nothing
+    /// there and a free slot, wait (holding no connection) until woken, then claim again; when
+    /// the wait ends, re-check once. The first look learns who the runner is; if it finds
+    /// nothing, the waiter registers and looks once more before it waits, so a job parked in
+    /// between is never missed.
     ///
     /// # Errors
     /// The database failed.
     pub async fn lease(
         &self,
-        runner_id: Uuid,
-        owner: &str,
+        token_hash: &[u8],
         capabilities: Option<Vec<String>>,
         max_jobs: i64,
         wait: Duration,
@@ -181,15 +183,14 @@ impl Hub {
         let deadline = Instant::now() + wait;
         let ttl = self.config.lease_ttl_ms as i64;
         let mut capabilities = capabilities;
+        let mut keys: Option<Vec<Key>> = None;
         let mut woken_by = None;
         let mut last_look = wait.is_zero();
         loop {
-            let registration = self
-                .waiters
-                .register(vec![Key::Runner(runner_id), Key::Pool(owner.to_owned())]);
+            let registration = keys.clone().map(|k| self.waiters.register(k));
             let out = self
                 .store
-                .lease(runner_id, capabilities.as_deref(), max_jobs, ttl)
+                .lease(token_hash, capabilities.as_deref(), max_jobs, ttl)
                 .await?;
             // Advertised capabilities are stored by the first attempt.
             capabilities = None;
@@ -214,6 +215,10 @@ impl Hub {
             if !out.claimed.is_empty() || out.free <= 0 || last_look || shutdown.is_cancelled() {
                 return Ok(LeaseAnswer::Jobs(out.claimed));
             }
+            let Some(registration) = registration else {
+                keys = Some(vec![Key::Runner(out.runner_id), Key::Pool(out.owner)]);
+                continue;
+            };
             tokio::select! {
                 wake = registration.woken() => woken_by = Some(wake),
                 _ = tokio::time::sleep_until(deadline) => last_look = true,

@@ -77,10 +77,12 @@ pub struct NewRunner {
 /// What one lease transaction did.
 #[derive(Debug, Default)]
 pub struct LeaseOutcome {
-    /// The runner is gone (revoked) between authentication and the lease.
+    /// No live runner has this token (unknown, revoked, spent ephemeral).
     pub runner_gone: bool,
+    pub runner_id: Uuid,
     pub owner: String,
-    /// Free slots before this claim (capacity - active leases).
+    /// How many jobs this call could take: free slots (capacity - active leases), capped by
+    /// `max_jobs`.
     pub free: i64,
     pub claimed: Vec<Claimed>,
     /// Named jobs rejected for a missing capability.
@@ -436,60 +438,49 @@ impl Store {
 
     // ---- leasing -------------------------------------------------------------------------
 
-    /// One lease attempt: lock the runner, count its leases, claim up to `max_jobs` within its
-    /// free capacity. Concurrent calls of one runner serialise on its row, so together they never
-    /// exceed its capacity.
+    /// One lease attempt, authenticated by the runner's token hash: lock the runner, claim up to
+    /// `max_jobs` within its free capacity. Concurrent calls of one runner serialise on its row,
+    /// so together they never exceed its capacity. Four round trips: BEGIN, lock, claim, COMMIT.
     pub async fn lease(
         &self,
-        runner_id: Uuid,
+        token_hash: &[u8],
         capabilities: Option<&[String]>,
         max_jobs: i64,
         lease_ttl_ms: i64,
     ) -> Result<LeaseOutcome> {
         let mut client = self.client().await?;
-        // BEGIN, lock, count, COMMIT; the claim is counted when it runs.
-        self.count(4);
+        self.count(3);
         let tx = client.transaction().await?;
         let lock = tx.prepare_cached(sql::RUNNER_LOCK_FOR_LEASE).await?;
-        let Some(runner) = tx.query_opt(&lock, &[&runner_id, &capabilities]).await? else {
+        let Some(runner) = tx.query_opt(&lock, &[&token_hash, &capabilities]).await? else {
             return Ok(LeaseOutcome {
                 runner_gone: true,
                 ..LeaseOutcome::default()
             });
         };
+        let runner_id: Uuid = runner.get("id");
         let owner: String = runner.get("owner");
         let caps: Vec<String> = runner.get("capabilities");
-        let capacity: i32 = runner.get("capacity");
+        let capacity = i64::from(runner.get::<_, i32>("capacity"));
         let ephemeral: bool = runner.get("ephemeral");
         let ephemeral_job: Option<Uuid> = runner.get("ephemeral_job");
-        let count = tx.prepare_cached(sql::RUNNER_ACTIVE_LEASES).await?;
-        let active: i64 = tx.query_one(&count, &[&runner_id]).await?.get(0);
-        let free = i64::from(capacity) - active;
         // An ephemeral runner takes one job in its life.
-        let take = if ephemeral {
-            if ephemeral_job.is_some() {
-                0
-            } else {
-                1
-            }
-        } else {
-            max_jobs.min(free)
+        let wanted = match (ephemeral, ephemeral_job) {
+            (true, Some(_)) => 0,
+            (true, None) => 1,
+            (false, _) => max_jobs,
         };
         let mut out = LeaseOutcome {
+            runner_id,
             owner: owner.clone(),
-            free: take.min(free).max(0),
             ..LeaseOutcome::default()
         };
-        if out.free == 0 {
-            tx.commit().await?;
-            return Ok(out);
-        }
         let claim = tx.prepare_cached(sql::LEASE_CLAIM).await?;
         self.count(1);
         for row in tx
             .query(
                 &claim,
-                &[&runner_id, &owner, &caps, &out.free, &lease_ttl_ms],
+                &[&runner_id, &owner, &caps, &wanted, &lease_ttl_ms, &capacity],
             )
             .await?
         {
@@ -507,6 +498,7 @@ impl Store {
                     lease_expires_at: row.get("lease_expires_at"),
                 }),
                 "rejected" => out.rejected.push(row.get("id")),
+                "free" => out.free = row.get("epoch"),
                 _ => out.more = true,
             }
         }
@@ -519,6 +511,7 @@ impl Store {
         if ephemeral {
             if let Some(first) = out.claimed.first() {
                 let set = tx.prepare_cached(sql::RUNNER_SET_EPHEMERAL_JOB).await?;
+                self.count(1);
                 tx.execute(&set, &[&runner_id, &first.id]).await?;
             }
         }

@@ -24,7 +24,6 @@ statements! {
     RUNNER_HEARTBEAT => "runner_heartbeat.sql",
     RUNNER_NOT_RUNNING => "runner_not_running.sql",
     RUNNER_LOCK_FOR_LEASE => "runner_lock_for_lease.sql",
-    RUNNER_ACTIVE_LEASES => "runner_active_leases.sql",
     RUNNER_SET_EPHEMERAL_JOB => "runner_set_ephemeral_job.sql",
     RUNNER_REVOKE => "runner_revoke.sql",
     RUNNER_REVOKE_JOBS => "runner_revoke_jobs.sql",
