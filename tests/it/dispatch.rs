@@ -15,10 +15,19 @@ async fn idempotent_dispatch_returns_the_first_job_and_4xx_does_not_use_the_key(
     let alice = app.operator("acme", "alice", false).await;
     let mut bad = wire::Dispatch::new(personal(), json!(1));
     bad.priority = Some(5000);
-    assert_eq!(code(alice.dispatch_idempotent(&bad, "k1").await), "bad_request");
-    let (status, first) = alice.dispatch_idempotent(&wire::Dispatch::new(personal(), json!(1)), "k1").await.unwrap();
+    assert_eq!(
+        code(alice.dispatch_idempotent(&bad, "k1").await),
+        "bad_request"
+    );
+    let (status, first) = alice
+        .dispatch_idempotent(&wire::Dispatch::new(personal(), json!(1)), "k1")
+        .await
+        .unwrap();
     assert_eq!(status.as_u16(), 201);
-    let (status, again) = alice.dispatch_idempotent(&wire::Dispatch::new(workspace_pool(), json!(2)), "k1").await.unwrap();
+    let (status, again) = alice
+        .dispatch_idempotent(&wire::Dispatch::new(workspace_pool(), json!(2)), "k1")
+        .await
+        .unwrap();
     assert_eq!(status.as_u16(), 200);
     assert_eq!(again.id, first.id);
     assert_eq!(again.payload, json!(1));
@@ -33,7 +42,10 @@ async fn idempotent_dispatch_returns_the_first_job_and_4xx_does_not_use_the_key(
     assert_eq!(ids.len(), 1);
     // Keys are per workspace.
     let other = app.operator("globex", "alice", false).await;
-    let (status, theirs) = other.dispatch_idempotent(&wire::Dispatch::new(personal(), json!(3)), "k1").await.unwrap();
+    let (status, theirs) = other
+        .dispatch_idempotent(&wire::Dispatch::new(personal(), json!(3)), "k1")
+        .await
+        .unwrap();
     assert_eq!(status.as_u16(), 201);
     assert_ne!(theirs.id, first.id);
 }
@@ -50,12 +62,28 @@ async fn another_workspaces_jobs_and_runners_are_invisible() {
     assert_eq!(code(globex.events(job.id, 0, 0).await), "not_found");
     assert!(globex.jobs(None, None, None).await.unwrap().jobs.is_empty());
     assert_eq!(
-        code(globex.dispatch(&wire::Dispatch::new(wire::Target::Runner { runner_id: ws_runner.id }, json!(1))).await),
+        code(
+            globex
+                .dispatch(&wire::Dispatch::new(
+                    wire::Target::Runner {
+                        runner_id: ws_runner.id
+                    },
+                    json!(1)
+                ))
+                .await
+        ),
         "not_found"
     );
-    assert_eq!(code(globex.revoke_runner(Tier::Workspace, ws_runner.id).await), "not_found");
+    assert_eq!(
+        code(globex.revoke_runner(Tier::Workspace, ws_runner.id).await),
+        "not_found"
+    );
     assert!(globex.runners(Tier::Workspace).await.unwrap().is_empty());
-    assert_eq!(acme.job(job.id).await.unwrap().state, "parked", "nothing changed");
+    assert_eq!(
+        acme.job(job.id).await.unwrap().state,
+        "parked",
+        "nothing changed"
+    );
     // Members of a workspace all see its jobs.
     let bob = app.operator("acme", "bob", false).await;
     assert_eq!(bob.job(job.id).await.unwrap().id, job.id);
@@ -94,8 +122,14 @@ async fn provenance_and_billing_are_stamped_by_the_server() {
         forged.provenance,
         Some(json!({"ran_on": "self-hosted", "runner": mine.id, "by": "alice", "epoch": 1}))
     );
-    let failed = ws_runner.fail(lw.id, lw.epoch, "no docker here").await.unwrap();
-    assert_eq!(failed.error, Some(json!({"reason": "runner_failed", "message": "no docker here"})));
+    let failed = ws_runner
+        .fail(lw.id, lw.epoch, "no docker here")
+        .await
+        .unwrap();
+    assert_eq!(
+        failed.error,
+        Some(json!({"reason": "runner_failed", "message": "no docker here"}))
+    );
     assert_eq!(failed.provenance.unwrap()["by"], "ws:acme");
 }
 
@@ -121,7 +155,11 @@ async fn a_job_no_runner_could_take_is_rejected_no_runner_and_an_old_one_queue_t
     d.queue_timeout_ms = Some(2500);
     let waiting = alice.dispatch(&d).await.unwrap();
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    assert_eq!(alice.job(waiting.id).await.unwrap().state, "parked", "a busy online runner keeps it waiting");
+    assert_eq!(
+        alice.job(waiting.id).await.unwrap().state,
+        "parked",
+        "a busy online runner keeps it waiting"
+    );
     let timed_out = alice.wait_job(waiting.id, 10_000).await.unwrap();
     assert_eq!(timed_out.error.unwrap()["reason"], "queue_timeout");
 }
@@ -136,14 +174,20 @@ async fn waiting_on_a_job_returns_as_soon_as_it_settles() {
         let alice = alice.clone();
         async move {
             let started = Instant::now();
-            (alice.wait_job(job.id, 30_000).await.unwrap(), started.elapsed())
+            (
+                alice.wait_job(job.id, 30_000).await.unwrap(),
+                started.elapsed(),
+            )
         }
     });
     let l = lease(&r, 1000, 1).await.remove(0);
     r.complete(l.id, l.epoch, json!("done")).await.unwrap();
     let (settled, took) = waiter.await.unwrap();
     assert_eq!(settled.state, "completed");
-    assert!(took < Duration::from_secs(10), "the wait ended on completion, not on its deadline");
+    assert!(
+        took < Duration::from_secs(10),
+        "the wait ended on completion, not on its deadline"
+    );
     // Without wait_ms the call answers at once.
     let parked = dispatch(&alice, personal(), json!(null)).await;
     assert_eq!(alice.job(parked.id).await.unwrap().state, "parked");
@@ -171,18 +215,33 @@ async fn events_append_fenced_page_and_wait() {
     let woken = reader.await.unwrap();
     assert_eq!(woken.events.first().unwrap().seq, 3);
     let page: wire::EventList = alice
-        .call::<(), _>(reqwest::Method::GET, &format!("/v1/jobs/{}/events?after=1&limit=2", job.id), None, &[])
+        .call::<(), _>(
+            reqwest::Method::GET,
+            &format!("/v1/jobs/{}/events?after=1&limit=2", job.id),
+            None,
+            &[],
+        )
         .await
         .unwrap()
         .1;
-    assert_eq!(page.events.iter().map(|e| e.seq).collect::<Vec<_>>(), [2, 3]);
+    assert_eq!(
+        page.events.iter().map(|e| e.seq).collect::<Vec<_>>(),
+        [2, 3]
+    );
     assert_eq!(page.next, 3);
     let none = alice.events(job.id, 99, 0).await.unwrap();
     assert!(none.events.is_empty());
     assert_eq!(none.next, 99);
     // `state` is the server's own kind.
     let bad = r
-        .append_events(job.id, l.epoch, vec![wire::NewEvent { kind: "state".into(), data: None }])
+        .append_events(
+            job.id,
+            l.epoch,
+            vec![wire::NewEvent {
+                kind: "state".into(),
+                data: None,
+            }],
+        )
         .await;
     assert_eq!(code(bad), "bad_request");
     // An events wait on a terminal job answers at once.
@@ -202,14 +261,23 @@ async fn list_pages_by_ascending_id_with_a_state_filter() {
     }
     alice.cancel(ids[1]).await.unwrap();
     let first = alice.jobs(None, Some(2), None).await.unwrap();
-    assert_eq!(first.jobs.iter().map(|j| j.id).collect::<Vec<_>>(), &ids[..2]);
+    assert_eq!(
+        first.jobs.iter().map(|j| j.id).collect::<Vec<_>>(),
+        &ids[..2]
+    );
     assert_eq!(first.next, Some(ids[1]));
     let rest = alice.jobs(None, Some(10), first.next).await.unwrap();
-    assert_eq!(rest.jobs.iter().map(|j| j.id).collect::<Vec<_>>(), &ids[2..]);
+    assert_eq!(
+        rest.jobs.iter().map(|j| j.id).collect::<Vec<_>>(),
+        &ids[2..]
+    );
     assert_eq!(rest.next, None);
     let parked = alice.jobs(Some("parked"), None, None).await.unwrap();
     assert_eq!(parked.jobs.len(), 4);
-    assert_eq!(code(alice.jobs(Some("sleeping"), None, None).await), "bad_request");
+    assert_eq!(
+        code(alice.jobs(Some("sleeping"), None, None).await),
+        "bad_request"
+    );
 }
 
 #[tokio::test]
@@ -228,7 +296,10 @@ async fn pool_and_preflight_report_what_the_caller_could_target() {
     let (_, _never) = pair(&alice, Tier::Workspace, &[], 2).await;
     let report = alice.preflight(&pre(&["docker"])).await.unwrap();
     assert!(report.ok);
-    assert_eq!(report.warnings[0].code, "runners_offline", "paired but never seen");
+    assert_eq!(
+        report.warnings[0].code, "runners_offline",
+        "paired but never seen"
+    );
 
     dispatch(&alice, personal(), json!(1)).await;
     dispatch(&alice, workspace_pool(), json!(2)).await;
@@ -239,9 +310,19 @@ async fn pool_and_preflight_report_what_the_caller_could_target() {
     assert_eq!(
         pool,
         wire::Pool {
-            runners: wire::PoolRunners { online: 1, dormant: 0, never: 1 },
-            slots: wire::PoolSlots { capacity: 4, active: 1 },
-            jobs: wire::PoolJobs { parked: 1, leased: 1 },
+            runners: wire::PoolRunners {
+                online: 1,
+                dormant: 0,
+                never: 1
+            },
+            slots: wire::PoolSlots {
+                capacity: 4,
+                active: 1
+            },
+            jobs: wire::PoolJobs {
+                parked: 1,
+                leased: 1
+            },
         }
     );
 }
@@ -254,21 +335,53 @@ async fn revoking_a_runner_kills_its_token_and_reparks_its_pool_jobs() {
     let (_, heir) = pair(&alice, Tier::Personal, &[], 2).await;
     let pool_job = dispatch(&alice, personal(), json!("pool")).await;
     let l = lease(&d, 1000, 1).await.remove(0);
-    let named = dispatch(&alice, wire::Target::Runner { runner_id: doomed.id }, json!("named")).await;
+    let named = dispatch(
+        &alice,
+        wire::Target::Runner {
+            runner_id: doomed.id,
+        },
+        json!("named"),
+    )
+    .await;
     let settled = dispatch(&alice, personal(), json!("settled")).await;
     let ls = lease(&d, 1000, 1).await.remove(0);
     assert_eq!(ls.id, named.id, "named jobs come first");
     let _ = settled;
-    alice.revoke_runner(Tier::Personal, doomed.id).await.unwrap();
-    assert_eq!(code(d.complete(l.id, l.epoch, json!(null)).await), "unauthorized");
-    assert_eq!(code(alice.revoke_runner(Tier::Personal, doomed.id).await), "not_found");
+    alice
+        .revoke_runner(Tier::Personal, doomed.id)
+        .await
+        .unwrap();
+    assert_eq!(
+        code(d.complete(l.id, l.epoch, json!(null)).await),
+        "unauthorized"
+    );
+    assert_eq!(
+        code(alice.revoke_runner(Tier::Personal, doomed.id).await),
+        "not_found"
+    );
     let named_now = alice.job(named.id).await.unwrap();
-    assert_eq!((named_now.state.as_str(), named_now.error.unwrap()["reason"].as_str()), ("rejected", Some("runner_revoked")));
+    assert_eq!(
+        (
+            named_now.state.as_str(),
+            named_now.error.unwrap()["reason"].as_str()
+        ),
+        ("rejected", Some("runner_revoked"))
+    );
     let got = lease(&heir, 1000, 2).await;
-    let again = got.iter().find(|j| j.id == pool_job.id).expect("re-parked pool job re-delivered");
+    let again = got
+        .iter()
+        .find(|j| j.id == pool_job.id)
+        .expect("re-parked pool job re-delivered");
     assert_eq!(again.epoch, 2);
-    heir.complete(again.id, again.epoch, json!("finished by heir")).await.unwrap();
-    assert!(!alice.runners(Tier::Personal).await.unwrap().iter().any(|r| r.id == doomed.id));
+    heir.complete(again.id, again.epoch, json!("finished by heir"))
+        .await
+        .unwrap();
+    assert!(!alice
+        .runners(Tier::Personal)
+        .await
+        .unwrap()
+        .iter()
+        .any(|r| r.id == doomed.id));
 }
 
 #[tokio::test]
@@ -276,13 +389,34 @@ async fn roles_and_key_revocation() {
     let app = TestApp::spawn().await;
     let admin = app.operator("acme", "root", true).await;
     let member = app.operator("acme", "bob", false).await;
-    assert_eq!(code(member.create_key("eve", wire::Role::Admin).await), "forbidden");
     assert_eq!(
-        code(member.pair_runner(Tier::Workspace, &wire::CreateRunner { label: "x".into(), ..Default::default() }).await),
+        code(member.create_key("eve", wire::Role::Admin).await),
         "forbidden"
     );
     assert_eq!(
-        code(member.create_join_code(&wire::CreateJoinCode { tier: Tier::Workspace, ttl_s: None, ephemeral: None }).await),
+        code(
+            member
+                .pair_runner(
+                    Tier::Workspace,
+                    &wire::CreateRunner {
+                        label: "x".into(),
+                        ..Default::default()
+                    }
+                )
+                .await
+        ),
+        "forbidden"
+    );
+    assert_eq!(
+        code(
+            member
+                .create_join_code(&wire::CreateJoinCode {
+                    tier: Tier::Workspace,
+                    ttl_s: None,
+                    ephemeral: None
+                })
+                .await
+        ),
         "forbidden"
     );
     let created = admin.create_key("carol", wire::Role::Member).await.unwrap();
@@ -293,5 +427,8 @@ async fn roles_and_key_revocation() {
     assert_eq!(code(admin.revoke_key(created.id).await), "not_found");
     // Personal runners can't be revoked through the workspace route.
     let (mine, _) = pair(&admin, Tier::Personal, &[], 1).await;
-    assert_eq!(code(admin.revoke_runner(Tier::Workspace, mine.id).await), "not_found");
+    assert_eq!(
+        code(admin.revoke_runner(Tier::Workspace, mine.id).await),
+        "not_found"
+    );
 }

@@ -26,24 +26,40 @@ async fn a_parked_job_settles_exactly_once() {
     assert_eq!((l.id, l.epoch, l.attempt), (job.id, 1, 1));
     assert_eq!(l.heartbeat_interval_ms, l.lease_ttl_ms / 3);
 
-    let done = r.complete(job.id, 1, json!({"exit_code": 0})).await.unwrap();
+    let done = r
+        .complete(job.id, 1, json!({"exit_code": 0}))
+        .await
+        .unwrap();
     assert_eq!(done.state, "completed");
     assert_eq!(done.result, Some(json!({"exit_code": 0})));
     // Every later report is refused, whatever it is, and the job does not change.
-    assert_eq!(code(r.complete(job.id, 1, json!({"exit_code": 1})).await), "job_terminal");
+    assert_eq!(
+        code(r.complete(job.id, 1, json!({"exit_code": 1})).await),
+        "job_terminal"
+    );
     assert_eq!(code(r.fail(job.id, 1, "late").await), "job_terminal");
     assert_eq!(code(r.release(job.id, 1).await), "job_terminal");
     assert_eq!(code(r.heartbeat_job(job.id, 1).await), "job_terminal");
     let cancelled = alice.cancel(job.id).await.unwrap();
-    assert_eq!(cancelled.state, "completed", "cancel returns a terminal job unchanged");
+    assert_eq!(
+        cancelled.state, "completed",
+        "cancel returns a terminal job unchanged"
+    );
     let now = alice.job(job.id).await.unwrap();
     assert_eq!(now.result, Some(json!({"exit_code": 0})));
     assert_eq!(now.provenance.unwrap()["runner"], json!(runner.id));
 
     let events = alice.events(job.id, 0, 0).await.unwrap();
-    let states: Vec<_> = events.events.iter().map(|e| e.data["state"].as_str().unwrap().to_owned()).collect();
+    let states: Vec<_> = events
+        .events
+        .iter()
+        .map(|e| e.data["state"].as_str().unwrap().to_owned())
+        .collect();
     assert_eq!(states, ["parked", "leased", "completed"]);
-    assert_eq!(events.events.iter().map(|e| e.seq).collect::<Vec<_>>(), [1, 2, 3]);
+    assert_eq!(
+        events.events.iter().map(|e| e.seq).collect::<Vec<_>>(),
+        [1, 2, 3]
+    );
 }
 
 #[tokio::test]
@@ -55,16 +71,33 @@ async fn the_409_says_terminal_with_its_state_or_superseded_and_foreign_jobs_are
     let (_, bob_runner) = pair(&bob, Tier::Personal, &[], 1).await;
     let job = dispatch(&alice, personal(), json!(1)).await;
     let l = lease(&r, 1000, 1).await.remove(0);
-    assert_eq!(code(r.heartbeat_job(job.id, l.epoch + 1).await), "lease_superseded");
-    assert_eq!(code(bob_runner.complete(job.id, l.epoch, json!(null)).await), "not_found");
+    assert_eq!(
+        code(r.heartbeat_job(job.id, l.epoch + 1).await),
+        "lease_superseded"
+    );
+    assert_eq!(
+        code(bob_runner.complete(job.id, l.epoch, json!(null)).await),
+        "not_found"
+    );
     alice.cancel(job.id).await.unwrap();
     match r.complete(job.id, l.epoch, json!(null)).await {
-        Err(leasehold::client::ClientError::Api { status, code, state, .. }) => {
-            assert_eq!((status.as_u16(), code.as_str(), state.as_deref()), (409, "job_terminal", Some("cancelled")));
+        Err(leasehold::client::ClientError::Api {
+            status,
+            code,
+            state,
+            ..
+        }) => {
+            assert_eq!(
+                (status.as_u16(), code.as_str(), state.as_deref()),
+                (409, "job_terminal", Some("cancelled"))
+            );
         }
         other => panic!("expected 409 job_terminal, got {other:?}"),
     }
-    assert_eq!(code(r.complete(uuid::Uuid::now_v7(), 1, json!(null)).await), "not_found");
+    assert_eq!(
+        code(r.complete(uuid::Uuid::now_v7(), 1, json!(null)).await),
+        "not_found"
+    );
 }
 
 #[tokio::test]
@@ -81,9 +114,18 @@ async fn first_terminal_report_wins_among_concurrent_reports() {
             alice.cancel(job.id),
         );
         let final_job = alice.job(job.id).await.unwrap();
-        let winners = [a.is_ok(), b.is_ok(), c.as_ref().is_ok_and(|j| j.state == "cancelled")];
-        assert_eq!(winners.iter().filter(|w| **w).count(), 1, "exactly one report wins: {winners:?}");
-        let expected = ["completed", "failed", "cancelled"][winners.iter().position(|w| *w).unwrap()];
+        let winners = [
+            a.is_ok(),
+            b.is_ok(),
+            c.as_ref().is_ok_and(|j| j.state == "cancelled"),
+        ];
+        assert_eq!(
+            winners.iter().filter(|w| **w).count(),
+            1,
+            "exactly one report wins: {winners:?}"
+        );
+        let expected =
+            ["completed", "failed", "cancelled"][winners.iter().position(|w| *w).unwrap()];
         assert_eq!(final_job.state, expected);
         let terminal_events = alice
             .events(job.id, 0, 0)
@@ -91,7 +133,10 @@ async fn first_terminal_report_wins_among_concurrent_reports() {
             .unwrap()
             .events
             .into_iter()
-            .filter(|e| ["completed", "failed", "cancelled"].contains(&e.data["state"].as_str().unwrap_or("")))
+            .filter(|e| {
+                ["completed", "failed", "cancelled"]
+                    .contains(&e.data["state"].as_str().unwrap_or(""))
+            })
             .count();
         assert_eq!(terminal_events, 1);
     }
@@ -114,13 +159,29 @@ async fn a_lapsed_lease_is_redelivered_with_a_higher_epoch_and_the_old_holder_is
     assert_eq!((second.id, second.epoch, second.attempt), (job.id, 2, 2));
     assert_eq!(code(old.heartbeat_job(job.id, 1).await), "lease_superseded");
     assert_eq!(
-        code(old.append_events(job.id, 1, vec![wire::NewEvent { kind: "stdout".into(), data: Some(json!("x")) }]).await),
+        code(
+            old.append_events(
+                job.id,
+                1,
+                vec![wire::NewEvent {
+                    kind: "stdout".into(),
+                    data: Some(json!("x"))
+                }]
+            )
+            .await
+        ),
         "lease_superseded"
     );
-    assert_eq!(code(old.complete(job.id, 1, json!("stale")).await), "lease_superseded");
+    assert_eq!(
+        code(old.complete(job.id, 1, json!("stale")).await),
+        "lease_superseded"
+    );
     let done = new.complete(job.id, 2, json!("fresh")).await.unwrap();
     assert_eq!(done.result, Some(json!("fresh")));
-    assert_eq!(done.provenance.as_ref().unwrap()["runner"], json!(new_runner.id));
+    assert_eq!(
+        done.provenance.as_ref().unwrap()["runner"],
+        json!(new_runner.id)
+    );
     assert_eq!(done.provenance.as_ref().unwrap()["epoch"], json!(2));
 }
 
@@ -138,14 +199,20 @@ async fn an_actively_heartbeating_job_is_never_redelivered_or_timed_out() {
     // Heartbeat at a third of the TTL for five TTLs, while another runner keeps asking.
     let heartbeats = async {
         for _ in 0..15 {
-            holder.heartbeat_job(job.id, l.epoch).await.expect("heartbeat accepted");
+            holder
+                .heartbeat_job(job.id, l.epoch)
+                .await
+                .expect("heartbeat accepted");
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
     };
     let (_, stolen) = tokio::join!(heartbeats, lease(&other, 3000, 1));
     assert!(stolen.is_empty(), "a heartbeated job was re-delivered");
     let now = alice.job(job.id).await.unwrap();
-    assert_eq!((now.state.as_str(), now.epoch, now.attempts), ("leased", 1, 1));
+    assert_eq!(
+        (now.state.as_str(), now.epoch, now.attempts),
+        ("leased", 1, 1)
+    );
     holder.complete(job.id, l.epoch, json!("ok")).await.unwrap();
 }
 
@@ -182,7 +249,10 @@ async fn release_reparks_without_failing_and_the_next_lease_bumps_the_epoch() {
         assert_eq!(l.epoch, epoch);
         let released = r.release(job.id, epoch).await.unwrap();
         assert_eq!(released.state, "parked");
-        assert_eq!(code(r.complete(job.id, epoch, json!(null)).await), "lease_superseded");
+        assert_eq!(
+            code(r.complete(job.id, epoch, json!(null)).await),
+            "lease_superseded"
+        );
     }
 }
 
@@ -194,7 +264,12 @@ async fn a_named_job_is_rejected_on_a_capability_mismatch_and_a_pool_job_only_sk
     let (_, gpu_client) = pair(&alice, Tier::Personal, &["linux", "gpu"], 2).await;
 
     // Pre-gate: a named runner lacking a required capability is 422 at dispatch.
-    let mut named = wire::Dispatch::new(wire::Target::Runner { runner_id: plain.id }, json!("named"));
+    let mut named = wire::Dispatch::new(
+        wire::Target::Runner {
+            runner_id: plain.id,
+        },
+        json!("named"),
+    );
     named.required_capabilities = Some(vec!["gpu".into()]);
     assert_eq!(code(alice.dispatch(&named).await), "capability_mismatch");
 
@@ -213,11 +288,18 @@ async fn a_named_job_is_rejected_on_a_capability_mismatch_and_a_pool_job_only_sk
         })
         .await
         .unwrap();
-    assert!(got.is_empty(), "no job ran in the wrong environment: {got:?}");
+    assert!(
+        got.is_empty(),
+        "no job ran in the wrong environment: {got:?}"
+    );
     let rejected = alice.job(named_job.id).await.unwrap();
     assert_eq!(rejected.state, "rejected");
     assert_eq!(rejected.error.unwrap()["reason"], "capability_mismatch");
-    assert_eq!(alice.job(pool_job.id).await.unwrap().state, "parked", "the pool job was only skipped");
+    assert_eq!(
+        alice.job(pool_job.id).await.unwrap().state,
+        "parked",
+        "the pool job was only skipped"
+    );
 
     let got = lease(&gpu_client, 1000, 2).await;
     assert_eq!(got.iter().map(|j| j.id).collect::<Vec<_>>(), [pool_job.id]);
@@ -230,7 +312,13 @@ async fn named_jobs_come_first_then_priority_then_fifo() {
     let (runner, r) = pair(&alice, Tier::Personal, &[], 10).await;
     let mut ids = Vec::new();
     for (priority, named) in [(0, false), (5, false), (0, false), (-3, true), (5, false)] {
-        let target = if named { wire::Target::Runner { runner_id: runner.id } } else { personal() };
+        let target = if named {
+            wire::Target::Runner {
+                runner_id: runner.id,
+            }
+        } else {
+            personal()
+        };
         let mut d = wire::Dispatch::new(target, json!(priority));
         d.priority = Some(priority);
         ids.push(alice.dispatch(&d).await.unwrap().id);
@@ -248,14 +336,25 @@ async fn capacity_is_never_exceeded_even_by_concurrent_lease_calls_of_one_runner
         dispatch(&alice, personal(), json!(i)).await;
     }
     let calls = (0..10).map(|_| lease(&r, 0, 5));
-    let got: Vec<_> = futures_util::future::join_all(calls).await.into_iter().flatten().collect();
+    let got: Vec<_> = futures_util::future::join_all(calls)
+        .await
+        .into_iter()
+        .flatten()
+        .collect();
     assert_eq!(got.len(), 3, "capacity 3, got {}", got.len());
     // With no free slot a lease answers at once with no jobs, even with a long wait.
     let started = std::time::Instant::now();
     assert!(lease(&r, 5000, 1).await.is_empty());
     assert!(started.elapsed() < Duration::from_secs(2));
     let listed = alice.runners(Tier::Personal).await.unwrap();
-    assert_eq!(listed.iter().find(|x| x.id == runner.id).unwrap().active_leases, 3);
+    assert_eq!(
+        listed
+            .iter()
+            .find(|x| x.id == runner.id)
+            .unwrap()
+            .active_leases,
+        3
+    );
 }
 
 #[tokio::test]
@@ -280,7 +379,11 @@ async fn many_concurrent_claimers_get_distinct_jobs() {
             mine.extend(got.into_iter().map(|j| j.id));
         }
     });
-    let all: Vec<_> = futures_util::future::join_all(claimers).await.into_iter().flatten().collect();
+    let all: Vec<_> = futures_util::future::join_all(claimers)
+        .await
+        .into_iter()
+        .flatten()
+        .collect();
     let distinct: HashSet<_> = all.iter().collect();
     assert_eq!(all.len(), total, "every job leased");
     assert_eq!(distinct.len(), total, "no job leased twice");

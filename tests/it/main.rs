@@ -6,4 +6,6 @@ mod support;
 mod dispatch;
 mod errors;
 mod lease;
+mod procs;
+mod runner_e2e;
 mod schema;

@@ -34,17 +34,27 @@ fn shared() -> &'static Shared {
                     (None, format!("{head}/{{db}}"))
                 }
                 Err(_) => {
-                    let dir = std::env::temp_dir().join(format!("leasehold-test-{}", Uuid::now_v7()));
+                    let dir =
+                        std::env::temp_dir().join(format!("leasehold-test-{}", Uuid::now_v7()));
                     let pg = EmbeddedPg::start(&dir, false, true).expect("private PostgreSQL");
                     let base = pg.url("{db}");
                     (Some(pg), base)
                 }
             };
-            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
             rt.block_on(async {
                 let admin = connect(&base.replace("{db}", "postgres")).await;
-                for statement in [format!("DROP DATABASE IF EXISTS {TEMPLATE}"), format!("CREATE DATABASE {TEMPLATE}")] {
-                    admin.batch_execute(&statement).await.expect("template database");
+                for statement in [
+                    format!("DROP DATABASE IF EXISTS {TEMPLATE}"),
+                    format!("CREATE DATABASE {TEMPLATE}"),
+                ] {
+                    admin
+                        .batch_execute(&statement)
+                        .await
+                        .expect("template database");
                 }
                 leasehold::store::migrate::run(&base.replace("{db}", TEMPLATE))
                     .await
@@ -58,7 +68,9 @@ fn shared() -> &'static Shared {
 }
 
 pub async fn connect(url: &str) -> tokio_postgres::Client {
-    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls).await.expect("connect");
+    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .expect("connect");
     tokio::spawn(conn);
     client
 }
@@ -70,7 +82,10 @@ pub async fn fresh_database() -> String {
     let admin = connect(&shared.base.replace("{db}", "postgres")).await;
     // Concurrent clones of one template can collide; retry briefly.
     for attempt in 0.. {
-        match admin.batch_execute(&format!("CREATE DATABASE {name} TEMPLATE {TEMPLATE}")).await {
+        match admin
+            .batch_execute(&format!("CREATE DATABASE {name} TEMPLATE {TEMPLATE}"))
+            .await
+        {
             Ok(()) => break,
             Err(e) if attempt < 50 => {
                 let _ = e;
@@ -148,11 +163,18 @@ impl TestApp {
 
 pub async fn start_replica(config: Config) -> Replica {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    server::start(config, listener).await.expect("replica starts")
+    server::start(config, listener)
+        .await
+        .expect("replica starts")
 }
 
 /// Pair a runner through `operator` and return it with a client holding its token.
-pub async fn pair(operator: &Client, tier: wire::Tier, capabilities: &[&str], capacity: i64) -> (wire::Runner, Client) {
+pub async fn pair(
+    operator: &Client,
+    tier: wire::Tier,
+    capabilities: &[&str],
+    capacity: i64,
+) -> (wire::Runner, Client) {
     let created = operator
         .pair_runner(
             tier,
@@ -170,16 +192,27 @@ pub async fn pair(operator: &Client, tier: wire::Tier, capabilities: &[&str], ca
 }
 
 /// Dispatch `payload` to `target` with defaults.
-pub async fn dispatch(operator: &Client, target: wire::Target, payload: serde_json::Value) -> wire::Job {
-    operator.dispatch(&wire::Dispatch::new(target, payload)).await.expect("dispatch")
+pub async fn dispatch(
+    operator: &Client,
+    target: wire::Target,
+    payload: serde_json::Value,
+) -> wire::Job {
+    operator
+        .dispatch(&wire::Dispatch::new(target, payload))
+        .await
+        .expect("dispatch")
 }
 
 pub fn personal() -> wire::Target {
-    wire::Target::Pool { pool: wire::Tier::Personal }
+    wire::Target::Pool {
+        pool: wire::Tier::Personal,
+    }
 }
 
 pub fn workspace_pool() -> wire::Target {
-    wire::Target::Pool { pool: wire::Tier::Workspace }
+    wire::Target::Pool {
+        pool: wire::Tier::Workspace,
+    }
 }
 
 /// Lease with a wait, `max_jobs` at most.
@@ -205,7 +238,10 @@ where
         if let Some(v) = check().await {
             return v;
         }
-        assert!(tokio::time::Instant::now() < end, "timed out waiting for: {what}");
+        assert!(
+            tokio::time::Instant::now() < end,
+            "timed out waiting for: {what}"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
