@@ -3,7 +3,8 @@
 //!
 //! Invariants: one process at a time uses a runner's directory (an exclusive `flock` on
 //! `<base>/<runner id>.lock`, held for the runner's life), so clearing left-overs at start can
-//! never delete a live job's files. A job directory holds `work/` (the command's default
+//! never touch a live job: the process groups a crashed run left behind (found by the
+//! `LEASEHOLD_RUNNER_ID` every job is started with) are killed, then their directories removed. A job directory holds `work/` (the command's default
 //! working directory), `home/` (its `HOME`) and `tmp/` (its `TMPDIR`): everything a job
 //! writes by default is removed with it.
 
@@ -53,6 +54,7 @@ impl WorkRoot {
                 lock_path.display()
             )
         })?;
+        kill_orphans(runner);
         let path = base.join(runner.to_string());
         if path.exists() {
             for entry in fs::read_dir(&path)? {
@@ -112,6 +114,49 @@ impl Drop for JobDir {
     fn drop(&mut self) {
         if !self.removed {
             let _ = force_remove(&self.root);
+        }
+    }
+}
+
+/// Kill the process groups of jobs a previous run of `runner` left running (it was killed
+/// before it could stop them). Only our lock holder calls this, so every process carrying this
+/// runner's id in its environment is an orphan. Processes of other users are not readable and
+/// are left alone.
+fn kill_orphans(runner: Uuid) {
+    use nix::sys::signal::{kill, killpg, Signal};
+    use nix::unistd::{getpgid, Pid};
+    let needle = format!("LEASEHOLD_RUNNER_ID={runner}");
+    let me = std::process::id() as i32;
+    let my_group = getpgid(None).map_or(me, Pid::as_raw);
+    let Ok(procs) = fs::read_dir("/proc") else {
+        return;
+    };
+    for entry in procs.flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        if pid == me {
+            continue;
+        }
+        let Ok(environ) = fs::read(entry.path().join("environ")) else {
+            continue;
+        };
+        if environ
+            .split(|&b| b == 0)
+            .any(|var| var == needle.as_bytes())
+        {
+            let pid = Pid::from_raw(pid);
+            tracing::warn!(
+                pid = pid.as_raw(),
+                "killing a process a crashed run of this runner left behind"
+            );
+            if let Ok(pgid) = getpgid(Some(pid)) {
+                // A job leads its own group; never signal ours.
+                if pgid.as_raw() > 1 && pgid.as_raw() != my_group {
+                    let _ = killpg(pgid, Signal::SIGKILL);
+                }
+            }
+            let _ = kill(pid, Signal::SIGKILL);
         }
     }
 }

@@ -614,3 +614,52 @@ async fn the_sandbox_writes_only_its_work_directory_and_never_sees_the_host_home
         "{fresh:?}"
     );
 }
+
+#[tokio::test]
+async fn a_restarted_runner_kills_what_a_crashed_run_left_and_clears_its_work_directory() {
+    let app = TestApp::spawn().await;
+    let key = app.key("acme", "alice", false).await;
+    let alice = Client::new(app.url(0), Some(key.clone()));
+    let dir = TempDir::new("e2e-crash");
+    let config = enrol(&alice, &[&app.url(0)], dir.path(), false, &[]).await;
+    let work = dir.join("work");
+    let mut first = runner(&config, &work, &[], &[]);
+
+    let marker = format!("{}.{}", 3000 + rand_u32() % 1000, rand_u32());
+    let script = format!("touch left-over; sleep {marker}");
+    let out = cli(
+        &app.url(0),
+        &key,
+        &["job", "submit", "--", "sh", "-c", &script],
+        LONG,
+    )
+    .await;
+    let id = job_id(&out);
+    let pgid = eventually(LONG, "the job runs", || async {
+        let p = processes_with(&marker);
+        (p.iter().filter(|(_, s, _)| *s != 'Z').count() >= 2).then(|| p[0].2)
+    })
+    .await;
+    first.signal(Signal::SIGKILL);
+    first.exit(LONG).await;
+    assert!(
+        live_in_group(pgid) > 0,
+        "a crashed runner's job keeps running"
+    );
+    // Settle it, so the restarted runner is not handed it again.
+    alice.cancel(id).await.unwrap();
+
+    let saved: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&config).unwrap()).unwrap();
+    let mine = work.join(saved["runner_id"].as_str().unwrap());
+    assert_eq!(entries(&mine), [id.to_string()]);
+    let _second = runner(&config, &work, &[], &[]);
+    eventually(LONG, "the orphaned process group is killed", || async {
+        (live_in_group(pgid) == 0).then_some(())
+    })
+    .await;
+    eventually(LONG, "the left-over work directory is removed", || async {
+        entries(&mine).is_empty().then_some(())
+    })
+    .await;
+}
