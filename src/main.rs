@@ -183,10 +183,11 @@ async fn dev(
     workspace: String,
     no_runner: bool,
 ) -> anyhow::Result<()> {
-    let work_dir = data_dir
+    let state_dir = data_dir
         .parent()
-        .map_or_else(|| PathBuf::from("."), PathBuf::from)
-        .join("work");
+        .map_or_else(|| PathBuf::from("."), PathBuf::from);
+    let work_dir = state_dir.join("work");
+    let runner_config = state_dir.join("dev-runner.json");
     let pg =
         tokio::task::spawn_blocking(move || EmbeddedPg::start(&data_dir, true, false)).await??;
     let url = pg.url("postgres");
@@ -206,7 +207,7 @@ async fn dev(
     let local_runner = if no_runner {
         None
     } else {
-        let config = dev_runner(&admin, &base).await?;
+        let config = dev_runner(&admin, &base, &runner_config).await?;
         let id = config.runner_id;
         let mut opts = runner::Options::new(config, work_dir);
         opts.capacity = Some(2);
@@ -261,8 +262,25 @@ async fn dev(
     Ok(())
 }
 
-/// Enrol the dev runner with a personal join code minted with the admin key.
-async fn dev_runner(admin: &Client, base: &str) -> anyhow::Result<runner::RunnerConfig> {
+/// The dev runner: the one enrolled by an earlier `leasehold dev` (kept in `path`, mode 0600)
+/// while its token still works, else a new one enrolled with a personal join code minted with
+/// the admin key.
+async fn dev_runner(
+    admin: &Client,
+    base: &str,
+    path: &std::path::Path,
+) -> anyhow::Result<runner::RunnerConfig> {
+    if let Ok(mut config) = runner::RunnerConfig::load(path) {
+        config.servers = vec![base.to_owned()];
+        let probe = Client::new(base, Some(config.token.clone()));
+        if probe
+            .runner_heartbeat(&wire::RunnerHeartbeat::default())
+            .await
+            .is_ok()
+        {
+            return Ok(config);
+        }
+    }
     let code = admin
         .create_join_code(&wire::CreateJoinCode {
             tier: wire::Tier::Personal,
@@ -275,7 +293,7 @@ async fn dev_runner(admin: &Client, base: &str) -> anyhow::Result<runner::Runner
         .ok()
         .and_then(|h| h.into_string().ok())
         .map_or_else(|| "dev-runner".to_owned(), |h| format!("{h} (dev)"));
-    runner::enroll(
+    let config = runner::enroll(
         &[base.to_owned()],
         &wire::Enroll {
             code: code.code,
@@ -286,5 +304,7 @@ async fn dev_runner(admin: &Client, base: &str) -> anyhow::Result<runner::Runner
             capacity: Some(2),
         },
     )
-    .await
+    .await?;
+    config.save(path)?;
+    Ok(config)
 }
