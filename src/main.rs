@@ -34,7 +34,8 @@ struct Cli {
 enum Command {
     /// Run one replica against DATABASE_URL.
     Serve(Config),
-    /// Everything on one machine: a private PostgreSQL in a local directory and one replica.
+    /// Everything on one machine: a private PostgreSQL in a local directory, one replica and a
+    /// local runner.
     Dev {
         /// Where the private PostgreSQL keeps its data (kept across runs).
         #[arg(long, default_value = ".leasehold/dev-pg")]

@@ -247,7 +247,16 @@ async fn submit(client: &Client, json_out: bool, args: SubmitArgs) -> anyhow::Re
     } else {
         Show::Everything
     };
-    let job = follow_job(client, job.id, mode).await?;
+    let job = tokio::select! {
+        job = follow_job(client, job.id, mode) => job?,
+        _ = tokio::signal::ctrl_c() => {
+            eprintln!(
+                "leasehold: stopped following; the job goes on (leasehold job cancel {})",
+                job.id
+            );
+            return Ok(130);
+        }
+    };
     if json_out {
         print_json(&job);
     }
