@@ -7,7 +7,8 @@
 //! (the first two as completed results, the last as `fail`); cancelling a running job kills
 //! its whole process group and reports nothing; a lease taken through a replica that is then
 //! killed -9 is heartbeated and completed through another; SIGTERM drains (a running job
-//! finishes, one past the drain deadline is released for another runner); `--once` and
+//! finishes, one past the drain deadline is released for another runner; a second SIGTERM
+//! releases at once); a restarted runner kills what a crashed run left; `--once` and
 //! ephemeral runners take exactly one job; the sandbox cannot write outside its work
 //! directory or read the host's home, and a runner whose sandbox does not work refuses to
 //! start.
@@ -662,4 +663,43 @@ async fn a_restarted_runner_kills_what_a_crashed_run_left_and_clears_its_work_di
         entries(&mine).is_empty().then_some(())
     })
     .await;
+}
+
+#[tokio::test]
+async fn a_second_sigterm_releases_at_once() {
+    let app = TestApp::spawn().await;
+    let key = app.key("acme", "alice", false).await;
+    let alice = Client::new(app.url(0), Some(key.clone()));
+    let dir = TempDir::new("e2e-term2");
+    let config = enrol(&alice, &[&app.url(0)], dir.path(), false, &[]).await;
+    // The default drain timeout (600 s) would outlast the test.
+    let mut r = runner(&config, &dir.join("work"), &[], &[]);
+    let out = cli(
+        &app.url(0),
+        &key,
+        &["job", "submit", "--", "sleep", "600"],
+        LONG,
+    )
+    .await;
+    let id = job_id(&out);
+    job_in_state(&alice, id, "leased").await;
+
+    r.signal(Signal::SIGTERM);
+    eventually(LONG, "the runner is draining", || async {
+        r.log().contains("draining").then_some(())
+    })
+    .await;
+    assert_eq!(
+        alice.job(id).await.unwrap().state,
+        "leased",
+        "draining lets it run"
+    );
+    r.signal(Signal::SIGTERM);
+    assert!(r.exit(LONG).await.success(), "{}", r.log());
+    let job = alice.job(id).await.unwrap();
+    assert_eq!(
+        (job.state.as_str(), job.attempts),
+        ("parked", 1),
+        "released, not failed"
+    );
 }
