@@ -119,7 +119,8 @@ async fn run_tracked(
             .map_or(JobEnd::Unreported, |_| JobEnd::Failed);
         }
     };
-    tracing::info!(job = %job.id, attempt = job.attempt, argv = ?spec.argv, "job started");
+    // The program only: arguments may carry secrets.
+    tracing::info!(job = %job.id, attempt = job.attempt, program = %spec.argv[0], "job started");
     let dir = match shared.work.job_dir(&job.id.to_string()) {
         Ok(d) => d,
         Err(e) => {
