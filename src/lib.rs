@@ -16,6 +16,8 @@
 //! - [`api`]: the axum router, authentication, the error type and its JSON mapping.
 //! - [`server`]: wires store, hub and api into one replica with an ordered shutdown.
 //! - [`client`]: a typed HTTP client over [`wire`] (runner, CLI, bench and tests use it).
+//! - [`runner`]: the reference runner: enrolment, lease loop, executor, sandbox, drain.
+//! - [`cli`]: the human command line (`leasehold job|runners|join-code|pool|preflight`).
 //! - [`embedded_pg`]: a private PostgreSQL from the installed binaries (`leasehold dev`, tests,
 //!   bench).
 //! - [`config`]: the typed configuration of a replica.
@@ -23,16 +25,18 @@
 //!
 //! Imports run one way: `domain` imports nothing of ours; `store` imports `domain`; `hub`
 //! imports `store` and `domain`; `api` imports `hub`, `store`, `domain` and `wire`; `client`
-//! imports only `wire`.
+//! imports only `wire`; `runner` and `cli` import only `client` and `wire`.
 #![forbid(unsafe_code)]
 
 pub mod api;
 pub mod bench;
+pub mod cli;
 pub mod client;
 pub mod config;
 pub mod domain;
 pub mod embedded_pg;
 pub mod hub;
+pub mod runner;
 pub mod server;
 pub mod store;
 pub mod wire;

@@ -1,4 +1,5 @@
-//! The `leasehold` binary: parses arguments, starts telemetry, calls the library.
+//! The `leasehold` binary: parses arguments, starts telemetry, calls the library (the server,
+//! the runner, and the people's commands in [`leasehold::cli`]).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -8,11 +9,15 @@ use clap::{Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+use leasehold::cli;
+use leasehold::client::Client;
 use leasehold::config::Config;
 use leasehold::domain::credentials::{Kind, Secret};
 use leasehold::embedded_pg::EmbeddedPg;
+use leasehold::runner::{self, Stopper};
 use leasehold::server;
 use leasehold::store::Store;
+use leasehold::wire;
 
 #[derive(Parser)]
 #[command(
@@ -29,7 +34,8 @@ struct Cli {
 enum Command {
     /// Run one replica against DATABASE_URL.
     Serve(Config),
-    /// Everything on one machine: a private PostgreSQL in a local directory and one replica.
+    /// Everything on one machine: a private PostgreSQL in a local directory, one replica and a
+    /// local runner.
     Dev {
         /// Where the private PostgreSQL keeps its data (kept across runs).
         #[arg(long, default_value = ".leasehold/dev-pg")]
@@ -39,6 +45,9 @@ enum Command {
         /// Workspace of the printed admin key.
         #[arg(long, default_value = "dev")]
         workspace: String,
+        /// Do not start the local runner.
+        #[arg(long)]
+        no_runner: bool,
     },
     /// Measure a real deployment against the raw-SQL limit (starts its own by default).
     Bench(leasehold::bench::BenchArgs),
@@ -47,6 +56,8 @@ enum Command {
         #[command(subcommand)]
         command: AdminCommand,
     },
+    #[command(flatten)]
+    People(cli::Command),
 }
 
 #[derive(Subcommand)]
@@ -64,9 +75,11 @@ enum AdminCommand {
     },
 }
 
-fn init_tracing() {
+/// Logs go to stderr; `LEASEHOLD_LOG` overrides `default` (`info` for long-running commands,
+/// `warn` for the people's commands, whose output is the point).
+fn init_tracing(default: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("LEASEHOLD_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
@@ -74,16 +87,32 @@ fn init_tracing() {
 }
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    init_tracing();
-    match Cli::parse().command {
-        Command::Serve(config) => serve(config).await,
+async fn main() -> std::process::ExitCode {
+    let command = Cli::parse().command;
+    let quiet = matches!(&command, Command::People(c) if !matches!(c, cli::Command::Runner { .. }));
+    init_tracing(if quiet { "warn" } else { "info" });
+    match run(command).await {
+        Ok(code) => std::process::ExitCode::from(u8::try_from(code).unwrap_or(1)),
+        Err(e) => {
+            eprintln!("leasehold: {}", cli::render_error(&e));
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(command: Command) -> anyhow::Result<i32> {
+    match command {
+        Command::People(c) => cli::run(c).await,
+        Command::Serve(config) => serve(config).await.map(|()| 0),
         Command::Dev {
             data_dir,
             listen,
             workspace,
-        } => dev(data_dir, listen, workspace).await,
-        Command::Bench(args) => leasehold::bench::run(args).await,
+            no_runner,
+        } => dev(data_dir, listen, workspace, no_runner)
+            .await
+            .map(|()| 0),
+        Command::Bench(args) => leasehold::bench::run(args).await.map(|()| 0),
         Command::Admin {
             command:
                 AdminCommand::CreateKey {
@@ -96,7 +125,7 @@ async fn main() -> anyhow::Result<()> {
             server::migrate_with_patience(&database_url, Duration::from_secs(10)).await?;
             let key = create_key(&database_url, &workspace, &subject, role == "admin").await?;
             println!("{key}");
-            Ok(())
+            Ok(0)
         }
     }
 }
@@ -136,6 +165,12 @@ async fn serve(config: Config) -> anyhow::Result<()> {
 }
 
 async fn stop_on_signal(token: CancellationToken) {
+    stop_on_signal_then(async {}).await;
+    token.cancel();
+}
+
+/// Wait for SIGTERM or Ctrl-C, then run `before_stop`.
+async fn stop_on_signal_then(before_stop: impl std::future::Future<Output = ()>) {
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .expect("SIGTERM handler");
     tokio::select! {
@@ -143,14 +178,20 @@ async fn stop_on_signal(token: CancellationToken) {
         _ = tokio::signal::ctrl_c() => {}
     }
     tracing::info!("shutting down");
-    token.cancel();
+    before_stop.await;
 }
 
 async fn dev(
     data_dir: PathBuf,
     listen: std::net::SocketAddr,
     workspace: String,
+    no_runner: bool,
 ) -> anyhow::Result<()> {
+    let state_dir = data_dir
+        .parent()
+        .map_or_else(|| PathBuf::from("."), PathBuf::from);
+    let work_dir = state_dir.join("work");
+    let runner_config = state_dir.join("dev-runner.json");
     let pg =
         tokio::task::spawn_blocking(move || EmbeddedPg::start(&data_dir, true, false)).await??;
     let url = pg.url("postgres");
@@ -162,6 +203,30 @@ async fn dev(
     let replica = server::start(config, listener).await?;
     let key = create_key(&url, &workspace, "admin", true).await?;
     let base = format!("http://{}", replica.addr);
+    let admin = Client::new(&base, Some(key.clone()));
+
+    // A local runner in this process, owned by the admin key's subject, so personal-pool jobs
+    // run on this machine; and a spare join code to enrol another one.
+    let stopper = Stopper::new();
+    let local_runner = if no_runner {
+        None
+    } else {
+        let config = dev_runner(&admin, &base, &runner_config).await?;
+        let id = config.runner_id;
+        let mut opts = runner::Options::new(config, work_dir);
+        opts.capacity = Some(2);
+        let task = tokio::spawn(runner::run(opts, stopper.clone()));
+        Some((id, task))
+    };
+    let spare = admin
+        .create_join_code(&wire::CreateJoinCode {
+            tier: wire::Tier::Personal,
+            ttl_s: None,
+            ephemeral: None,
+        })
+        .await
+        .context("minting a join code")?;
+
     println!(
         "leasehold dev is running at {base} (PostgreSQL on port {})",
         pg.port
@@ -170,14 +235,80 @@ async fn dev(
     println!("  export LEASEHOLD_SERVER={base}");
     println!("  export LEASEHOLD_API_KEY={key}");
     println!();
-    println!("Dispatch a job to your personal pool:");
-    println!("  curl -s -H \"Authorization: Bearer $LEASEHOLD_API_KEY\" -H 'Content-Type: application/json' \\");
-    println!("       -d '{{\"target\":{{\"pool\":\"personal\"}},\"payload\":{{\"argv\":[\"echo\",\"hello\"]}}}}' $LEASEHOLD_SERVER/v1/jobs");
+    if let Some((id, _)) = &local_runner {
+        println!("A local runner ({id}) takes jobs from your personal pool:");
+        println!("  leasehold job submit --wait -- echo hello");
+    } else {
+        println!("Dispatch a job to your personal pool (no local runner; enrol one below):");
+        println!("  leasehold job submit -- echo hello");
+    }
+    println!();
+    println!("Enrol another runner (code valid 10 minutes, once):");
+    println!("  leasehold runner connect {} --server {base}", spare.code);
     println!("Admin key for workspace '{workspace}' (shown once):");
     println!("{key}");
+
     let token = replica.shutdown_token();
-    tokio::spawn(stop_on_signal(token));
+    tokio::spawn(async move {
+        stop_on_signal_then(async {
+            // The dev runner gives its jobs back at once, then the replica stops.
+            stopper.drain.cancel();
+            stopper.release.cancel();
+            if let Some((_, task)) = local_runner {
+                let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
+            }
+        })
+        .await;
+        token.cancel();
+    });
     replica.stop_after_shutdown(Duration::from_secs(9)).await;
     drop(pg);
     Ok(())
+}
+
+/// The dev runner: the one enrolled by an earlier `leasehold dev` (kept in `path`, mode 0600)
+/// while its token still works, else a new one enrolled with a personal join code minted with
+/// the admin key.
+async fn dev_runner(
+    admin: &Client,
+    base: &str,
+    path: &std::path::Path,
+) -> anyhow::Result<runner::RunnerConfig> {
+    if let Ok(mut config) = runner::RunnerConfig::load(path) {
+        config.servers = vec![base.to_owned()];
+        let probe = Client::new(base, Some(config.token.clone()));
+        if probe
+            .runner_heartbeat(&wire::RunnerHeartbeat::default())
+            .await
+            .is_ok()
+        {
+            return Ok(config);
+        }
+    }
+    let code = admin
+        .create_join_code(&wire::CreateJoinCode {
+            tier: wire::Tier::Personal,
+            ttl_s: Some(60),
+            ephemeral: None,
+        })
+        .await
+        .context("minting the local runner's join code")?;
+    let label = nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .map_or_else(|| "dev-runner".to_owned(), |h| format!("{h} (dev)"));
+    let config = runner::enroll(
+        &[base.to_owned()],
+        &wire::Enroll {
+            code: code.code,
+            label,
+            os: Some(std::env::consts::OS.to_owned()),
+            version: Some(env!("CARGO_PKG_VERSION").to_owned()),
+            capabilities: Some(vec![std::env::consts::OS.to_owned()]),
+            capacity: Some(2),
+        },
+    )
+    .await?;
+    config.save(path)?;
+    Ok(config)
 }

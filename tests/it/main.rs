@@ -7,6 +7,8 @@ mod dispatch;
 mod errors;
 mod faults;
 mod lease;
+mod procs;
 mod replicas;
+mod runner_e2e;
 mod schema;
 mod security;

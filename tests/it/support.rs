@@ -112,6 +112,8 @@ pub fn test_config(database_url: &str) -> Config {
 /// A test's database and the replicas serving it.
 pub struct TestApp {
     pub database_url: String,
+    /// The configuration every replica of this app runs with.
+    pub config: Config,
     pub replicas: Vec<Replica>,
     pub store: Store,
 }
@@ -139,6 +141,7 @@ impl TestApp {
         .unwrap();
         Self {
             database_url,
+            config,
             replicas,
             store,
         }

@@ -1,0 +1,561 @@
+//! `leasehold job submit|get|cancel|logs|list`: dispatch a command and follow it.
+//!
+//! Invariant of following (`submit --wait`, `logs --follow`): every event is printed once, in
+//! `seq` order, and the follow ends only on the job's terminal `state` event, so every line
+//! the runner shipped before its report has been printed. The command's output goes to
+//! stdout / stderr as it was; leasehold's own notes go to stderr, prefixed `leasehold:`.
+//! A lost connection is retried with back-off, resuming after the last `seq` seen.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+
+use anyhow::{bail, Context};
+use clap::{Args, Subcommand, ValueEnum};
+use serde_json::{json, Value};
+use uuid::Uuid;
+
+use super::{print_json, print_table, when, Conn};
+use crate::client::{Client, ClientError};
+use crate::wire::{self, Event, Job, Target, Tier};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PoolArg {
+    Personal,
+    Workspace,
+}
+
+/// Where a job goes: a pool (personal by default) or a named runner.
+#[derive(Debug, Clone, Args)]
+pub struct TargetArgs {
+    /// The pool to dispatch to.
+    #[arg(long, value_enum, conflicts_with = "runner")]
+    pub pool: Option<PoolArg>,
+    /// A named runner instead of a pool.
+    #[arg(long, value_name = "ID")]
+    pub runner: Option<Uuid>,
+}
+
+impl TargetArgs {
+    pub fn target(&self) -> Target {
+        match (self.runner, self.pool) {
+            (Some(runner_id), _) => Target::Runner { runner_id },
+            (None, Some(PoolArg::Workspace)) => Target::Pool {
+                pool: Tier::Workspace,
+            },
+            (None, _) => Target::Pool {
+                pool: Tier::Personal,
+            },
+        }
+    }
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct SubmitArgs {
+    #[command(flatten)]
+    pub target: TargetArgs,
+    /// A capability the runner must advertise (repeatable).
+    #[arg(long = "require", value_name = "CAP")]
+    pub require: Vec<String>,
+    /// Higher runs first (-1000..1000).
+    #[arg(long, allow_negative_numbers = true)]
+    pub priority: Option<i64>,
+    /// Follow the job: stream its output, show its state changes on stderr, and exit with the
+    /// command's exit code.
+    #[arg(long)]
+    pub wait: bool,
+    /// Environment variable for the command, `NAME=VALUE` (repeatable).
+    #[arg(long = "env", value_name = "NAME=VALUE")]
+    pub env: Vec<String>,
+    /// Working directory, relative to the job's work directory.
+    #[arg(long)]
+    pub cwd: Option<String>,
+    /// Kill the command after this many seconds.
+    #[arg(long, value_name = "SECONDS")]
+    pub timeout: Option<f64>,
+    /// Text written to the command's standard input.
+    #[arg(long)]
+    pub stdin: Option<String>,
+    /// Leases taken before a job whose runners keep vanishing fails (1..100).
+    #[arg(long)]
+    pub max_attempts: Option<i64>,
+    /// Dispatch at most once per key in the workspace.
+    #[arg(long)]
+    pub idempotency_key: Option<String>,
+    /// The command and its arguments, after `--`.
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "ARGV"
+    )]
+    pub argv: Vec<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum JobCommand {
+    /// Dispatch a command; prints the job id (with --wait, follows it instead).
+    Submit(SubmitArgs),
+    /// Show a job.
+    Get { id: Uuid },
+    /// Cancel a job; a running command is killed by its runner at its next heartbeat.
+    Cancel { id: Uuid },
+    /// Print a job's output.
+    Logs {
+        id: Uuid,
+        /// Keep printing until the job ends.
+        #[arg(long, short)]
+        follow: bool,
+    },
+    /// List the workspace's jobs, oldest first.
+    List {
+        /// Only jobs in this state (parked, leased, completed, failed, cancelled, rejected).
+        #[arg(long)]
+        state: Option<String>,
+        /// At most this many (1..500).
+        #[arg(long)]
+        limit: Option<u32>,
+        /// Jobs after this id (the `next` of the previous page).
+        #[arg(long)]
+        after: Option<Uuid>,
+    },
+}
+
+/// Run a `job` subcommand.
+///
+/// # Errors
+/// The service refused the call or could not be reached.
+pub async fn run(conn: &Conn, command: JobCommand) -> anyhow::Result<i32> {
+    let client = conn.client()?;
+    match command {
+        JobCommand::Submit(args) => submit(&client, conn.json, args).await,
+        JobCommand::Get { id } => {
+            let job = client.job(id).await?;
+            if conn.json {
+                print_json(&job);
+            } else {
+                describe(&job);
+            }
+            Ok(0)
+        }
+        JobCommand::Cancel { id } => {
+            let job = client.cancel(id).await?;
+            if conn.json {
+                print_json(&job);
+            } else if job.state == "cancelled" {
+                println!("job {id} cancelled");
+            } else {
+                println!("job {id} had already ended: {}", job.state);
+            }
+            Ok(0)
+        }
+        JobCommand::Logs { id, follow } => {
+            let mode = if conn.json { Show::Json } else { Show::Output };
+            if follow {
+                follow_job(&client, id, mode).await?;
+            } else {
+                let mut after = 0;
+                loop {
+                    let page = client.events(id, after, 0).await?;
+                    if page.events.is_empty() {
+                        break;
+                    }
+                    for e in &page.events {
+                        print_event(e, mode, id);
+                    }
+                    after = page.next;
+                }
+            }
+            Ok(0)
+        }
+        JobCommand::List {
+            state,
+            limit,
+            after,
+        } => {
+            let page = client.jobs(state.as_deref(), limit, after).await?;
+            if conn.json {
+                print_json(&page);
+                return Ok(0);
+            }
+            let rows: Vec<Vec<String>> = page
+                .jobs
+                .iter()
+                .map(|j| {
+                    vec![
+                        j.id.to_string(),
+                        j.state.clone(),
+                        when(Some(j.created_at)),
+                        target_text(j),
+                        command_text(j),
+                    ]
+                })
+                .collect();
+            print_table(&["ID", "STATE", "CREATED", "TARGET", "COMMAND"], &rows);
+            if let Some(next) = page.next {
+                eprintln!("more: leasehold job list --after {next}");
+            }
+            Ok(0)
+        }
+    }
+}
+
+fn payload(args: &SubmitArgs) -> anyhow::Result<Value> {
+    let mut env = BTreeMap::new();
+    for pair in &args.env {
+        let (k, v) = pair
+            .split_once('=')
+            .with_context(|| format!("--env {pair}: expected NAME=VALUE"))?;
+        env.insert(k.to_owned(), v.to_owned());
+    }
+    let mut p = json!({ "argv": args.argv, "env": env });
+    if let Some(cwd) = &args.cwd {
+        p["cwd"] = json!(cwd);
+    }
+    if let Some(t) = args.timeout {
+        if !t.is_finite() || t <= 0.0 {
+            bail!("--timeout must be a positive number of seconds");
+        }
+        p["timeout_s"] = json!(t);
+    }
+    if let Some(s) = &args.stdin {
+        p["stdin"] = json!(s);
+    }
+    Ok(p)
+}
+
+async fn submit(client: &Client, json_out: bool, args: SubmitArgs) -> anyhow::Result<i32> {
+    let mut req = wire::Dispatch::new(args.target.target(), payload(&args)?);
+    if !args.require.is_empty() {
+        req.required_capabilities = Some(args.require.clone());
+    }
+    req.priority = args.priority;
+    req.max_attempts = args.max_attempts;
+    let job = match &args.idempotency_key {
+        Some(key) => client.dispatch_idempotent(&req, key).await?.1,
+        None => client.dispatch(&req).await?,
+    };
+    if !args.wait {
+        if json_out {
+            print_json(&job);
+        } else {
+            println!("{}", job.id);
+        }
+        return Ok(0);
+    }
+    let mode = if json_out {
+        Show::Quiet
+    } else {
+        Show::Everything
+    };
+    let job = tokio::select! {
+        job = follow_job(client, job.id, mode) => job?,
+        _ = tokio::signal::ctrl_c() => {
+            eprintln!(
+                "leasehold: stopped following; the job goes on (leasehold job cancel {})",
+                job.id
+            );
+            return Ok(130);
+        }
+    };
+    if json_out {
+        print_json(&job);
+    }
+    Ok(exit_code(&job))
+}
+
+/// What a follower prints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Show {
+    /// Output and state changes (`submit --wait`).
+    Everything,
+    /// Output only (`logs`).
+    Output,
+    /// Every event as one JSON line (`logs --json`).
+    Json,
+    /// Nothing; the caller prints the final job (`submit --wait --json`).
+    Quiet,
+}
+
+/// The exit status `submit --wait` ends with: the command's own; 124 for a timeout (as
+/// `timeout(1)`); 128+N for a signal (as a shell); 1 when the job did not complete.
+pub fn exit_code(job: &Job) -> i32 {
+    if job.state != "completed" {
+        return 1;
+    }
+    let r = job.result.as_ref().unwrap_or(&Value::Null);
+    if r["timed_out"].as_bool() == Some(true) {
+        return 124;
+    }
+    if let Some(code) = r["exit_code"].as_i64() {
+        return code as i32;
+    }
+    if let Some(sig) = r["signal"].as_i64() {
+        return 128 + sig as i32;
+    }
+    0
+}
+
+fn note(_id: Uuid, text: &str) {
+    eprintln!("leasehold: {text}");
+}
+
+fn state_note(id: Uuid, data: &Value) -> String {
+    let state = data["state"].as_str().unwrap_or("?");
+    let reason = data["reason"].as_str();
+    let runner = data["runner"].as_str().unwrap_or("?");
+    let epoch = data["epoch"].as_i64().unwrap_or(0);
+    match (state, reason) {
+        ("parked", Some("dispatched")) | ("parked", None) => {
+            format!("job {id} parked, waiting for a runner")
+        }
+        ("parked", Some("lease_lapsed")) => {
+            format!("runner {runner} stopped heartbeating; parked again for re-delivery")
+        }
+        ("parked", Some("released")) => {
+            format!("runner {runner} released it (draining); parked again")
+        }
+        ("parked", Some(r)) => format!("parked again ({r})"),
+        ("leased", _) if epoch > 1 => {
+            format!("re-delivered: leased by runner {runner} (attempt {epoch})")
+        }
+        ("leased", _) => format!("leased by runner {runner}"),
+        ("completed", _) => format!("completed on runner {runner}"),
+        (s, Some(r)) => format!("{s} ({r})"),
+        (s, None) => s.to_owned(),
+    }
+}
+
+fn print_event(e: &Event, mode: Show, id: Uuid) {
+    if mode == Show::Json {
+        println!("{}", serde_json::to_string(e).expect("events serialise"));
+        return;
+    }
+    if mode == Show::Quiet {
+        return;
+    }
+    let line = e.data["line"].as_str();
+    match (e.kind.as_str(), line) {
+        ("stdout", Some(l)) => {
+            let mut out = std::io::stdout().lock();
+            let _ = writeln!(out, "{l}");
+            let _ = out.flush();
+        }
+        ("stderr", Some(l)) => eprintln!("{l}"),
+        ("state", _) if mode == Show::Everything => note(id, &state_note(id, &e.data)),
+        ("output.dropped", _) => note(
+            id,
+            &format!(
+                "{} lines of output were dropped (too much, or the service was unreachable)",
+                e.data["lines"]
+            ),
+        ),
+        _ => {}
+    }
+}
+
+fn is_terminal_state(e: &Event) -> bool {
+    e.kind == "state"
+        && !matches!(
+            e.data["state"].as_str(),
+            Some("parked") | Some("leased") | None
+        )
+}
+
+/// Whether a failed call is worth retrying: no answer, or the service asked to retry.
+fn transient(e: &ClientError) -> bool {
+    match e {
+        ClientError::Transport(_) => true,
+        ClientError::Api { status, .. } => matches!(status.as_u16(), 502..=504),
+    }
+}
+
+/// Print a job's events as they arrive until it ends; returns the ended job.
+async fn follow_job(client: &Client, id: Uuid, mode: Show) -> anyhow::Result<Job> {
+    let mut after = 0i64;
+    let mut failures = 0u32;
+    loop {
+        let page = match client.events(id, after, 30_000).await {
+            Ok(p) => {
+                failures = 0;
+                p
+            }
+            Err(e) if transient(&e) && failures < 30 => {
+                if failures == 0 {
+                    note(id, &format!("lost the service ({e}); retrying"));
+                }
+                tokio::time::sleep(crate::runner::servers::backoff(failures.min(5))).await;
+                failures += 1;
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let mut ended = false;
+        for e in &page.events {
+            print_event(e, mode, id);
+            ended |= is_terminal_state(e);
+        }
+        after = page.next;
+        if ended {
+            break;
+        }
+        if page.events.is_empty() {
+            // A wait ends at once for a terminal job: it may have ended before we looked.
+            let job = client.job(id).await?;
+            if job.is_terminal() {
+                let rest = client.events(id, after, 0).await?;
+                for e in &rest.events {
+                    print_event(e, mode, id);
+                }
+                return finish(job, mode);
+            }
+        }
+    }
+    let job = client.job(id).await?;
+    finish(job, mode)
+}
+
+fn finish(job: Job, mode: Show) -> anyhow::Result<Job> {
+    if mode == Show::Everything {
+        if let Some(err) = &job.error {
+            note(
+                job.id,
+                &format!(
+                    "{}: {}",
+                    err["reason"].as_str().unwrap_or("?"),
+                    err["message"].as_str().unwrap_or("")
+                ),
+            );
+        } else if let Some(r) = &job.result {
+            if r["timed_out"].as_bool() == Some(true) {
+                note(job.id, "the command timed out and was killed");
+            } else if let Some(sig) = r["signal"].as_i64() {
+                note(job.id, &format!("the command was killed by signal {sig}"));
+            }
+        }
+    }
+    Ok(job)
+}
+
+fn target_text(job: &Job) -> String {
+    let owner = &job.owner;
+    match job.runner_id.as_str() {
+        "*" if owner.starts_with("ws:") => "workspace pool".into(),
+        "*" => format!("{owner}'s pool"),
+        id => format!("runner {id}"),
+    }
+}
+
+fn command_text(job: &Job) -> String {
+    match job.payload["argv"].as_array() {
+        Some(argv) if job.kind == "command" => argv
+            .iter()
+            .map(|a| a.as_str().unwrap_or("?"))
+            .collect::<Vec<_>>()
+            .join(" "),
+        _ => format!("({})", job.kind),
+    }
+}
+
+fn describe(job: &Job) {
+    let mut rows: Vec<(&str, String)> = vec![
+        ("id", job.id.to_string()),
+        ("state", job.state.clone()),
+        ("workspace", job.workspace.clone()),
+        ("target", target_text(job)),
+        ("kind", job.kind.clone()),
+    ];
+    if job.kind == "command" {
+        rows.push(("command", command_text(job)));
+    }
+    if !job.required_capabilities.is_empty() {
+        rows.push(("requires", job.required_capabilities.join(", ")));
+    }
+    rows.push(("priority", job.priority.to_string()));
+    rows.push((
+        "attempts",
+        format!("{} of {}", job.attempts, job.max_attempts),
+    ));
+    rows.push(("created", when(Some(job.created_at))));
+    rows.push(("leased", when(job.leased_at)));
+    rows.push(("finished", when(job.finished_at)));
+    if let Some(r) = &job.result {
+        for (label, key) in [
+            ("outcome", "outcome"),
+            ("exit code", "exit_code"),
+            ("signal", "signal"),
+            ("duration ms", "duration_ms"),
+            ("error", "error"),
+        ] {
+            match &r[key] {
+                Value::Null => {}
+                Value::String(s) => rows.push((label, s.clone())),
+                v => rows.push((label, v.to_string())),
+            }
+        }
+    }
+    if let Some(e) = &job.error {
+        rows.push((
+            "error",
+            format!(
+                "{}: {}",
+                e["reason"].as_str().unwrap_or("?"),
+                e["message"].as_str().unwrap_or("")
+            ),
+        ));
+    }
+    if let Some(p) = &job.provenance {
+        rows.push((
+            "ran on",
+            format!("runner {}", p["runner"].as_str().unwrap_or("?")),
+        ));
+    }
+    for (k, v) in rows {
+        println!("{k:<12} {v}");
+    }
+    if let Some(r) = &job.result {
+        for (label, key) in [
+            ("stdout tail", "stdout_tail"),
+            ("stderr tail", "stderr_tail"),
+        ] {
+            if let Some(t) = r[key].as_str().filter(|t| !t.is_empty()) {
+                println!("{label}:");
+                for line in t.lines() {
+                    println!("  {line}");
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(state: &str, result: Value) -> Job {
+        serde_json::from_value(json!({
+            "id": Uuid::nil(), "workspace": "w", "owner": "o", "runner_id": "*", "state": state,
+            "kind": "command", "payload": {}, "required_capabilities": [], "priority": 0,
+            "epoch": 1, "attempts": 1, "max_attempts": 3, "created_at": "2026-01-01T00:00:00Z",
+            "leased_at": null, "finished_at": null, "result": result, "error": null,
+            "provenance": null, "billing_tenant": null
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn exit_codes_follow_the_shell() {
+        assert_eq!(exit_code(&job("completed", json!({"exit_code": 3}))), 3);
+        assert_eq!(
+            exit_code(&job("completed", json!({"exit_code": null, "signal": 9}))),
+            137
+        );
+        assert_eq!(
+            exit_code(&job(
+                "completed",
+                json!({"exit_code": null, "signal": 15, "timed_out": true})
+            )),
+            124
+        );
+        assert_eq!(exit_code(&job("cancelled", Value::Null)), 1);
+    }
+}

@@ -1,0 +1,180 @@
+//! The command line for people and scripts: `leasehold job|runners|join-code|pool|preflight`
+//! and `leasehold runner connect|run`.
+//!
+//! It speaks only the public contract through [`crate::client`]. Output is for people by
+//! default and JSON with `--json`; an error prints the service's message (never a debug dump)
+//! and exits non-zero. Credentials come from `--server`/`--key` or `LEASEHOLD_SERVER` /
+//! `LEASEHOLD_API_KEY`, and the key is never printed, not even by `--help`.
+
+pub mod jobs;
+pub mod operators;
+pub mod runner;
+
+use std::fmt::Write as _;
+
+use clap::{Args, Subcommand};
+
+use crate::client::{Client, ClientError};
+
+/// Where to call and as whom; every operator and dispatcher command takes these.
+#[derive(Debug, Clone, Args)]
+pub struct Conn {
+    /// Base URL of the service.
+    #[arg(long, env = "LEASEHOLD_SERVER", global = true)]
+    pub server: Option<String>,
+    /// API key (`ak_...`).
+    #[arg(long, env = "LEASEHOLD_API_KEY", hide_env_values = true, global = true)]
+    pub key: Option<String>,
+    /// Print JSON (the contract's objects) instead of text for people.
+    #[arg(long, global = true)]
+    pub json: bool,
+}
+
+impl Conn {
+    /// A client for the configured server and key.
+    ///
+    /// # Errors
+    /// The server or the key is not given.
+    pub fn client(&self) -> anyhow::Result<Client> {
+        let server = self.server.clone().ok_or_else(|| {
+            anyhow::anyhow!("no server: pass --server URL or set LEASEHOLD_SERVER")
+        })?;
+        let key = self
+            .key
+            .clone()
+            .ok_or_else(|| anyhow::anyhow!("no API key: pass --key or set LEASEHOLD_API_KEY"))?;
+        Ok(Client::new(server, Some(key)))
+    }
+}
+
+/// The people's commands, as `main` mounts them.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Dispatch, follow, inspect and cancel jobs.
+    Job {
+        #[command(flatten)]
+        conn: Conn,
+        #[command(subcommand)]
+        command: jobs::JobCommand,
+    },
+    /// List and revoke runners.
+    Runners {
+        #[command(flatten)]
+        conn: Conn,
+        #[command(subcommand)]
+        command: operators::RunnersCommand,
+    },
+    /// Mint join codes that enrol runners.
+    JoinCode {
+        #[command(flatten)]
+        conn: Conn,
+        #[command(subcommand)]
+        command: operators::JoinCodeCommand,
+    },
+    /// How many runners and slots you can dispatch to, and how busy they are.
+    Pool {
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Would a job with these requirements find a runner?
+    Preflight {
+        #[command(flatten)]
+        conn: Conn,
+        #[command(flatten)]
+        target: jobs::TargetArgs,
+        /// A capability the job needs (repeatable).
+        #[arg(long = "require", value_name = "CAP")]
+        require: Vec<String>,
+    },
+    /// Enrol this machine as a runner, and run it.
+    Runner {
+        #[command(subcommand)]
+        command: runner::RunnerCommand,
+    },
+}
+
+/// Run a command; the result is the process's exit status.
+///
+/// # Errors
+/// Anything that should be reported with [`render_error`] and exit status 1.
+pub async fn run(command: Command) -> anyhow::Result<i32> {
+    match command {
+        Command::Job { conn, command } => jobs::run(&conn, command).await,
+        Command::Runners { conn, command } => operators::runners(&conn, command).await,
+        Command::JoinCode { conn, command } => operators::join_code(&conn, command).await,
+        Command::Pool { conn } => operators::pool(&conn).await,
+        Command::Preflight {
+            conn,
+            target,
+            require,
+        } => operators::preflight(&conn, &target, require).await,
+        Command::Runner { command } => runner::run(command).await,
+    }
+}
+
+/// One line for people: the service's own message, or why it could not be reached.
+pub fn render_error(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        if let Some(c) = cause.downcast_ref::<ClientError>() {
+            match c {
+                ClientError::Api { code, message, .. } if message == code => {
+                    let _ = write!(out, "{message}");
+                }
+                ClientError::Api { code, message, .. } => {
+                    let _ = write!(out, "{message} ({code})");
+                }
+                ClientError::Transport(t) => {
+                    let _ = write!(out, "cannot reach the service: {t}");
+                }
+            }
+            return out;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        let _ = write!(out, "{cause}");
+    }
+    out
+}
+
+/// Print `value` as pretty JSON on stdout.
+pub fn print_json<T: serde::Serialize>(value: &T) {
+    println!(
+        "{}",
+        serde_json::to_string_pretty(value).expect("wire types serialise")
+    );
+}
+
+/// Print rows as left-aligned columns under `header`.
+pub fn print_table(header: &[&str], rows: &[Vec<String>]) {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        let mut s = String::new();
+        for (i, (cell, w)) in cells.iter().zip(&widths).enumerate() {
+            if i + 1 == cells.len() {
+                s.push_str(cell);
+            } else {
+                let _ = write!(s, "{cell:<w$}  ");
+            }
+        }
+        println!("{}", s.trim_end());
+    };
+    line(header.to_vec());
+    for row in rows {
+        line(row.iter().map(String::as_str).collect());
+    }
+}
+
+/// A timestamp for people: `2026-01-02 15:04:05Z`.
+pub fn when(t: Option<chrono::DateTime<chrono::Utc>>) -> String {
+    t.map_or_else(
+        || "-".into(),
+        |t| t.format("%Y-%m-%d %H:%M:%SZ").to_string(),
+    )
+}

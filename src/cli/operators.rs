@@ -1,0 +1,190 @@
+//! `leasehold runners|join-code|pool|preflight`: what an operator needs to enrol, see and
+//! retire runners.
+//!
+//! Invariant: a join code is printed only by the command that creates it (the contract's one
+//! showing); nothing else here prints a secret.
+
+use clap::Subcommand;
+use uuid::Uuid;
+
+use super::jobs::TargetArgs;
+use super::{print_json, print_table, when, Conn};
+use crate::wire::{self, Tier};
+
+#[derive(Debug, Subcommand)]
+pub enum RunnersCommand {
+    /// Your personal runners (with --workspace: every runner paired in the workspace).
+    List {
+        #[arg(long)]
+        workspace: bool,
+    },
+    /// Revoke a runner: its token dies at once, its pool jobs go back to the queue.
+    Revoke {
+        id: Uuid,
+        /// A workspace-owned runner (needs an admin key).
+        #[arg(long)]
+        workspace: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum JoinCodeCommand {
+    /// Mint a one-time code for `leasehold runner connect`.
+    Create {
+        /// Enrol a workspace-owned runner (needs an admin key) instead of a personal one.
+        #[arg(long)]
+        workspace: bool,
+        /// The runner takes one job and its token dies once that job settles.
+        #[arg(long)]
+        ephemeral: bool,
+        /// Seconds the code stays valid (1..600).
+        #[arg(long, value_name = "SECONDS")]
+        ttl: Option<i64>,
+    },
+}
+
+fn tier(workspace: bool) -> Tier {
+    if workspace {
+        Tier::Workspace
+    } else {
+        Tier::Personal
+    }
+}
+
+/// # Errors
+/// The service refused the call or could not be reached.
+pub async fn runners(conn: &Conn, command: RunnersCommand) -> anyhow::Result<i32> {
+    let client = conn.client()?;
+    match command {
+        RunnersCommand::List { workspace } => {
+            let runners = client.runners(tier(workspace)).await?;
+            if conn.json {
+                print_json(&wire::RunnerList { runners });
+                return Ok(0);
+            }
+            let rows: Vec<Vec<String>> = runners
+                .iter()
+                .map(|r| {
+                    vec![
+                        r.id.to_string(),
+                        r.label.clone(),
+                        r.owner.clone(),
+                        r.presence.clone(),
+                        format!("{}/{}", r.active_leases, r.capacity),
+                        if r.capabilities.is_empty() {
+                            "-".into()
+                        } else {
+                            r.capabilities.join(",")
+                        },
+                        when(r.last_seen_at),
+                    ]
+                })
+                .collect();
+            print_table(
+                &[
+                    "ID",
+                    "LABEL",
+                    "OWNER",
+                    "PRESENCE",
+                    "LEASES",
+                    "CAPABILITIES",
+                    "LAST SEEN",
+                ],
+                &rows,
+            );
+            Ok(0)
+        }
+        RunnersCommand::Revoke { id, workspace } => {
+            client.revoke_runner(tier(workspace), id).await?;
+            if conn.json {
+                print_json(&serde_json::json!({"revoked": id}));
+            } else {
+                println!("runner {id} revoked");
+            }
+            Ok(0)
+        }
+    }
+}
+
+/// # Errors
+/// The service refused the call or could not be reached.
+pub async fn join_code(conn: &Conn, command: JoinCodeCommand) -> anyhow::Result<i32> {
+    let client = conn.client()?;
+    let JoinCodeCommand::Create {
+        workspace,
+        ephemeral,
+        ttl,
+    } = command;
+    let code = client
+        .create_join_code(&wire::CreateJoinCode {
+            tier: tier(workspace),
+            ttl_s: ttl,
+            ephemeral: ephemeral.then_some(true),
+        })
+        .await?;
+    if conn.json {
+        print_json(&code);
+    } else {
+        println!("{}", code.code);
+        eprintln!(
+            "valid until {}, once. On the runner's machine:\n  leasehold runner connect {} --server {}",
+            when(Some(code.expires_at)),
+            code.code,
+            client.base()
+        );
+    }
+    Ok(0)
+}
+
+/// # Errors
+/// The service refused the call or could not be reached.
+pub async fn pool(conn: &Conn) -> anyhow::Result<i32> {
+    let pool = conn.client()?.pool().await?;
+    if conn.json {
+        print_json(&pool);
+        return Ok(0);
+    }
+    println!(
+        "runners  {} online, {} dormant, {} never seen",
+        pool.runners.online, pool.runners.dormant, pool.runners.never
+    );
+    println!(
+        "slots    {} of {} busy (online runners)",
+        pool.slots.active, pool.slots.capacity
+    );
+    println!(
+        "jobs     {} parked, {} leased",
+        pool.jobs.parked, pool.jobs.leased
+    );
+    Ok(0)
+}
+
+/// Exit status 0 when a job would find a runner, 1 when something blocks it.
+///
+/// # Errors
+/// The service refused the call or could not be reached.
+pub async fn preflight(
+    conn: &Conn,
+    target: &TargetArgs,
+    require: Vec<String>,
+) -> anyhow::Result<i32> {
+    let report = conn
+        .client()?
+        .preflight(&wire::Preflight {
+            target: target.target(),
+            required_capabilities: (!require.is_empty()).then_some(require),
+        })
+        .await?;
+    if conn.json {
+        print_json(&report);
+    } else {
+        println!("{}", if report.ok { "ok" } else { "blocked" });
+        for b in &report.blockers {
+            println!("  blocker  {}: {}", b.code, b.message);
+        }
+        for w in &report.warnings {
+            println!("  warning  {}: {}", w.code, w.message);
+        }
+    }
+    Ok(if report.ok { 0 } else { 1 })
+}

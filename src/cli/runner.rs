@@ -1,0 +1,187 @@
+//! `leasehold runner connect|run`: enrol this machine, then run it until drained.
+//!
+//! Invariants: the token is written only to the configuration file (mode 0600) and never
+//! printed; SIGTERM or Ctrl-C drains, a second one releases at once; a runner asked for a
+//! sandbox that does not work refuses to start.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Subcommand, ValueEnum};
+
+use crate::runner::{self, config, Options, RunnerConfig, Sandbox, Stopper};
+use crate::wire;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SandboxArg {
+    /// Run commands as the runner's user, in the job's directory.
+    None,
+    /// Run commands under `bwrap`: only the job's directory writable, the host's home unseen.
+    Bubblewrap,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum RunnerCommand {
+    /// Enrol with a join code and write the runner's credentials (mode 0600).
+    Connect {
+        /// The `jc_` join code from `leasehold join-code create`.
+        code: String,
+        /// The service's URL; repeat for replicas to fail over to.
+        #[arg(long = "server", required = true, value_name = "URL")]
+        servers: Vec<String>,
+        /// A name for people (default: the host name).
+        #[arg(long)]
+        label: Option<String>,
+        /// Jobs run at once (1..256).
+        #[arg(long, default_value_t = 1)]
+        capacity: i64,
+        /// A capability this runner advertises, e.g. `linux` or `docker` (repeatable).
+        #[arg(long = "capability", value_name = "CAP")]
+        capabilities: Vec<String>,
+        /// Where to write the credentials.
+        #[arg(long, value_name = "PATH")]
+        config: Option<PathBuf>,
+    },
+    /// Lease and run jobs until SIGTERM (drains) or, with --once, one job.
+    Run {
+        #[arg(long, value_name = "PATH")]
+        config: Option<PathBuf>,
+        /// Take one job, report it, and exit.
+        #[arg(long)]
+        once: bool,
+        /// How commands are confined.
+        #[arg(long, value_enum, default_value_t = SandboxArg::None)]
+        sandbox: SandboxArg,
+        /// After SIGTERM, how long running jobs may finish before they are released.
+        #[arg(long, value_name = "SECONDS", default_value_t = 600.0)]
+        drain_timeout: f64,
+        /// Parent of the per-job work directories.
+        #[arg(long, env = "LEASEHOLD_WORK_DIR", value_name = "PATH")]
+        work_dir: Option<PathBuf>,
+        /// Jobs run at once, overriding the configuration.
+        #[arg(long)]
+        capacity: Option<i64>,
+        /// Longest wait of one lease long-poll.
+        #[arg(long, value_name = "MS", default_value_t = 30_000, hide = true)]
+        poll_wait_ms: u64,
+    },
+}
+
+fn env(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
+fn config_path(given: Option<PathBuf>) -> PathBuf {
+    given.unwrap_or_else(|| {
+        config::default_path(env("XDG_CONFIG_HOME").as_deref(), env("HOME").as_deref())
+    })
+}
+
+/// `$XDG_STATE_HOME/leasehold/work`, else `$HOME/.local/state/leasehold/work`.
+fn default_work_dir() -> PathBuf {
+    match (env("XDG_STATE_HOME"), env("HOME")) {
+        (Some(x), _) => PathBuf::from(x),
+        (None, Some(h)) => PathBuf::from(h).join(".local").join("state"),
+        (None, None) => PathBuf::from("."),
+    }
+    .join("leasehold")
+    .join("work")
+}
+
+fn hostname() -> String {
+    nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "runner".into())
+}
+
+/// SIGTERM or SIGINT: the first drains, the next releases.
+pub fn escalate_on_signals(stopper: Stopper) -> anyhow::Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).context("installing a SIGTERM handler")?;
+    let mut int = signal(SignalKind::interrupt()).context("installing a SIGINT handler")?;
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+            stopper.escalate();
+        }
+    });
+    Ok(())
+}
+
+/// # Errors
+/// Enrolment refused, configuration unreadable, sandbox broken, token revoked.
+pub async fn run(command: RunnerCommand) -> anyhow::Result<i32> {
+    match command {
+        RunnerCommand::Connect {
+            code,
+            servers,
+            label,
+            capacity,
+            capabilities,
+            config,
+        } => {
+            let path = config_path(config);
+            let req = wire::Enroll {
+                code,
+                label: label.unwrap_or_else(hostname),
+                os: Some(std::env::consts::OS.to_owned()),
+                version: Some(env!("CARGO_PKG_VERSION").to_owned()),
+                capabilities: Some(capabilities),
+                capacity: Some(capacity),
+            };
+            let cfg = runner::enroll(&servers, &req).await?;
+            cfg.save(&path)?;
+            println!(
+                "enrolled runner {} ({}) for {}{}",
+                cfg.runner_id,
+                cfg.label,
+                cfg.owner,
+                if cfg.ephemeral { ", ephemeral" } else { "" }
+            );
+            println!("credentials written to {} (mode 0600)", path.display());
+            println!(
+                "start it with: leasehold runner run --config {}",
+                path.display()
+            );
+            Ok(0)
+        }
+        RunnerCommand::Run {
+            config,
+            once,
+            sandbox,
+            drain_timeout,
+            work_dir,
+            capacity,
+            poll_wait_ms,
+        } => {
+            let path = config_path(config);
+            let cfg = RunnerConfig::load(&path)?;
+            let mut opts = Options::new(cfg, work_dir.unwrap_or_else(default_work_dir));
+            opts.config_path = Some(path);
+            opts.once = once;
+            opts.sandbox = match sandbox {
+                SandboxArg::None => Sandbox::None,
+                SandboxArg::Bubblewrap => Sandbox::bubblewrap(
+                    &env("PATH").unwrap_or_else(|| runner::sandbox::DEFAULT_PATH.to_owned()),
+                )?,
+            };
+            anyhow::ensure!(
+                drain_timeout.is_finite() && drain_timeout >= 0.0,
+                "--drain-timeout must be a number of seconds"
+            );
+            opts.drain_timeout = Duration::from_secs_f64(drain_timeout);
+            opts.capacity = capacity;
+            opts.poll_wait = Duration::from_millis(poll_wait_ms);
+            let stopper = Stopper::new();
+            escalate_on_signals(stopper.clone())?;
+            runner::run(opts, stopper).await?;
+            Ok(0)
+        }
+    }
+}

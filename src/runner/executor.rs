@@ -1,0 +1,288 @@
+//! Runs one command to its end and classifies how it ended.
+//!
+//! Invariants: the command leads its own process group (bubblewrap's, when sandboxed), and
+//! when it ends, times out or is stopped, the whole group is killed: nothing a job started
+//! outlives it. A stop request (cancelled, superseded, released) kills the group with SIGKILL
+//! at once; a timeout sends SIGTERM, then SIGKILL after [`TERM_GRACE`]. A command that fails,
+//! times out or cannot start is a *result* (see [`CommandResult`]), never an error of the
+//! runner.
+
+use std::collections::BTreeMap;
+use std::io::ErrorKind;
+use std::os::unix::process::ExitStatusExt;
+use std::path::PathBuf;
+use std::process::{ExitStatus, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
+use serde::Serialize;
+use tokio::io::AsyncWriteExt;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::output::{pump, Output, Stream};
+use super::payload::CommandSpec;
+use super::sandbox::{which, Sandbox, DEFAULT_PATH};
+use super::workdir::JobDir;
+
+/// Between SIGTERM and SIGKILL when a command times out.
+pub const TERM_GRACE: Duration = Duration::from_secs(5);
+/// How long output still arriving after the command ended is read before giving up (a
+/// process that left the group may hold the pipes open).
+const DRAIN_PIPES: Duration = Duration::from_secs(2);
+
+/// How a command ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// Exited with status 0.
+    Succeeded,
+    /// Exited with a non-zero status.
+    Failed,
+    /// Killed by a signal it did not ask for from us.
+    Signalled,
+    /// Ran past `timeout_s` and was killed.
+    TimedOut,
+    /// Never ran: the executable or working directory is missing or not usable.
+    StartFailed,
+}
+
+/// The `result` reported with `complete`.
+#[derive(Debug, Clone, Serialize)]
+pub struct CommandResult {
+    pub outcome: Outcome,
+    /// The exit status; for a command that could not start, 127 (not found) or 126 (not
+    /// executable), as a shell reports them; `null` when killed by a signal.
+    pub exit_code: Option<i32>,
+    /// The signal that ended it, if one did.
+    pub signal: Option<i32>,
+    pub timed_out: bool,
+    pub duration_ms: u64,
+    pub stdout_tail: String,
+    pub stderr_tail: String,
+    /// Why it could not start, for [`Outcome::StartFailed`].
+    pub error: Option<String>,
+}
+
+/// How an execution ended.
+#[derive(Debug)]
+pub enum Execution {
+    /// The command ran (or could not start); report this.
+    Finished(CommandResult),
+    /// `stop` fired and the command's process group was killed; report nothing.
+    Stopped,
+}
+
+/// Send `signal` to process group `pgid`; a group already gone is fine.
+fn signal_group(pgid: i32, signal: Signal) {
+    if let Err(e) = killpg(Pid::from_raw(pgid), signal) {
+        if e != nix::errno::Errno::ESRCH {
+            tracing::warn!(pgid, error = %e, "could not signal the job's process group");
+        }
+    }
+}
+
+/// What a job needs besides its spec.
+pub struct Context<'a> {
+    pub dir: &'a JobDir,
+    pub sandbox: &'a Sandbox,
+    /// `LEASEHOLD_*` variables describing the job.
+    pub job_env: BTreeMap<String, String>,
+}
+
+fn start_failed(output: &Output, started: Instant, exit_code: i32, message: String) -> Execution {
+    output.note(Stream::Stderr, &format!("leasehold: {message}"));
+    Execution::Finished(CommandResult {
+        outcome: Outcome::StartFailed,
+        exit_code: Some(exit_code),
+        signal: None,
+        timed_out: false,
+        duration_ms: started.elapsed().as_millis() as u64,
+        stdout_tail: output.tail(Stream::Stdout),
+        stderr_tail: output.tail(Stream::Stderr),
+        error: Some(message),
+    })
+}
+
+/// Where the command starts: the job's `work/`, or `cwd` relative to it (or absolute).
+fn working_dir(dir: &JobDir, cwd: Option<&str>) -> PathBuf {
+    match cwd {
+        None => dir.work.clone(),
+        Some(c) => dir.work.join(c),
+    }
+}
+
+/// Run `spec` until it ends or `stop` fires, streaming its output into `output`.
+pub async fn execute(
+    spec: &CommandSpec,
+    ctx: Context<'_>,
+    output: Arc<Output>,
+    stop: CancellationToken,
+) -> Execution {
+    let started = Instant::now();
+    let cwd = working_dir(ctx.dir, spec.cwd.as_deref());
+    if !cwd.is_dir() {
+        return start_failed(
+            &output,
+            started,
+            126,
+            format!("working directory {} does not exist", cwd.display()),
+        );
+    }
+    let mut env = ctx.job_env.clone();
+    env.extend(spec.env.iter().map(|(k, v)| (k.clone(), v.clone())));
+    if let Sandbox::Bubblewrap(_) = ctx.sandbox {
+        // bwrap would report a missing program as its own failure; find it first, on the
+        // PATH the command will see, so the result is classified the same either way.
+        let program = &spec.argv[0];
+        let found = if program.contains('/') {
+            let p = cwd.join(program);
+            p.exists().then_some(p)
+        } else {
+            which(
+                program,
+                env.get("PATH").map(String::as_str).unwrap_or(DEFAULT_PATH),
+            )
+        };
+        if found.is_none() {
+            return start_failed(
+                &output,
+                started,
+                127,
+                format!("cannot start '{program}': not found"),
+            );
+        }
+    }
+    let launch = match ctx
+        .sandbox
+        .launch(&spec.argv, &env, &cwd, &ctx.dir.root, &ctx.dir.home)
+    {
+        Ok(l) => l,
+        Err(e) => return start_failed(&output, started, 126, format!("{e:#}")),
+    };
+    let mut cmd = tokio::process::Command::new(&launch.program);
+    cmd.args(&launch.args)
+        .current_dir(&launch.cwd)
+        .process_group(0)
+        .kill_on_drop(true)
+        .stdin(if spec.stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    if launch.clear_env {
+        cmd.env_clear();
+    } else {
+        // A dispatcher's key in the runner's shell is not the job's business.
+        cmd.env_remove("LEASEHOLD_API_KEY");
+    }
+    cmd.envs(&launch.env);
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            let code = if e.kind() == ErrorKind::NotFound {
+                127
+            } else {
+                126
+            };
+            return start_failed(
+                &output,
+                started,
+                code,
+                format!("cannot start '{}': {e}", spec.argv[0]),
+            );
+        }
+    };
+    let pgid = child.id().expect("a just-spawned child has a pid") as i32;
+    let mut pipes = JoinSet::new();
+    if let (Some(mut stdin), Some(text)) = (child.stdin.take(), spec.stdin.clone()) {
+        pipes.spawn(async move {
+            // A command that does not read its input is not an error.
+            let _ = stdin.write_all(text.as_bytes()).await;
+        });
+    }
+    if let Some(out) = child.stdout.take() {
+        pipes.spawn(pump(out, Stream::Stdout, output.clone()));
+    }
+    if let Some(err) = child.stderr.take() {
+        pipes.spawn(pump(err, Stream::Stderr, output.clone()));
+    }
+
+    let timeout = async {
+        match spec.timeout {
+            Some(t) => tokio::time::sleep(t).await,
+            None => std::future::pending().await,
+        }
+    };
+    let mut timed_out = false;
+    let status: std::io::Result<ExitStatus> = tokio::select! {
+        status = child.wait() => status,
+        _ = stop.cancelled() => {
+            signal_group(pgid, Signal::SIGKILL);
+            let _ = child.wait().await;
+            pipes.abort_all();
+            return Execution::Stopped;
+        }
+        _ = timeout => {
+            timed_out = true;
+            signal_group(pgid, Signal::SIGTERM);
+            tokio::select! {
+                status = child.wait() => status,
+                _ = tokio::time::sleep(TERM_GRACE) => {
+                    signal_group(pgid, Signal::SIGKILL);
+                    child.wait().await
+                }
+                _ = stop.cancelled() => {
+                    signal_group(pgid, Signal::SIGKILL);
+                    let _ = child.wait().await;
+                    pipes.abort_all();
+                    return Execution::Stopped;
+                }
+            }
+        }
+    };
+    // Whatever the command left running in its group goes with it.
+    signal_group(pgid, Signal::SIGKILL);
+    let duration_ms = started.elapsed().as_millis() as u64;
+    let drained = tokio::time::timeout(DRAIN_PIPES, async {
+        while pipes.join_next().await.is_some() {}
+    })
+    .await;
+    if drained.is_err() {
+        pipes.abort_all();
+        output.note(
+            Stream::Stderr,
+            "leasehold: a process outside the job's group kept its output open; stopped reading",
+        );
+    }
+    let (exit_code, signal) = match &status {
+        Ok(s) => (s.code(), s.signal()),
+        Err(_) => (None, None),
+    };
+    let outcome = if timed_out {
+        Outcome::TimedOut
+    } else if signal.is_some() {
+        Outcome::Signalled
+    } else if exit_code == Some(0) {
+        Outcome::Succeeded
+    } else {
+        Outcome::Failed
+    };
+    Execution::Finished(CommandResult {
+        outcome,
+        exit_code,
+        signal,
+        timed_out,
+        duration_ms,
+        stdout_tail: output.tail(Stream::Stdout),
+        stderr_tail: output.tail(Stream::Stderr),
+        error: status
+            .err()
+            .map(|e| format!("waiting for the command: {e}")),
+    })
+}

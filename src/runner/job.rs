@@ -1,0 +1,253 @@
+//! One leased job from lease to report: heartbeat, work directory, execution, output, result.
+//!
+//! Invariants: the lease heartbeat and the output shipper are owned by the job (abort-on-drop
+//! handles), so neither outlives it and a dead job never keeps its lease alive. When the
+//! service says the job is no longer ours (409 or 404 on a heartbeat or events call, or the
+//! runner heartbeat lists it as cancelled), the process group is killed at once and nothing
+//! more is reported: the fence would refuse it, and the job belongs to someone else now. A
+//! payload the runner cannot understand is reported with `fail`; anything that ran (or could
+//! not start) with `complete`. On release (draining past its deadline) the command is killed
+//! and the lease handed back with `release`, so another runner takes the job at once.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::{Instant, MissedTickBehavior};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::AbortOnDropHandle;
+
+use super::executor::{self, Execution};
+use super::output::{self, Output};
+use super::payload;
+use super::servers::{CallError, Servers};
+use super::{Shared, Stopper};
+use crate::wire::LeasedJob;
+
+/// How long a terminal report is retried across replicas before the runner gives up (the
+/// lease then lapses and the job is re-delivered).
+const REPORT_PATIENCE: Duration = Duration::from_secs(600);
+/// One attempt of a short call.
+const ATTEMPT: Duration = Duration::from_secs(20);
+
+/// What became of a job, for the runner's log and its `--once` exit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobEnd {
+    Completed,
+    Failed,
+    /// The service took it back (cancelled, superseded); nothing was reported.
+    Lost,
+    /// Handed back while draining.
+    Released,
+    /// No replica took the report in time.
+    Unreported,
+}
+
+/// Renew the lease every `interval` until dropped; fire `lost` when the service says the job
+/// is not ours any more.
+async fn heartbeat(
+    servers: Arc<Servers>,
+    job: LeasedJob,
+    lost: CancellationToken,
+    interval: Duration,
+) {
+    let mut tick = tokio::time::interval_at(Instant::now() + interval, interval);
+    tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let deadline = Instant::now() + interval;
+        let r = servers
+            .call(
+                deadline,
+                interval.max(Duration::from_secs(1)),
+                |c| async move { c.heartbeat_job(job.id, job.epoch).await },
+            )
+            .await;
+        match r {
+            Ok(_) => {}
+            Err(e) if gone(&e) => {
+                tracing::warn!(job = %job.id, reason = e.code().unwrap_or("?"), "lease lost; stopping the job");
+                lost.cancel();
+                return;
+            }
+            Err(e) => tracing::warn!(job = %job.id, error = %e, "heartbeat failed; retrying"),
+        }
+    }
+}
+
+/// The answers that mean "this job is not yours": 409 (terminal or superseded), 404 (not
+/// visible any more) and 401 (the runner itself was revoked).
+fn gone(e: &CallError) -> bool {
+    e.is_conflict() || e.is_unauthorized() || e.code() == Some("not_found")
+}
+
+/// Run `job` to its end and report it.
+pub async fn run(shared: Arc<Shared>, job: LeasedJob, stopper: Stopper) -> JobEnd {
+    let id = job.id;
+    let lost = CancellationToken::new();
+    shared.track(id, job.epoch, lost.clone());
+    let end = run_tracked(&shared, job, &lost, &stopper).await;
+    shared.untrack(id);
+    tracing::info!(job = %id, end = ?end, "job done");
+    end
+}
+
+async fn run_tracked(
+    shared: &Arc<Shared>,
+    job: LeasedJob,
+    lost: &CancellationToken,
+    stopper: &Stopper,
+) -> JobEnd {
+    let servers = shared.servers.clone();
+    let interval = Duration::from_millis(job.heartbeat_interval_ms.max(100));
+    let _heartbeat = AbortOnDropHandle::new(tokio::spawn(heartbeat(
+        servers.clone(),
+        job.clone(),
+        lost.clone(),
+        interval,
+    )));
+
+    let spec = match payload::parse(&job.kind, &job.payload) {
+        Ok(spec) => spec,
+        Err(message) => {
+            tracing::warn!(job = %job.id, %message, "cannot run this job; reporting failure");
+            return report(&servers, lost, job.id, |c| {
+                let message = message.clone();
+                async move { c.fail(job.id, job.epoch, &message).await }
+            })
+            .await
+            .map_or(JobEnd::Unreported, |_| JobEnd::Failed);
+        }
+    };
+    // The program only: arguments may carry secrets.
+    tracing::info!(job = %job.id, attempt = job.attempt, program = %spec.argv[0], "job started");
+    let dir = match shared.work.job_dir(&job.id.to_string()) {
+        Ok(d) => d,
+        Err(e) => {
+            // The machine, not the job, is at fault: give the job back for another runner.
+            tracing::error!(job = %job.id, error = %e, "cannot create a work directory; releasing the job");
+            release(&servers, &job).await;
+            return JobEnd::Released;
+        }
+    };
+
+    let out = Output::new();
+    let shipped = CancellationToken::new();
+    let shipper = AbortOnDropHandle::new(tokio::spawn({
+        let (out, servers, shipped, lost) =
+            (out.clone(), servers.clone(), shipped.clone(), lost.clone());
+        async move {
+            let r = output::ship(out, servers, job.id, job.epoch, shipped).await;
+            if r.is_err() {
+                lost.cancel();
+            }
+        }
+    }));
+
+    // Stop the command when the job is lost, or when draining runs out of time.
+    let stop = CancellationToken::new();
+    let execution = {
+        let stop_on = {
+            let (stop, lost, release) = (stop.clone(), lost.clone(), stopper.release.clone());
+            async move {
+                tokio::select! {
+                    _ = lost.cancelled() => {}
+                    _ = release.cancelled() => {}
+                }
+                stop.cancel();
+            }
+        };
+        let _watch = AbortOnDropHandle::new(tokio::spawn(stop_on));
+        let mut job_env = BTreeMap::new();
+        job_env.insert("LEASEHOLD_JOB_ID".to_owned(), job.id.to_string());
+        job_env.insert("LEASEHOLD_ATTEMPT".to_owned(), job.attempt.to_string());
+        job_env.insert("LEASEHOLD_WORKSPACE".to_owned(), job.workspace.clone());
+        job_env.insert(
+            "LEASEHOLD_RUNNER_ID".to_owned(),
+            shared.runner_id.to_string(),
+        );
+        let ctx = executor::Context {
+            dir: &dir,
+            sandbox: &shared.sandbox,
+            job_env,
+        };
+        executor::execute(&spec, ctx, out.clone(), stop).await
+    };
+
+    let end = match execution {
+        Execution::Stopped if lost.is_cancelled() => JobEnd::Lost,
+        Execution::Stopped => {
+            drop(shipper);
+            release(&servers, &job).await;
+            JobEnd::Released
+        }
+        Execution::Finished(result) => {
+            tracing::info!(job = %job.id, outcome = ?result.outcome, exit_code = ?result.exit_code, "command ended");
+            // Output first, so a follower sees every line before the job turns terminal.
+            shipped.cancel();
+            let _ = tokio::time::timeout(Duration::from_secs(60), shipper).await;
+            if lost.is_cancelled() {
+                JobEnd::Lost
+            } else {
+                let value = serde_json::to_value(&result).expect("a result serialises");
+                match report(&servers, lost, job.id, |c| {
+                    let value = value.clone();
+                    async move { c.complete(job.id, job.epoch, value).await }
+                })
+                .await
+                {
+                    Some(()) => JobEnd::Completed,
+                    None if lost.is_cancelled() => JobEnd::Lost,
+                    None => JobEnd::Unreported,
+                }
+            }
+        }
+    };
+    dir.remove().await;
+    end
+}
+
+/// Send a terminal report through any replica, patiently. `None` when it was not accepted.
+async fn report<T, F, Fut>(
+    servers: &Servers,
+    lost: &CancellationToken,
+    id: uuid::Uuid,
+    f: F,
+) -> Option<()>
+where
+    F: FnMut(crate::client::Client) -> Fut,
+    Fut: std::future::Future<Output = crate::client::Result<T>>,
+{
+    let deadline = Instant::now() + REPORT_PATIENCE;
+    match servers.call(deadline, ATTEMPT, f).await {
+        Ok(_) => Some(()),
+        Err(e) if e.is_conflict() => {
+            // Settled by someone else (or our own earlier attempt whose answer was lost).
+            tracing::info!(job = %id, reason = e.code().unwrap_or("?"), "report refused: the job is not ours any more");
+            lost.cancel();
+            None
+        }
+        Err(e) => {
+            tracing::error!(job = %id, error = %e, "could not report the job; its lease will lapse and it will be re-delivered");
+            None
+        }
+    }
+}
+
+/// Hand the lease back so another runner can take the job now, not after the TTL.
+async fn release(servers: &Servers, job: &LeasedJob) {
+    let (id, epoch) = (job.id, job.epoch);
+    let r = servers
+        .call(
+            Instant::now() + Duration::from_secs(30),
+            ATTEMPT,
+            |c| async move { c.release(id, epoch).await },
+        )
+        .await;
+    match r {
+        Ok(_) => tracing::info!(job = %id, "released"),
+        Err(e) => {
+            tracing::warn!(job = %id, error = %e, "release failed; the lease will lapse instead")
+        }
+    }
+}

@@ -1,0 +1,408 @@
+//! The reference runner: enrols with a join code, long-polls any replica for leases up to its
+//! capacity, runs `command` jobs and reports them, and drains on SIGTERM.
+//!
+//! It speaks only the public contract, through [`crate::client`] and [`crate::wire`]; nothing
+//! of the server is imported, so the runner makes sense on a machine that never runs one.
+//!
+//! # Layout
+//!
+//! - [`config`]: the credentials file (`runner.json`, mode 0600).
+//! - [`servers`]: failover across several `--server` URLs with jittered back-off.
+//! - [`payload`]: the `command` kind's payload.
+//! - [`job`]: one job from lease to report: heartbeat, output, result, release.
+//! - [`executor`]: runs a command in its own process group and classifies how it ended.
+//! - [`output`]: output lines to batched job events, bounded; the result's tails.
+//! - [`sandbox`]: direct execution or bubblewrap.
+//! - [`workdir`]: one locked directory per runner, one fresh directory per job.
+//!
+//! # Invariants
+//!
+//! The runner never holds more leases than its capacity; every job task owns its heartbeat;
+//! a job the service takes back is killed at once and never reported; on drain no new lease
+//! is asked for, running jobs get until the drain deadline, and what is left is released so
+//! another runner takes it without waiting for the lease to lapse.
+
+pub mod config;
+pub mod executor;
+pub mod job;
+pub mod output;
+pub mod payload;
+pub mod sandbox;
+pub mod servers;
+pub mod workdir;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::AbortOnDropHandle;
+use uuid::Uuid;
+
+use crate::wire;
+pub use config::RunnerConfig;
+use job::JobEnd;
+pub use sandbox::Sandbox;
+use servers::{CallError, Servers};
+use workdir::WorkRoot;
+
+/// How often the runner reports itself (and the jobs it holds) when nothing else is said.
+const RUNNER_HEARTBEAT: Duration = Duration::from_secs(20);
+
+/// How `leasehold runner run` was asked to behave.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub config: RunnerConfig,
+    /// The configuration file, when there is one: the sandbox check proves jobs cannot read it.
+    pub config_path: Option<PathBuf>,
+    /// Parent of the runner's work directory (`<work_dir>/<runner id>/<job id>`).
+    pub work_dir: PathBuf,
+    pub sandbox: Sandbox,
+    /// Take one job, report it, exit. Always so for an ephemeral runner.
+    pub once: bool,
+    /// How long running jobs may go on after a drain starts before they are released.
+    pub drain_timeout: Duration,
+    /// Overrides the capacity in the configuration.
+    pub capacity: Option<i64>,
+    /// `wait_ms` of each lease long-poll.
+    pub poll_wait: Duration,
+}
+
+impl Options {
+    /// Defaults for a configuration: no sandbox, a 10 minute drain, 30 s long-polls.
+    pub fn new(config: RunnerConfig, work_dir: PathBuf) -> Self {
+        Self {
+            config,
+            config_path: None,
+            work_dir,
+            sandbox: Sandbox::None,
+            once: false,
+            drain_timeout: Duration::from_secs(600),
+            capacity: None,
+            poll_wait: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Asks a running runner to stop: first drain, then release.
+#[derive(Debug, Clone, Default)]
+pub struct Stopper {
+    /// Stop leasing; let running jobs finish until the drain deadline.
+    pub drain: CancellationToken,
+    /// Kill what still runs and release its lease now.
+    pub release: CancellationToken,
+}
+
+impl Stopper {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// One more stop request (a signal): the first drains, the second releases.
+    pub fn escalate(&self) {
+        if self.drain.is_cancelled() {
+            tracing::info!("second stop request: releasing running jobs now");
+            self.release.cancel();
+        } else {
+            tracing::info!("draining: no new jobs; running jobs may finish");
+            self.drain.cancel();
+        }
+    }
+}
+
+/// What the job tasks share.
+pub struct Shared {
+    pub(crate) servers: Arc<Servers>,
+    pub(crate) work: WorkRoot,
+    pub(crate) sandbox: Sandbox,
+    pub(crate) runner_id: Uuid,
+    /// Jobs held now: epoch, and the token that stops the job when the service takes it back.
+    running: Mutex<HashMap<Uuid, (i64, CancellationToken)>>,
+}
+
+impl Shared {
+    fn track(&self, id: Uuid, epoch: i64, lost: CancellationToken) {
+        self.running
+            .lock()
+            .expect("running lock")
+            .insert(id, (epoch, lost));
+    }
+
+    fn untrack(&self, id: Uuid) {
+        self.running.lock().expect("running lock").remove(&id);
+    }
+
+    fn held(&self) -> Vec<wire::Running> {
+        self.running
+            .lock()
+            .expect("running lock")
+            .iter()
+            .map(|(id, (epoch, _))| wire::Running {
+                id: *id,
+                epoch: *epoch,
+            })
+            .collect()
+    }
+
+    fn take_back(&self, ids: &[Uuid]) {
+        let running = self.running.lock().expect("running lock");
+        for id in ids {
+            if let Some((_, lost)) = running.get(id) {
+                tracing::warn!(job = %id, "the service no longer assigns this job to us; stopping it");
+                lost.cancel();
+            }
+        }
+    }
+}
+
+/// Jobs by how they ended, for the log line at exit.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Summary {
+    pub completed: u32,
+    pub failed: u32,
+    pub lost: u32,
+    pub released: u32,
+    pub unreported: u32,
+}
+
+impl Summary {
+    fn add(&mut self, end: JobEnd) {
+        match end {
+            JobEnd::Completed => self.completed += 1,
+            JobEnd::Failed => self.failed += 1,
+            JobEnd::Lost => self.lost += 1,
+            JobEnd::Released => self.released += 1,
+            JobEnd::Unreported => self.unreported += 1,
+        }
+    }
+}
+
+fn heartbeat_body(opts: &Options, capacity: i64) -> wire::RunnerHeartbeat {
+    wire::RunnerHeartbeat {
+        version: Some(env!("CARGO_PKG_VERSION").to_owned()),
+        capabilities: Some(opts.config.capabilities.clone()),
+        capacity: Some(capacity),
+        running: None,
+    }
+}
+
+/// Report the runner and the jobs it holds every [`RUNNER_HEARTBEAT`]; stop the jobs the
+/// service lists as no longer ours.
+async fn runner_heartbeat(shared: Arc<Shared>) {
+    let mut tick = tokio::time::interval(RUNNER_HEARTBEAT);
+    tick.tick().await;
+    loop {
+        tick.tick().await;
+        let body = wire::RunnerHeartbeat {
+            running: Some(shared.held()),
+            ..Default::default()
+        };
+        let r = shared
+            .servers
+            .call(
+                Instant::now() + RUNNER_HEARTBEAT,
+                Duration::from_secs(10),
+                |c| {
+                    let body = body.clone();
+                    async move { c.runner_heartbeat(&body).await }
+                },
+            )
+            .await;
+        match r {
+            Ok(reply) => shared.take_back(&reply.cancelled),
+            Err(e) => tracing::warn!(error = %e, "runner heartbeat failed"),
+        }
+    }
+}
+
+/// Run until drained (or, with `once`, until one job is reported).
+///
+/// # Errors
+/// The token is refused (revoked runner), the work directory or sandbox is unusable, or the
+/// service stays unreachable at start.
+pub async fn run(opts: Options, stopper: Stopper) -> anyhow::Result<Summary> {
+    let config = &opts.config;
+    let capacity = opts.capacity.unwrap_or(config.capacity).clamp(1, 256);
+    let once = opts.once || config.ephemeral;
+    let servers = Arc::new(Servers::new(&config.servers, Some(&config.token)));
+
+    let work = WorkRoot::open(&opts.work_dir, config.runner_id)?;
+    let hidden = opts
+        .config_path
+        .as_ref()
+        .and_then(|p| std::fs::canonicalize(p).ok());
+    opts.sandbox
+        .check(&work, hidden.as_deref())
+        .await
+        .context("refusing to start")?;
+
+    // Say who we are (version, capabilities, capacity) and prove the token works.
+    let hello = heartbeat_body(&opts, capacity);
+    let announced = servers
+        .call(
+            Instant::now() + Duration::from_secs(60),
+            Duration::from_secs(10),
+            |c| {
+                let hello = hello.clone();
+                async move { c.runner_heartbeat(&hello).await }
+            },
+        )
+        .await;
+    match announced {
+        Ok(reply) => tracing::info!(
+            runner = %reply.runner.id, label = %reply.runner.label, owner = %reply.runner.owner,
+            capacity, sandbox = ?opts.sandbox, once, work_dir = %work.path().display(),
+            "runner connected"
+        ),
+        Err(e) if e.is_unauthorized() => bail!(
+            "the service refused this runner's token: it was revoked, or it is an ephemeral \
+             runner whose job has settled; enrol again with `leasehold runner connect`"
+        ),
+        Err(e) => bail!("cannot reach the service: {e}"),
+    }
+
+    let shared = Arc::new(Shared {
+        servers: servers.clone(),
+        work,
+        sandbox: opts.sandbox.clone(),
+        runner_id: config.runner_id,
+        running: Mutex::new(HashMap::new()),
+    });
+    let _presence = AbortOnDropHandle::new(tokio::spawn(runner_heartbeat(shared.clone())));
+
+    // After a drain starts, the drain deadline escalates it to a release.
+    let _deadline = AbortOnDropHandle::new(tokio::spawn({
+        let stopper = stopper.clone();
+        let timeout = opts.drain_timeout;
+        async move {
+            stopper.drain.cancelled().await;
+            tokio::select! {
+                _ = tokio::time::sleep(timeout) => {
+                    tracing::info!(timeout_ms = timeout.as_millis() as u64, "drain deadline passed; releasing running jobs");
+                    stopper.release.cancel();
+                }
+                _ = stopper.release.cancelled() => {}
+            }
+        }
+    }));
+
+    let mut jobs: JoinSet<JobEnd> = JoinSet::new();
+    let mut summary = Summary::default();
+    let mut taken = 0usize;
+    let mut failures = 0u32;
+    let poll_wait_ms = opts.poll_wait.as_millis().min(60_000) as i64;
+    let result = loop {
+        while let Some(done) = jobs.try_join_next() {
+            summary.add(done.unwrap_or(JobEnd::Unreported));
+        }
+        if stopper.drain.is_cancelled() || (once && taken > 0) {
+            break Ok(());
+        }
+        let free = capacity - jobs.len() as i64;
+        if free <= 0 {
+            tokio::select! {
+                Some(done) = jobs.join_next() => summary.add(done.unwrap_or(JobEnd::Unreported)),
+                _ = stopper.drain.cancelled() => {}
+            }
+            continue;
+        }
+        let req = wire::Lease {
+            wait_ms: Some(poll_wait_ms),
+            max_jobs: Some(if once { 1 } else { free }),
+            capabilities: None,
+        };
+        let leased = tokio::select! {
+            // A job leased in the instant this poll is abandoned is re-delivered after its
+            // lease lapses; the epoch fences it.
+            _ = stopper.drain.cancelled() => break Ok(()),
+            r = servers.call(
+                Instant::now() + opts.poll_wait + Duration::from_secs(60),
+                opts.poll_wait + Duration::from_secs(15),
+                |c| {
+                    let req = req.clone();
+                    async move { c.lease(&req).await }
+                },
+            ) => r,
+        };
+        match leased {
+            Ok(list) => {
+                failures = 0;
+                for j in list {
+                    tracing::info!(job = %j.id, epoch = j.epoch, attempt = j.attempt, kind = %j.kind, "leased");
+                    taken += 1;
+                    jobs.spawn(job::run(shared.clone(), j, stopper.clone()));
+                }
+            }
+            Err(e) if e.is_unauthorized() => {
+                break Err(anyhow::anyhow!(
+                    "the service refused this runner's token (revoked?); stopping"
+                ));
+            }
+            Err(e) => {
+                let pause = servers::backoff(failures);
+                failures += 1;
+                match &e {
+                    CallError::Api(_) => tracing::error!(error = %e, "lease refused"),
+                    CallError::Unreachable(_) => tracing::warn!(error = %e, "no replica answered"),
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(pause) => {}
+                    _ = stopper.drain.cancelled() => {}
+                }
+            }
+        }
+    };
+
+    if !jobs.is_empty() {
+        tracing::info!(running = jobs.len(), "waiting for running jobs");
+    }
+    while let Some(done) = jobs.join_next().await {
+        summary.add(done.unwrap_or(JobEnd::Unreported));
+    }
+    tracing::info!(?summary, "runner stopped");
+    result.map(|()| summary)
+}
+
+/// Enrol with a join code through the first replica that answers, and return the
+/// configuration to save.
+///
+/// # Errors
+/// The code is refused (used, expired, unknown: the contract's opaque 401) or no server
+/// answers.
+pub async fn enroll(servers_urls: &[String], req: &wire::Enroll) -> anyhow::Result<RunnerConfig> {
+    let servers = Servers::new(servers_urls, None);
+    let created = servers
+        .call(
+            Instant::now() + Duration::from_secs(30),
+            Duration::from_secs(10),
+            |c| {
+                let req = req.clone();
+                async move { c.enroll(&req).await }
+            },
+        )
+        .await
+        .map_err(|e| match e {
+            e if e.is_unauthorized() => {
+                anyhow::anyhow!("the join code was refused: it is unknown, already used or expired")
+            }
+            CallError::Api(crate::client::ClientError::Api { message, .. }) => {
+                anyhow::anyhow!("enrolment refused: {message}")
+            }
+            e => anyhow::anyhow!("cannot reach the service: {e}"),
+        })?;
+    Ok(RunnerConfig {
+        servers: servers_urls.to_vec(),
+        runner_id: created.runner.id,
+        token: created.token,
+        label: created.runner.label,
+        owner: created.runner.owner,
+        workspace: created.runner.workspace,
+        capacity: i64::from(created.runner.capacity),
+        capabilities: created.runner.capabilities,
+        ephemeral: created.runner.ephemeral,
+    })
+}

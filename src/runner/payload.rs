@@ -1,0 +1,160 @@
+//! What a job asks the runner to do: the `command` kind's payload, parsed strictly.
+//!
+//! Invariant: a job is either understood completely or refused with a message naming the
+//! field; a half-understood payload never runs. A refusal is reported with `fail` (the runner
+//! could not run it at all), never as a command result.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde_json::Value;
+
+/// The only job kind this runner executes.
+pub const COMMAND_KIND: &str = "command";
+
+/// `{"argv": [...], "env": {}, "cwd": optional, "timeout_s": optional, "stdin": optional}`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CommandSpec {
+    /// Program and arguments; never empty.
+    pub argv: Vec<String>,
+    /// Added to (and overriding) the environment the command inherits.
+    pub env: BTreeMap<String, String>,
+    /// Relative paths are inside the job's work directory.
+    pub cwd: Option<String>,
+    pub timeout: Option<Duration>,
+    /// Written to the command's standard input, then closed; absent means `/dev/null`.
+    pub stdin: Option<String>,
+}
+
+/// Longest `timeout_s` accepted: a week.
+const MAX_TIMEOUT_S: f64 = 7.0 * 24.0 * 3600.0;
+
+/// Parse a leased job's kind and payload.
+///
+/// # Errors
+/// A human message naming what is wrong: the kind is not `command`, or a field is missing or
+/// of the wrong type.
+pub fn parse(kind: &str, payload: &Value) -> Result<CommandSpec, String> {
+    if kind != COMMAND_KIND {
+        return Err(format!(
+            "unsupported job kind '{kind}': this runner runs '{COMMAND_KIND}' jobs"
+        ));
+    }
+    let obj = payload
+        .as_object()
+        .ok_or("payload: must be an object {\"argv\": [...]}")?;
+    let argv = match obj.get("argv") {
+        Some(Value::Array(items)) if !items.is_empty() => items
+            .iter()
+            .enumerate()
+            .map(|(i, v)| {
+                v.as_str()
+                    .map(str::to_owned)
+                    .ok_or_else(|| format!("payload.argv[{i}]: must be a string"))
+            })
+            .collect::<Result<Vec<_>, _>>()?,
+        Some(Value::Array(_)) => return Err("payload.argv: must not be empty".into()),
+        Some(_) => return Err("payload.argv: must be an array of strings".into()),
+        None => return Err("payload.argv: required".into()),
+    };
+    if argv[0].is_empty() {
+        return Err("payload.argv[0]: must not be empty".into());
+    }
+    if argv.iter().any(|a| a.contains('\0')) {
+        return Err("payload.argv: must not contain NUL bytes".into());
+    }
+    let mut env = BTreeMap::new();
+    match obj.get("env") {
+        None | Some(Value::Null) => {}
+        Some(Value::Object(m)) => {
+            for (k, v) in m {
+                if k.is_empty() || k.contains('=') || k.contains('\0') {
+                    return Err(format!("payload.env: '{k}' is not a variable name"));
+                }
+                let v = v
+                    .as_str()
+                    .ok_or_else(|| format!("payload.env.{k}: must be a string"))?;
+                if v.contains('\0') {
+                    return Err(format!("payload.env.{k}: must not contain NUL bytes"));
+                }
+                env.insert(k.clone(), v.to_owned());
+            }
+        }
+        Some(_) => return Err("payload.env: must be an object of strings".into()),
+    }
+    let cwd = match obj.get("cwd") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) if !s.is_empty() && !s.contains('\0') => Some(s.clone()),
+        Some(_) => return Err("payload.cwd: must be a non-empty string".into()),
+    };
+    let timeout = match obj.get("timeout_s") {
+        None | Some(Value::Null) => None,
+        Some(v) => match v.as_f64() {
+            Some(s) if s > 0.0 && s <= MAX_TIMEOUT_S => Some(Duration::from_secs_f64(s)),
+            _ => {
+                return Err(format!(
+                    "payload.timeout_s: must be a number of seconds in (0, {MAX_TIMEOUT_S}]"
+                ))
+            }
+        },
+    };
+    let stdin = match obj.get("stdin") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(_) => return Err("payload.stdin: must be a string".into()),
+    };
+    Ok(CommandSpec {
+        argv,
+        env,
+        cwd,
+        timeout,
+        stdin,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_full_payload_parses() {
+        let spec = parse(
+            "command",
+            &json!({"argv": ["sh", "-c", "echo hi"], "env": {"A": "1"}, "cwd": "sub",
+                    "timeout_s": 1.5, "stdin": "x"}),
+        )
+        .unwrap();
+        assert_eq!(spec.argv, ["sh", "-c", "echo hi"]);
+        assert_eq!(spec.env["A"], "1");
+        assert_eq!(spec.cwd.as_deref(), Some("sub"));
+        assert_eq!(spec.timeout, Some(Duration::from_millis(1500)));
+        assert_eq!(spec.stdin.as_deref(), Some("x"));
+    }
+
+    #[test]
+    fn what_cannot_be_understood_is_refused_naming_the_field() {
+        let cases = [
+            ("shell", json!({"argv": ["true"]}), "kind"),
+            ("command", json!([1]), "payload"),
+            ("command", json!({}), "argv"),
+            ("command", json!({"argv": []}), "argv"),
+            ("command", json!({"argv": [1]}), "argv[0]"),
+            (
+                "command",
+                json!({"argv": ["true"], "env": {"A": 1}}),
+                "env.A",
+            ),
+            (
+                "command",
+                json!({"argv": ["true"], "timeout_s": -1}),
+                "timeout_s",
+            ),
+            ("command", json!({"argv": ["true"], "stdin": 5}), "stdin"),
+        ];
+        for (kind, payload, field) in cases {
+            let err = parse(kind, &payload).unwrap_err();
+            assert!(err.contains(field), "{err} should name {field}");
+        }
+    }
+}

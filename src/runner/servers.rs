@@ -1,0 +1,169 @@
+//! Failover across the replicas a runner knows: one typed [`Client`] per `--server` URL and a
+//! shared "current" index.
+//!
+//! Invariant: a call that got an answer from a server (any status but 502/503/504) is never
+//! repeated elsewhere; only "no answer" (connection refused or reset, timeout) and "try again"
+//! answers move the runner to the next server. After a full round of servers without an
+//! answer it backs off exponentially with full jitter, so a fleet of runners does not hammer a
+//! recovering service in step. Every replica serves every call, so a lease taken through one
+//! is heartbeated and completed through whichever answers.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use rand::Rng;
+use tokio::time::Instant;
+
+use crate::client::{Client, ClientError};
+
+/// First back-off after a full round of failures; doubles each round up to [`MAX_BACKOFF`].
+const BASE_BACKOFF: Duration = Duration::from_millis(250);
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+
+/// The runner's view of the service: several replicas, one preferred at a time.
+pub struct Servers {
+    clients: Vec<Client>,
+    /// Index of the server calls go to first; moves on when that one does not answer.
+    current: AtomicUsize,
+}
+
+/// Whether an outcome means "this server did not really answer; another may".
+fn should_fail_over(e: &ClientError) -> bool {
+    match e {
+        ClientError::Transport(_) => true,
+        ClientError::Api { status, .. } => matches!(status.as_u16(), 502..=504),
+    }
+}
+
+/// Full-jitter exponential back-off for the `round`th consecutive failed round.
+pub fn backoff(round: u32) -> Duration {
+    let cap = BASE_BACKOFF
+        .saturating_mul(1u32 << round.min(16))
+        .min(MAX_BACKOFF);
+    let ms = rand::rng().random_range(cap.as_millis() as u64 / 2..=cap.as_millis() as u64);
+    Duration::from_millis(ms)
+}
+
+impl Servers {
+    /// Clients for `urls`, all holding `token`.
+    ///
+    /// # Panics
+    /// When `urls` is empty.
+    pub fn new(urls: &[String], token: Option<&str>) -> Self {
+        assert!(!urls.is_empty(), "at least one server");
+        Self {
+            clients: urls
+                .iter()
+                .map(|u| Client::new(u.clone(), token.map(str::to_owned)))
+                .collect(),
+            current: AtomicUsize::new(0),
+        }
+    }
+
+    /// The server calls go to now.
+    pub fn current(&self) -> &Client {
+        &self.clients[self.current.load(Ordering::Relaxed) % self.clients.len()]
+    }
+
+    /// Call `f` on the current server, failing over and backing off until it answers, the
+    /// answer is an error no other server would change, or `deadline` passes. Each attempt is
+    /// bounded by `attempt_timeout` (a hung replica counts as one that did not answer).
+    ///
+    /// # Errors
+    /// The server's answer, or the last failure once `deadline` has passed.
+    pub async fn call<T, F, Fut>(
+        &self,
+        deadline: Instant,
+        attempt_timeout: Duration,
+        mut f: F,
+    ) -> Result<T, CallError>
+    where
+        F: FnMut(Client) -> Fut,
+        Fut: Future<Output = Result<T, ClientError>>,
+    {
+        let n = self.clients.len();
+        let mut failures_in_round = 0usize;
+        let mut round = 0u32;
+        loop {
+            let idx = self.current.load(Ordering::Relaxed) % n;
+            let client = self.clients[idx].clone();
+            let outcome = tokio::time::timeout(attempt_timeout, f(client)).await;
+            let err = match outcome {
+                Ok(Ok(v)) => return Ok(v),
+                Ok(Err(e)) if !should_fail_over(&e) => return Err(CallError::Api(e)),
+                Ok(Err(e)) => CallError::Unreachable(e.to_string()),
+                Err(_) => CallError::Unreachable(format!(
+                    "no answer within {} ms",
+                    attempt_timeout.as_millis()
+                )),
+            };
+            tracing::warn!(server = %self.clients[idx].base(), error = %err, "server did not answer");
+            // Move on, unless another call already did.
+            let _ = self.current.compare_exchange(
+                idx,
+                (idx + 1) % n,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
+            failures_in_round += 1;
+            let pause = if failures_in_round >= n {
+                failures_in_round = 0;
+                round += 1;
+                backoff(round - 1)
+            } else {
+                Duration::ZERO
+            };
+            if Instant::now() + pause >= deadline {
+                return Err(err);
+            }
+            tokio::time::sleep(pause).await;
+        }
+    }
+}
+
+/// How a call through [`Servers::call`] failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CallError {
+    /// A server answered with the contract's error.
+    #[error("{0}")]
+    Api(ClientError),
+    /// No server answered before the deadline.
+    #[error("unreachable: {0}")]
+    Unreachable(String),
+}
+
+impl CallError {
+    /// The contract's error code, when a server answered.
+    pub fn code(&self) -> Option<&str> {
+        match self {
+            CallError::Api(e) => e.code(),
+            CallError::Unreachable(_) => None,
+        }
+    }
+
+    /// A 409: the job is settled, cancelled or leased to someone else; stop working on it.
+    pub fn is_conflict(&self) -> bool {
+        matches!(self, CallError::Api(e) if e.status().map(|s| s.as_u16()) == Some(409))
+    }
+
+    /// A 401: the token is revoked (or an ephemeral runner's job has settled).
+    pub fn is_unauthorized(&self) -> bool {
+        matches!(self, CallError::Api(e) if e.status().map(|s| s.as_u16()) == Some(401))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_and_is_capped() {
+        for round in 0..40 {
+            let b = backoff(round);
+            assert!(b <= MAX_BACKOFF, "{b:?}");
+            assert!(b >= BASE_BACKOFF / 2, "{b:?}");
+        }
+        assert!(backoff(3) >= Duration::from_millis(1000));
+    }
+}

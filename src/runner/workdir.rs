@@ -1,0 +1,221 @@
+//! Where jobs run: one directory per runner (`<base>/<runner id>/`), one fresh directory per
+//! job inside it, removed when the job ends.
+//!
+//! Invariants: one process at a time uses a runner's directory (an exclusive `flock` on
+//! `<base>/<runner id>.lock`, held for the runner's life), so clearing left-overs at start can
+//! never touch a live job: the process groups a crashed run left behind (found by the
+//! `LEASEHOLD_RUNNER_ID` every job is started with) are killed, then their directories removed. A job directory holds `work/` (the command's default
+//! working directory), `home/` (its `HOME`) and `tmp/` (its `TMPDIR`): everything a job
+//! writes by default is removed with it.
+
+use std::fs::{self, File};
+use std::io;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use nix::fcntl::{Flock, FlockArg};
+use uuid::Uuid;
+
+/// A runner's directory, locked for as long as this value lives.
+pub struct WorkRoot {
+    path: PathBuf,
+    _lock: Flock<File>,
+}
+
+/// One job's directories. Remove with [`JobDir::remove`]; dropping removes too (blocking).
+#[derive(Debug)]
+pub struct JobDir {
+    pub root: PathBuf,
+    pub work: PathBuf,
+    pub home: PathBuf,
+    pub tmp: PathBuf,
+    removed: bool,
+}
+
+impl WorkRoot {
+    /// Lock `<base>/<runner id>` and clear what a crashed run left there.
+    ///
+    /// # Errors
+    /// The directory cannot be created, or another process holds the lock.
+    pub fn open(base: &Path, runner: Uuid) -> anyhow::Result<Self> {
+        fs::create_dir_all(base).with_context(|| format!("creating {}", base.display()))?;
+        let lock_path = base.join(format!("{runner}.lock"));
+        let file = File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .with_context(|| format!("opening {}", lock_path.display()))?;
+        let lock = Flock::lock(file, FlockArg::LockExclusiveNonblock).map_err(|(_, e)| {
+            anyhow::anyhow!(
+                "another process is running this runner ({} is locked: {e}); \
+                 one runner configuration runs once at a time",
+                lock_path.display()
+            )
+        })?;
+        kill_orphans(runner);
+        let path = base.join(runner.to_string());
+        if path.exists() {
+            for entry in fs::read_dir(&path)? {
+                let entry = entry?;
+                tracing::info!(path = %entry.path().display(), "removing a left-over job directory");
+                force_remove(&entry.path())
+                    .with_context(|| format!("removing {}", entry.path().display()))?;
+            }
+        }
+        fs::create_dir_all(&path)?;
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o700))?;
+        Ok(Self { path, _lock: lock })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// A fresh directory for `name` (a job id, or a probe).
+    ///
+    /// # Errors
+    /// The directories cannot be created.
+    pub fn job_dir(&self, name: &str) -> io::Result<JobDir> {
+        let root = self.path.join(name);
+        if root.exists() {
+            force_remove(&root)?;
+        }
+        let dir = JobDir {
+            work: root.join("work"),
+            home: root.join("home"),
+            tmp: root.join("tmp"),
+            root,
+            removed: false,
+        };
+        fs::create_dir(&dir.root)?;
+        fs::set_permissions(&dir.root, fs::Permissions::from_mode(0o700))?;
+        for d in [&dir.work, &dir.home, &dir.tmp] {
+            fs::create_dir(d)?;
+        }
+        Ok(dir)
+    }
+}
+
+impl JobDir {
+    /// Remove the job's directories, off the async threads.
+    pub async fn remove(mut self) {
+        self.removed = true;
+        let root = self.root.clone();
+        let result = tokio::task::spawn_blocking(move || force_remove(&root)).await;
+        if !matches!(result, Ok(Ok(()))) {
+            tracing::warn!(path = %self.root.display(), "could not remove a job directory; it is cleared at the next start");
+        }
+    }
+}
+
+impl Drop for JobDir {
+    fn drop(&mut self) {
+        if !self.removed {
+            let _ = force_remove(&self.root);
+        }
+    }
+}
+
+/// Kill the process groups of jobs a previous run of `runner` left running (it was killed
+/// before it could stop them). Only our lock holder calls this, so every process carrying this
+/// runner's id in its environment is an orphan. Processes of other users are not readable and
+/// are left alone.
+fn kill_orphans(runner: Uuid) {
+    use nix::sys::signal::{kill, killpg, Signal};
+    use nix::unistd::{getpgid, Pid};
+    let needle = format!("LEASEHOLD_RUNNER_ID={runner}");
+    let me = std::process::id() as i32;
+    let my_group = getpgid(None).map_or(me, Pid::as_raw);
+    let Ok(procs) = fs::read_dir("/proc") else {
+        return;
+    };
+    for entry in procs.flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        if pid == me {
+            continue;
+        }
+        let Ok(environ) = fs::read(entry.path().join("environ")) else {
+            continue;
+        };
+        if environ
+            .split(|&b| b == 0)
+            .any(|var| var == needle.as_bytes())
+        {
+            let pid = Pid::from_raw(pid);
+            tracing::warn!(
+                pid = pid.as_raw(),
+                "killing a process a crashed run of this runner left behind"
+            );
+            if let Ok(pgid) = getpgid(Some(pid)) {
+                // A job leads its own group; never signal ours.
+                if pgid.as_raw() > 1 && pgid.as_raw() != my_group {
+                    let _ = killpg(pgid, Signal::SIGKILL);
+                }
+            }
+            let _ = kill(pid, Signal::SIGKILL);
+        }
+    }
+}
+
+/// `rm -rf`, also through directories a job made read-only (as Go's module cache does).
+///
+/// # Errors
+/// What is left cannot be removed even after making directories writable.
+pub fn force_remove(path: &Path) -> io::Result<()> {
+    match fs::symlink_metadata(path) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+        Ok(m) if !m.is_dir() => return fs::remove_file(path),
+        Ok(_) => {}
+    }
+    if fs::remove_dir_all(path).is_ok() {
+        return Ok(());
+    }
+    make_writable(path);
+    match fs::remove_dir_all(path) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        other => other,
+    }
+}
+
+fn make_writable(dir: &Path) {
+    let _ = fs::set_permissions(dir, fs::Permissions::from_mode(0o700));
+    if let Ok(entries) = fs::read_dir(dir) {
+        for entry in entries.flatten() {
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                make_writable(&entry.path());
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_root_is_exclusive_and_left_overs_are_cleared() {
+        let base = std::env::temp_dir().join(format!("lh-work-{}", Uuid::now_v7()));
+        let runner = Uuid::now_v7();
+        let root = WorkRoot::open(&base, runner).unwrap();
+        let dir = root.job_dir("job").unwrap();
+        let ro = dir.work.join("ro");
+        fs::create_dir(&ro).unwrap();
+        fs::write(ro.join("f"), "x").unwrap();
+        fs::set_permissions(&ro, fs::Permissions::from_mode(0o500)).unwrap();
+        std::mem::forget(dir); // as a crash would
+        assert!(
+            WorkRoot::open(&base, runner).is_err(),
+            "second opener refused"
+        );
+        drop(root);
+        let root = WorkRoot::open(&base, runner).unwrap();
+        assert_eq!(fs::read_dir(root.path()).unwrap().count(), 0);
+        drop(root);
+        fs::remove_dir_all(base).unwrap();
+    }
+}

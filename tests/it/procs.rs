@@ -1,0 +1,282 @@
+//! Test support for end-to-end tests of the `leasehold` binary: `leasehold serve` replicas,
+//! runners and CLI calls as real child processes, temporary directories, and process-group
+//! inspection through `/proc`. Every child is killed when its handle drops, so a failing
+//! test leaves nothing running.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::time::Duration;
+
+use leasehold::client::Client;
+use leasehold::wire;
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+use uuid::Uuid;
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_leasehold");
+
+/// A directory removed when dropped.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(what: &str) -> Self {
+        let p = std::env::temp_dir().join(format!("lh-{what}-{}", Uuid::now_v7().simple()));
+        std::fs::create_dir_all(&p).unwrap();
+        Self(p)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+
+    pub fn join(&self, p: &str) -> PathBuf {
+        self.0.join(p)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A child process whose stderr goes to a log file; killed on drop.
+pub struct Proc {
+    pub child: Child,
+    pub log: PathBuf,
+}
+
+impl Proc {
+    pub fn pid(&self) -> Pid {
+        Pid::from_raw(self.child.id().expect("running") as i32)
+    }
+
+    pub fn signal(&self, sig: Signal) {
+        kill(self.pid(), sig).expect("signal the child");
+    }
+
+    /// What the process logged so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Wait for the process to exit, failing the test after `deadline`.
+    pub async fn exit(&mut self, deadline: Duration) -> ExitStatus {
+        match tokio::time::timeout(deadline, self.child.wait()).await {
+            Ok(status) => status.unwrap(),
+            Err(_) => panic!(
+                "process did not exit within {deadline:?}; its log:\n{}",
+                self.log()
+            ),
+        }
+    }
+}
+
+fn spawn(args: &[&str], envs: &[(&str, &str)], log: PathBuf, stdout: Stdio) -> Proc {
+    let file = std::fs::File::create(&log).unwrap();
+    let child = Command::new(BIN)
+        .args(args)
+        .envs(envs.iter().copied())
+        .env_remove("LEASEHOLD_SERVER")
+        .env_remove("LEASEHOLD_API_KEY")
+        .stdin(Stdio::null())
+        .stdout(stdout)
+        .stderr(file)
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start leasehold");
+    Proc { child, log }
+}
+
+/// `leasehold serve` on port 0 against `database_url`; returns it and its base URL, read from
+/// the `leasehold listening on http://ADDR` line.
+pub async fn serve(database_url: &str, dir: &TempDir, envs: &[(&str, &str)]) -> (Proc, String) {
+    let mut all = vec![
+        ("LEASEHOLD_SWEEP_INTERVAL_MS", "200"),
+        ("LEASEHOLD_RECHECK_INTERVAL_MS", "500"),
+        ("LEASEHOLD_AUTH_BURST", "10000"),
+        ("LEASEHOLD_AUTH_REFILL_PER_S", "1000"),
+        ("LEASEHOLD_POOL_SIZE", "4"),
+    ];
+    all.extend_from_slice(envs);
+    let log = dir.join(&format!("serve-{}.log", Uuid::now_v7().simple()));
+    let mut proc = spawn(
+        &[
+            "serve",
+            "--database-url",
+            database_url,
+            "--listen",
+            "127.0.0.1:0",
+        ],
+        &all,
+        log,
+        Stdio::piped(),
+    );
+    let stdout = proc.child.stdout.take().unwrap();
+    let mut lines = BufReader::new(stdout).lines();
+    let url = tokio::time::timeout(Duration::from_secs(60), async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if let Some(addr) = line.strip_prefix("leasehold listening on ") {
+                return addr.trim().to_owned();
+            }
+        }
+        panic!("serve exited before listening");
+    })
+    .await
+    .unwrap_or_else(|_| panic!("serve did not start; log:\n{}", proc.log()));
+    (proc, url)
+}
+
+/// `leasehold runner run --config CONFIG --work-dir WORK EXTRA...`.
+pub fn runner(config: &Path, work: &Path, extra: &[&str], envs: &[(&str, &str)]) -> Proc {
+    let mut args = vec![
+        "runner",
+        "run",
+        "--config",
+        config.to_str().unwrap(),
+        "--work-dir",
+        work.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    let log = config.with_extension(format!("{}.log", Uuid::now_v7().simple()));
+    let mut envs = envs.to_vec();
+    envs.push(("LEASEHOLD_LOG", "info"));
+    spawn(&args, &envs, log, Stdio::null())
+}
+
+/// The outcome of one CLI call.
+#[derive(Debug)]
+pub struct Output {
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Run `leasehold ARGS` against `server` with `key`; fails the test after `deadline`.
+pub async fn cli(server: &str, key: &str, args: &[&str], deadline: Duration) -> Output {
+    let out = Command::new(BIN)
+        .args(args)
+        .env("LEASEHOLD_SERVER", server)
+        .env("LEASEHOLD_API_KEY", key)
+        .env_remove("LEASEHOLD_LOG")
+        .stdin(Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(deadline, out)
+        .await
+        .unwrap_or_else(|_| {
+            panic!(
+                "`leasehold {}` did not finish in {deadline:?}",
+                args.join(" ")
+            )
+        })
+        .unwrap();
+    Output {
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// Mint a join code with `operator` and enrol through `leasehold runner connect`; returns the
+/// configuration path, after checking it is owner-only and that the token was not printed.
+pub async fn enrol(
+    operator: &Client,
+    servers: &[&str],
+    dir: &Path,
+    ephemeral: bool,
+    extra: &[&str],
+) -> PathBuf {
+    let code = operator
+        .create_join_code(&wire::CreateJoinCode {
+            tier: wire::Tier::Personal,
+            ttl_s: None,
+            ephemeral: ephemeral.then_some(true),
+        })
+        .await
+        .unwrap();
+    let path = dir.join(format!("runner-{}.json", Uuid::now_v7().simple()));
+    let mut args = vec![
+        "runner",
+        "connect",
+        code.code.as_str(),
+        "--config",
+        path.to_str().unwrap(),
+    ];
+    for s in servers {
+        args.extend_from_slice(&["--server", s]);
+    }
+    args.extend_from_slice(extra);
+    let out = cli("unused", "unused", &args, Duration::from_secs(60)).await;
+    assert_eq!(out.code, Some(0), "connect failed: {out:?}");
+    assert!(
+        out.stdout.contains(path.to_str().unwrap()),
+        "the path is printed"
+    );
+    let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "credentials are owner-only");
+    let saved: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    let token = saved["token"].as_str().unwrap();
+    assert!(token.starts_with("rnr_"));
+    assert!(
+        !out.stdout.contains(token) && !out.stderr.contains(token),
+        "the token is never printed"
+    );
+    path
+}
+
+/// `(pid, state, pgid)` of every process whose command line contains `marker`.
+pub fn processes_with(marker: &str) -> Vec<(i32, char, i32)> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        if !String::from_utf8_lossy(&cmdline).contains(marker) {
+            continue;
+        }
+        if let Some((state, pgid)) = stat(pid) {
+            found.push((pid, state, pgid));
+        }
+    }
+    found
+}
+
+/// State and process group of `pid`, from `/proc/PID/stat`.
+fn stat(pid: i32) -> Option<(char, i32)> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &s[s.rfind(')')? + 2..];
+    let mut fields = rest.split_whitespace();
+    let state = fields.next()?.chars().next()?;
+    let _ppid = fields.next()?;
+    let pgid = fields.next()?.parse().ok()?;
+    Some((state, pgid))
+}
+
+/// Live (not zombie) processes in process group `pgid`.
+pub fn live_in_group(pgid: i32) -> usize {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_string_lossy().parse::<i32>().ok())
+        .filter_map(stat)
+        .filter(|&(state, g)| g == pgid && state != 'Z' && state != 'X')
+        .count()
+}
+
+/// Files and directories directly inside `dir`.
+pub fn entries(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}

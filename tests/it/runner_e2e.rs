@@ -1,0 +1,705 @@
+//! The runner and the CLI end to end: the real `leasehold` binary as separate processes
+//! against real replicas and PostgreSQL.
+//!
+//! Invariants defended: a join code enrols a runner whose credentials are owner-only and never
+//! printed; a command's output and exit code come back through `job submit --wait`; a
+//! timeout, a missing executable and a payload the runner cannot understand are classified
+//! (the first two as completed results, the last as `fail`); cancelling a running job kills
+//! its whole process group and reports nothing; a lease taken through a replica that is then
+//! killed -9 is heartbeated and completed through another; SIGTERM drains (a running job
+//! finishes, one past the drain deadline is released for another runner; a second SIGTERM
+//! releases at once); a restarted runner kills what a crashed run left; `--once` and
+//! ephemeral runners take exactly one job; the sandbox cannot write outside its work
+//! directory or read the host's home, and a runner whose sandbox does not work refuses to
+//! start.
+
+use std::time::Duration;
+
+use leasehold::client::Client;
+use leasehold::wire;
+use nix::sys::signal::Signal;
+use serde_json::json;
+use uuid::Uuid;
+
+use crate::procs::{cli, enrol, entries, live_in_group, processes_with, runner, serve, TempDir};
+use crate::support::{eventually, personal, TestApp};
+
+/// Generous: these tests run many processes at once on small machines.
+const LONG: Duration = Duration::from_secs(90);
+
+async fn job_in_state(client: &Client, id: Uuid, state: &str) -> wire::Job {
+    let what = format!("job {id} {state}");
+    eventually(LONG, &what, || async {
+        let job = client.job(id).await.ok()?;
+        (job.state == state).then_some(job)
+    })
+    .await
+}
+
+fn job_id(out: &crate::procs::Output) -> Uuid {
+    assert_eq!(out.code, Some(0), "submit failed: {out:?}");
+    out.stdout.trim().parse().expect("submit prints the job id")
+}
+
+#[tokio::test]
+async fn a_join_code_enrols_a_runner_whose_command_output_and_exit_code_come_back() {
+    let app = TestApp::spawn().await;
+    let key = app.key("acme", "alice", false).await;
+    let alice = Client::new(app.url(0), Some(key.clone()));
+    let dir = TempDir::new("e2e-basic");
+    let config = enrol(
+        &alice,
+        &[&app.url(0)],
+        dir.path(),
+        false,
+        &["--label", "box-1"],
+    )
+    .await;
+    let work = dir.join("work");
+    let mut r = runner(&config, &work, &[], &[]);
+
+    let out = cli(
+        &app.url(0),
+        &key,
+        &[
+            "job",
+            "submit",
+            "--wait",
+            "--",
+            "sh",
+            "-c",
+            "echo hello; echo oops >&2; printf 'no newline'; exit 7",
+        ],
+        LONG,
+    )
+    .await;
+    assert_eq!(out.code, Some(7), "{out:?}\nrunner log:\n{}", r.log());
+    assert_eq!(out.stdout, "hello\nno newline\n");
+    assert!(out.stderr.contains("oops"), "{}", out.stderr);
+    assert!(out.stderr.contains("leased by runner"), "{}", out.stderr);
+
+    let listed = alice.jobs(None, None, None).await.unwrap().jobs;
+    assert_eq!(listed.len(), 1);
+    let job = &listed[0];
+    assert_eq!(job.state, "completed");
+    let result = job.result.as_ref().unwrap();
+    assert_eq!(result["exit_code"], json!(7));
+    assert_eq!(result["outcome"], json!("failed"));
+    assert_eq!(result["timed_out"], json!(false));
+    assert_eq!(result["signal"], json!(null));
+    assert_eq!(result["stdout_tail"], json!("hello\nno newline"));
+    assert_eq!(result["stderr_tail"], json!("oops\n"));
+    assert!(result["duration_ms"].is_u64());
+    let saved: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&config).unwrap()).unwrap();
+    assert_eq!(
+        job.provenance.as_ref().unwrap()["runner"],
+        saved["runner_id"]
+    );
+
+    // The people's commands read the same job.
+    let logs = cli(
+        &app.url(0),
+        &key,
+        &["job", "logs", &job.id.to_string()],
+        LONG,
+    )
+    .await;
+    assert_eq!(logs.code, Some(0));
+    assert_eq!(logs.stdout, "hello\nno newline\n");
+    let get = cli(
+        &app.url(0),
+        &key,
+        &["job", "get", &job.id.to_string()],
+        LONG,
+    )
+    .await;
+    assert!(get.stdout.contains("exit code    7"), "{}", get.stdout);
+    let runners = cli(&app.url(0), &key, &["runners", "list"], LONG).await;
+    assert!(runners.stdout.contains("box-1"), "{}", runners.stdout);
+    let pool = cli(&app.url(0), &key, &["pool", "--json"], LONG).await;
+    let pool: wire::Pool = serde_json::from_str(&pool.stdout).unwrap();
+    assert_eq!(pool.runners.online, 1);
+
+    // The job's directory is gone once it is reported.
+    let mine = work.join(saved["runner_id"].as_str().unwrap());
+    eventually(LONG, "the work directory is emptied", || async {
+        entries(&mine).is_empty().then_some(())
+    })
+    .await;
+
+    // Errors print the service's message and exit non-zero.
+    let missing = cli(
+        &app.url(0),
+        &key,
+        &["job", "get", &Uuid::now_v7().to_string()],
+        LONG,
+    )
+    .await;
+    assert_eq!(missing.code, Some(1));
+    assert_eq!(missing.stderr.trim(), "leasehold: not found (not_found)");
+    let denied = cli(&app.url(0), "ak_nope", &["job", "list"], LONG).await;
+    assert_eq!(denied.code, Some(1));
+    assert_eq!(denied.stderr.trim(), "leasehold: unauthorized");
+
+    r.signal(Signal::SIGTERM);
+    assert!(r.exit(LONG).await.success(), "{}", r.log());
+    assert!(
+        !r.log().contains(saved["token"].as_str().unwrap()),
+        "the token is never logged"
+    );
+}
+
+#[tokio::test]
+async fn timeouts_missing_executables_and_unreadable_payloads_are_classified() {
+    let app = TestApp::spawn().await;
+    let key = app.key("acme", "alice", false).await;
+    let alice = Client::new(app.url(0), Some(key.clone()));
+    let dir = TempDir::new("e2e-classify");
+    let config = enrol(
+        &alice,
+        &[&app.url(0)],
+        dir.path(),
+        false,
+        &["--capacity", "3"],
+    )
+    .await;
+    let _r = runner(&config, &dir.join("work"), &[], &[]);
+
+    let url = app.url(0);
+    let (timed, missing) = tokio::join!(
+        cli(
+            &url,
+            &key,
+            &[
+                "job",
+                "submit",
+                "--wait",
+                "--timeout",
+                "1",
+                "--",
+                "sh",
+                "-c",
+                "echo started; sleep 60"
+            ],
+            LONG
+        ),
+        cli(
+            &url,
+            &key,
+            &[
+                "job",
+                "submit",
+                "--wait",
+                "--",
+                "/nonexistent/leasehold-test-prog"
+            ],
+            LONG
+        ),
+    );
+    assert_eq!(timed.code, Some(124), "{timed:?}");
+    assert_eq!(timed.stdout, "started\n");
+    assert!(timed.stderr.contains("timed out"), "{}", timed.stderr);
+    assert_eq!(missing.code, Some(127), "{missing:?}");
+    assert!(
+        missing.stderr.contains("cannot start"),
+        "{}",
+        missing.stderr
+    );
+
+    let jobs = alice.jobs(None, None, None).await.unwrap().jobs;
+    let by_argv = |needle: &str| {
+        jobs.iter()
+            .find(|j| j.payload["argv"].to_string().contains(needle))
+            .unwrap()
+            .clone()
+    };
+    let t = by_argv("sleep 60");
+    assert_eq!(t.state, "completed");
+    let tr = t.result.unwrap();
+    assert_eq!(
+        (tr["outcome"].clone(), tr["timed_out"].clone()),
+        (json!("timed_out"), json!(true))
+    );
+    assert_eq!(tr["exit_code"], json!(null));
+    assert_eq!(tr["signal"], json!(15));
+    assert!(tr["duration_ms"].as_u64().unwrap() >= 1000);
+    let m = by_argv("leasehold-test-prog");
+    assert_eq!(m.state, "completed");
+    let mr = m.result.unwrap();
+    assert_eq!(
+        (mr["outcome"].clone(), mr["exit_code"].clone()),
+        (json!("start_failed"), json!(127))
+    );
+    assert!(mr["error"].as_str().unwrap().contains("cannot start"));
+
+    // What the runner cannot understand is failed, not run.
+    let mut unknown = wire::Dispatch::new(personal(), json!({"argv": ["true"]}));
+    unknown.kind = Some("docker.build".into());
+    let unknown = alice.dispatch(&unknown).await.unwrap();
+    let malformed = alice
+        .dispatch(&wire::Dispatch::new(personal(), json!({"argv": "echo hi"})))
+        .await
+        .unwrap();
+    for (id, needle) in [
+        (unknown.id, "unsupported job kind"),
+        (malformed.id, "payload.argv"),
+    ] {
+        let job = job_in_state(&alice, id, "failed").await;
+        let error = job.error.unwrap();
+        assert_eq!(error["reason"], json!("runner_failed"));
+        assert!(
+            error["message"].as_str().unwrap().contains(needle),
+            "{error}"
+        );
+        assert_eq!(job.result, None);
+    }
+}
+
+#[tokio::test]
+async fn cancel_kills_the_whole_process_group_and_reports_nothing() {
+    // Short leases: the runner heartbeats every second and hears the 409 quickly.
+    let app = TestApp::spawn_with(1, |c| c.lease_ttl_ms = 3000).await;
+    let key = app.key("acme", "alice", false).await;
+    let alice = Client::new(app.url(0), Some(key.clone()));
+    let dir = TempDir::new("e2e-cancel");
+    let config = enrol(&alice, &[&app.url(0)], dir.path(), false, &[]).await;
+    let _r = runner(&config, &dir.join("work"), &[], &[]);
+
+    let marker = format!("{}.{}", 2000 + rand_u32() % 1000, rand_u32());
+    let script = format!("sleep {marker}1 & sleep {marker}2; wait");
+    let out = cli(
+        &app.url(0),
+        &key,
+        &["job", "submit", "--", "sh", "-c", &script],
+        LONG,
+    )
+    .await;
+    let id = job_id(&out);
+    let procs = eventually(LONG, "the job's processes run", || async {
+        let p = processes_with(&marker);
+        (p.iter().filter(|(_, s, _)| *s != 'Z').count() >= 3).then_some(p)
+    })
+    .await;
+    let pgid = procs[0].2;
+    assert!(
+        procs.iter().all(|(_, _, g)| *g == pgid),
+        "one process group: {procs:?}"
+    );
+    assert!(live_in_group(pgid) >= 3);
+
+    let cancelled = cli(&app.url(0), &key, &["job", "cancel", &id.to_string()], LONG).await;
+    assert_eq!(cancelled.code, Some(0), "{cancelled:?}");
+    assert!(cancelled.stdout.contains("cancelled"));
+    eventually(LONG, "the process group is gone", || async {
+        (live_in_group(pgid) == 0).then_some(())
+    })
+    .await;
+    let job = alice.job(id).await.unwrap();
+    assert_eq!(job.state, "cancelled");
+    assert_eq!(job.result, None, "a cancelled job's runner reports nothing");
+
+    // The slot is free again.
+    let after = cli(
+        &app.url(0),
+        &key,
+        &["job", "submit", "--wait", "--", "echo", "after"],
+        LONG,
+    )
+    .await;
+    assert_eq!(
+        (after.code, after.stdout.as_str()),
+        (Some(0), "after\n"),
+        "{after:?}"
+    );
+}
+
+fn rand_u32() -> u32 {
+    Uuid::new_v4().as_fields().0
+}
+
+#[tokio::test]
+async fn a_lease_survives_kill_9_of_the_replica_the_runner_uses() {
+    let app = TestApp::spawn_with(0, |_| {}).await;
+    let dir = TempDir::new("e2e-failover");
+    let envs = [("LEASEHOLD_LEASE_TTL_MS", "6000")];
+    let ((mut a, url_a), (_b, url_b)) = tokio::join!(
+        serve(&app.database_url, &dir, &envs),
+        serve(&app.database_url, &dir, &envs)
+    );
+    let key = app.key("acme", "alice", false).await;
+    let alice_b = Client::new(url_b.clone(), Some(key.clone()));
+    let config = enrol(&alice_b, &[&url_a, &url_b], dir.path(), false, &[]).await;
+    let r = runner(&config, &dir.join("work"), &[], &[]);
+
+    let out = cli(
+        &url_b,
+        &key,
+        &["job", "submit", "--", "sh", "-c", "sleep 8; echo survived"],
+        LONG,
+    )
+    .await;
+    let id = job_id(&out);
+    job_in_state(&alice_b, id, "leased").await;
+    // The runner talks to the first server until it fails; kill it mid-job.
+    a.signal(Signal::SIGKILL);
+    a.exit(LONG).await;
+
+    let job = job_in_state(&alice_b, id, "completed").await;
+    let result = job.result.unwrap();
+    assert_eq!(result["exit_code"], json!(0), "runner log:\n{}", r.log());
+    assert_eq!(result["stdout_tail"], json!("survived\n"));
+    assert_eq!(
+        job.epoch, 1,
+        "heartbeated through the other replica, never re-delivered"
+    );
+    let events = alice_b.events(id, 0, 0).await.unwrap().events;
+    assert!(events
+        .iter()
+        .any(|e| e.kind == "stdout" && e.data["line"] == "survived"));
+}
+
+#[tokio::test]
+async fn sigterm_drains_a_running_job_and_releases_what_is_past_the_deadline() {
+    // Default 120 s leases: the second job is back in the queue because it was released,
+    // not because its lease lapsed.
+    let app = TestApp::spawn().await;
+    assert!(
+        app.config.lease_ttl_ms >= 60_000,
+        "the premise: leases outlive the test"
+    );
+    let key = app.key("acme", "alice", false).await;
+    let alice = Client::new(app.url(0), Some(key.clone()));
+    let dir = TempDir::new("e2e-drain");
+    let config_a = enrol(
+        &alice,
+        &[&app.url(0)],
+        dir.path(),
+        false,
+        &["--capacity", "2"],
+    )
+    .await;
+    let mut a = runner(
+        &config_a,
+        &dir.join("work"),
+        &["--drain-timeout", "10"],
+        &[],
+    );
+
+    let url = app.url(0);
+    let short = job_id(
+        &cli(
+            &url,
+            &key,
+            &["job", "submit", "--", "sh", "-c", "sleep 4; echo short"],
+            LONG,
+        )
+        .await,
+    );
+    let long = job_id(
+        &cli(
+            &url,
+            &key,
+            &[
+                "job", "submit", "--", "sh", "-c",
+                r#"if [ "$LEASEHOLD_ATTEMPT" = 1 ]; then sleep 600; fi; echo "long on attempt $LEASEHOLD_ATTEMPT""#,
+            ],
+            LONG,
+        )
+        .await,
+    );
+    job_in_state(&alice, short, "leased").await;
+    job_in_state(&alice, long, "leased").await;
+    a.signal(Signal::SIGTERM);
+    let status = a.exit(LONG).await;
+    assert!(
+        status.success(),
+        "drained runner exits 0; log:\n{}",
+        a.log()
+    );
+
+    let s = alice.job(short).await.unwrap();
+    assert_eq!(
+        s.state, "completed",
+        "the running job finished within the drain"
+    );
+    assert_eq!(s.result.unwrap()["stdout_tail"], json!("short\n"));
+    let l = alice.job(long).await.unwrap();
+    assert_eq!(l.state, "parked", "the job past the deadline was released");
+    assert_eq!(l.attempts, 1);
+
+    // Another runner takes it at once.
+    let config_b = enrol(&alice, &[&app.url(0)], dir.path(), false, &[]).await;
+    let mut b = runner(&config_b, &dir.join("work"), &["--once"], &[]);
+    assert!(b.exit(LONG).await.success(), "{}", b.log());
+    let l = alice.job(long).await.unwrap();
+    assert_eq!(l.state, "completed");
+    assert_eq!(
+        l.result.unwrap()["stdout_tail"],
+        json!("long on attempt 2\n")
+    );
+    let saved: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&config_b).unwrap()).unwrap();
+    assert_eq!(l.provenance.unwrap()["runner"], saved["runner_id"]);
+}
+
+#[tokio::test]
+async fn once_and_ephemeral_runners_take_exactly_one_job() {
+    let app = TestApp::spawn().await;
+    let key = app.key("acme", "alice", false).await;
+    let alice = Client::new(app.url(0), Some(key.clone()));
+    let dir = TempDir::new("e2e-once");
+    let url = app.url(0);
+    let first = job_id(&cli(&url, &key, &["job", "submit", "--", "echo", "one"], LONG).await);
+    let second = job_id(&cli(&url, &key, &["job", "submit", "--", "echo", "two"], LONG).await);
+
+    let config = enrol(&alice, &[&url], dir.path(), false, &["--capacity", "4"]).await;
+    let mut once = runner(&config, &dir.join("work"), &["--once"], &[]);
+    assert!(once.exit(LONG).await.success(), "{}", once.log());
+    assert_eq!(
+        alice.job(first).await.unwrap().state,
+        "completed",
+        "FIFO: the first job"
+    );
+    assert_eq!(
+        alice.job(second).await.unwrap().state,
+        "parked",
+        "and only that one"
+    );
+
+    // An ephemeral runner behaves as --once without being told, and its token dies after.
+    let config = enrol(&alice, &[&url], dir.path(), true, &[]).await;
+    let mut eph = runner(&config, &dir.join("work"), &[], &[]);
+    assert!(eph.exit(LONG).await.success(), "{}", eph.log());
+    assert_eq!(alice.job(second).await.unwrap().state, "completed");
+    let mut again = runner(&config, &dir.join("work"), &[], &[]);
+    let status = again.exit(LONG).await;
+    assert!(!status.success(), "a spent ephemeral token is refused");
+    assert!(
+        again.log().contains("refused this runner's token"),
+        "{}",
+        again.log()
+    );
+}
+
+#[tokio::test]
+async fn a_runner_refuses_to_start_when_its_sandbox_does_not_work() {
+    let app = TestApp::spawn().await;
+    let alice = app.operator("acme", "alice", false).await;
+    let dir = TempDir::new("e2e-nosandbox");
+    let config = enrol(&alice, &[&app.url(0)], dir.path(), false, &[]).await;
+    // No bwrap on this PATH.
+    let empty = dir.join("empty-bin");
+    std::fs::create_dir_all(&empty).unwrap();
+    let mut r = runner(
+        &config,
+        &dir.join("work"),
+        &["--sandbox", "bubblewrap"],
+        &[("PATH", empty.to_str().unwrap())],
+    );
+    let status = r.exit(LONG).await;
+    assert!(!status.success());
+    assert!(r.log().contains("bwrap"), "{}", r.log());
+}
+
+/// Why bubblewrap cannot run here, if it cannot.
+fn bwrap_unusable() -> Option<String> {
+    let out = std::process::Command::new("bwrap")
+        .args([
+            "--ro-bind",
+            "/",
+            "/",
+            "--proc",
+            "/proc",
+            "--dev",
+            "/dev",
+            "--unshare-pid",
+            "true",
+        ])
+        .output();
+    match out {
+        Err(e) => Some(format!("bwrap is not installed ({e})")),
+        Ok(o) if !o.status.success() => Some(format!(
+            "bwrap cannot create namespaces here: {}",
+            String::from_utf8_lossy(&o.stderr).trim()
+        )),
+        Ok(_) => None,
+    }
+}
+
+#[tokio::test]
+async fn the_sandbox_writes_only_its_work_directory_and_never_sees_the_host_home() {
+    if let Some(reason) = bwrap_unusable() {
+        eprintln!("SKIPPED the_sandbox_writes_only_its_work_directory...: {reason}");
+        return;
+    }
+    let app = TestApp::spawn().await;
+    let key = app.key("acme", "alice", false).await;
+    let alice = Client::new(app.url(0), Some(key.clone()));
+    let dir = TempDir::new("e2e-sandbox");
+    // A host home with a secret in it; the runner's configuration lives there too.
+    let home = dir.join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    std::fs::write(home.join("secret"), "s3cret").unwrap();
+    let config_dir = home.join(".config");
+    std::fs::create_dir_all(&config_dir).unwrap();
+    let config = enrol(
+        &alice,
+        &[&app.url(0)],
+        &config_dir,
+        false,
+        &["--capacity", "4"],
+    )
+    .await;
+    let outside = dir.join("outside");
+    std::fs::create_dir_all(&outside).unwrap();
+    let _r = runner(
+        &config,
+        &dir.join("work"),
+        &["--sandbox", "bubblewrap"],
+        &[("HOME", home.to_str().unwrap())],
+    );
+
+    let url = app.url(0);
+    let run = |script: String| {
+        let (url, key) = (url.clone(), key.clone());
+        async move {
+            cli(
+                &url,
+                &key,
+                &["job", "submit", "--wait", "--", "sh", "-c", &script],
+                LONG,
+            )
+            .await
+        }
+    };
+    let home_s = home.display().to_string();
+    let (inside, escape, peek, token, system, fresh) = tokio::join!(
+        run(
+            "echo a > in-work && echo b > \"$HOME/in-home\" && echo c > /tmp/in-tmp && cat in-work"
+                .into()
+        ),
+        run(format!("echo pwned > {}/escaped", outside.display())),
+        run(format!("cat {home_s}/secret")),
+        run(format!("cat {}", config.display())),
+        run("touch /usr/leasehold-escape".into()),
+        run(format!("test \"$HOME\" != {home_s} && echo fresh home")),
+    );
+    assert_eq!(
+        (inside.code, inside.stdout.as_str()),
+        (Some(0), "a\n"),
+        "{inside:?}"
+    );
+    assert_ne!(escape.code, Some(0), "{escape:?}");
+    assert!(
+        !outside.join("escaped").exists(),
+        "nothing written outside the work directory"
+    );
+    assert_ne!(peek.code, Some(0), "{peek:?}");
+    assert!(!peek.stdout.contains("s3cret"));
+    assert_ne!(
+        token.code,
+        Some(0),
+        "the runner's token is out of reach: {token:?}"
+    );
+    assert!(!token.stdout.contains("rnr_"));
+    assert_ne!(
+        system.code,
+        Some(0),
+        "system directories are read-only: {system:?}"
+    );
+    assert!(!std::path::Path::new("/usr/leasehold-escape").exists());
+    assert_eq!(
+        (fresh.code, fresh.stdout.as_str()),
+        (Some(0), "fresh home\n"),
+        "{fresh:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_restarted_runner_kills_what_a_crashed_run_left_and_clears_its_work_directory() {
+    let app = TestApp::spawn().await;
+    let key = app.key("acme", "alice", false).await;
+    let alice = Client::new(app.url(0), Some(key.clone()));
+    let dir = TempDir::new("e2e-crash");
+    let config = enrol(&alice, &[&app.url(0)], dir.path(), false, &[]).await;
+    let work = dir.join("work");
+    let mut first = runner(&config, &work, &[], &[]);
+
+    let marker = format!("{}.{}", 3000 + rand_u32() % 1000, rand_u32());
+    let script = format!("touch left-over; sleep {marker}");
+    let out = cli(
+        &app.url(0),
+        &key,
+        &["job", "submit", "--", "sh", "-c", &script],
+        LONG,
+    )
+    .await;
+    let id = job_id(&out);
+    let pgid = eventually(LONG, "the job runs", || async {
+        let p = processes_with(&marker);
+        (p.iter().filter(|(_, s, _)| *s != 'Z').count() >= 2).then(|| p[0].2)
+    })
+    .await;
+    first.signal(Signal::SIGKILL);
+    first.exit(LONG).await;
+    assert!(
+        live_in_group(pgid) > 0,
+        "a crashed runner's job keeps running"
+    );
+    // Settle it, so the restarted runner is not handed it again.
+    alice.cancel(id).await.unwrap();
+
+    let saved: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&config).unwrap()).unwrap();
+    let mine = work.join(saved["runner_id"].as_str().unwrap());
+    assert_eq!(entries(&mine), [id.to_string()]);
+    let _second = runner(&config, &work, &[], &[]);
+    eventually(LONG, "the orphaned process group is killed", || async {
+        (live_in_group(pgid) == 0).then_some(())
+    })
+    .await;
+    eventually(LONG, "the left-over work directory is removed", || async {
+        entries(&mine).is_empty().then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_second_sigterm_releases_at_once() {
+    let app = TestApp::spawn().await;
+    let key = app.key("acme", "alice", false).await;
+    let alice = Client::new(app.url(0), Some(key.clone()));
+    let dir = TempDir::new("e2e-term2");
+    let config = enrol(&alice, &[&app.url(0)], dir.path(), false, &[]).await;
+    // The default drain timeout (600 s) would outlast the test.
+    let mut r = runner(&config, &dir.join("work"), &[], &[]);
+    let out = cli(
+        &app.url(0),
+        &key,
+        &["job", "submit", "--", "sleep", "600"],
+        LONG,
+    )
+    .await;
+    let id = job_id(&out);
+    job_in_state(&alice, id, "leased").await;
+
+    r.signal(Signal::SIGTERM);
+    eventually(LONG, "the runner is draining", || async {
+        r.log().contains("draining").then_some(())
+    })
+    .await;
+    assert_eq!(
+        alice.job(id).await.unwrap().state,
+        "leased",
+        "draining lets it run"
+    );
+    r.signal(Signal::SIGTERM);
+    assert!(r.exit(LONG).await.success(), "{}", r.log());
+    let job = alice.job(id).await.unwrap();
+    assert_eq!(
+        (job.state.as_str(), job.attempts),
+        ("parked", 1),
+        "released, not failed"
+    );
+}
