@@ -1,0 +1,37 @@
+#!/bin/sh
+# docker compose's bootstrap and runner services.
+#   bootstrap: mint the admin key (printed once, here) and a workspace join code for the runner.
+#   runner:    enrol with that code once, then run; its credentials persist in its volume.
+set -eu
+shared=/var/lib/leasehold/bootstrap
+wait_ready() {
+    until curl -fsS "$LEASEHOLD_SERVER/readyz" >/dev/null 2>&1; do sleep 1; done
+}
+case "${1:-}" in
+bootstrap)
+    wait_ready
+    if [ -f "$shared/join-code" ]; then
+        echo "already bootstrapped; the admin key was printed on the first run"
+        exit 0
+    fi
+    key=$(leasehold admin create-key --workspace demo --subject admin --role admin | tail -n 1)
+    echo "admin key for workspace 'demo' (shown once): $key"
+    LEASEHOLD_API_KEY=$key leasehold join-code create --workspace --ttl 600 --json \
+        | sed -n 's/.*"code": *"\([^"]*\)".*/\1/p' > "$shared/join-code.tmp"
+    mv "$shared/join-code.tmp" "$shared/join-code"
+    ;;
+runner)
+    config=/var/lib/leasehold/runner/runner.json
+    wait_ready
+    if [ ! -f "$config" ]; then
+        until [ -f "$shared/join-code" ]; do sleep 1; done
+        leasehold runner connect "$(cat "$shared/join-code")" --server "$LEASEHOLD_SERVER" \
+            --label compose-runner --capacity 2 --capability linux --config "$config"
+    fi
+    exec leasehold runner run --config "$config"
+    ;;
+*)
+    echo "usage: runner-entrypoint.sh bootstrap|runner" >&2
+    exit 2
+    ;;
+esac
