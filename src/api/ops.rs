@@ -90,6 +90,12 @@ pub async fn metrics(State(st): State<Arc<AppState>>) -> impl IntoResponse {
         hub.notifier.sent.load(Ordering::Relaxed),
     );
     metric(
+        "leasehold_db_statements_total",
+        "counter",
+        "Statements sent through the pool (BEGIN and COMMIT included).",
+        hub.store.statements(),
+    );
+    metric(
         "leasehold_rechecks_total",
         "counter",
         "Safety-net re-check queries.",

@@ -4,6 +4,7 @@
 
 use std::time::{Duration, Instant};
 
+use anyhow::Context;
 use serde_json::{json, Map, Value};
 
 use super::setup::{self, ReplicaProcess};
@@ -58,36 +59,74 @@ pub async fn run(
     let rss_before = rss_mb(pid);
     let wait_ms = (args.idle_seconds * 1000).min(60_000) as i64;
     let started = Instant::now();
+    let deadline = started + Duration::from_millis(wait_ms as u64);
     let mut polls = tokio::task::JoinSet::new();
-    for i in 0..args.idle_pollers {
-        let r = runners[i / per_runner].clone();
-        polls.spawn(async move {
-            r.lease(&wire::Lease {
-                wait_ms: Some(wait_ms),
-                max_jobs: Some(1),
-                capabilities: None,
-            })
-            .await
-        });
-    }
     let http = reqwest::Client::new();
-    loop {
-        let parked = metric(&http, &replica.url, "leasehold_waiters")
+    // Runners come up in waves, as a fleet does; a poll refused (503 while the pool is
+    // saturated) is re-issued, as a runner would.
+    let wave = 500;
+    for start in (0..args.idle_pollers).step_by(wave) {
+        for i in start..(start + wave).min(args.idle_pollers) {
+            let r = runners[i / per_runner].clone();
+            polls.spawn(async move {
+                while Instant::now() + Duration::from_secs(2) < deadline {
+                    let left = deadline
+                        .saturating_duration_since(Instant::now())
+                        .as_millis() as i64;
+                    match r
+                        .lease(&wire::Lease {
+                            wait_ms: Some(left),
+                            max_jobs: Some(1),
+                            capabilities: None,
+                        })
+                        .await
+                    {
+                        Ok(_) => return,
+                        Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+                    }
+                }
+            });
+        }
+        let want = (start + wave).min(args.idle_pollers);
+        loop {
+            let parked = metric(&http, &replica.url, "leasehold_waiters")
+                .await
+                .unwrap_or(0.0) as usize;
+            progress(&format!(
+                "idle: {parked}/{} long-polls parked",
+                args.idle_pollers
+            ));
+            if parked >= want {
+                break;
+            }
+            anyhow::ensure!(
+                started.elapsed() < Duration::from_secs(45),
+                "long-polls did not all park within 45 s ({parked})"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    // A poll counts as parked once registered, before its second look at the queue: wait for
+    // those looks to drain (at most 15 s) so the window measures the idle state.
+    let settle_start = Instant::now();
+    let mut last = metric(&http, &replica.url, "leasehold_db_statements_total")
+        .await
+        .context("the replica does not report this metric")?;
+    while settle_start.elapsed() < Duration::from_secs(15) {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let now = metric(&http, &replica.url, "leasehold_db_statements_total")
             .await
-            .unwrap_or(0.0);
+            .context("the replica does not report this metric")?;
         progress(&format!(
-            "idle: {parked:.0}/{} long-polls parked",
-            args.idle_pollers
+            "idle: settling, {:.0} statements in the last second",
+            now - last
         ));
-        if parked as usize >= args.idle_pollers {
+        if now - last < 10.0 {
             break;
         }
-        anyhow::ensure!(
-            started.elapsed() < Duration::from_secs(60),
-            "long-polls did not all park within 60 s"
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
+        last = now;
     }
+    let settled_in = settle_start.elapsed();
     let parked_after = started.elapsed();
     // Measure while all of them wait, stopping well before their waits end.
     let window = Duration::from_millis(wait_ms as u64)
@@ -95,10 +134,10 @@ pub async fn run(
         .max(Duration::from_secs(5));
     let s0 = metric(&http, &replica.url, "leasehold_db_statements_total")
         .await
-        .unwrap_or(0.0);
+        .context("the replica does not report this metric")?;
     let n0 = metric(&http, &replica.url, "leasehold_notifications_sent_total")
         .await
-        .unwrap_or(0.0);
+        .context("the replica does not report this metric")?;
     let t0 = Instant::now();
     while t0.elapsed() < window {
         tokio::time::sleep(Duration::from_secs(1)).await;
@@ -111,10 +150,10 @@ pub async fn run(
     }
     let s1 = metric(&http, &replica.url, "leasehold_db_statements_total")
         .await
-        .unwrap_or(0.0);
+        .context("the replica does not report this metric")?;
     let n1 = metric(&http, &replica.url, "leasehold_notifications_sent_total")
         .await
-        .unwrap_or(0.0);
+        .context("the replica does not report this metric")?;
     let secs = t0.elapsed().as_secs_f64();
     let rss = rss_mb(pid);
     let db = setup::connect(&url).await?;
@@ -144,7 +183,11 @@ pub async fn run(
     table.push((
         "idle_pollers".into(),
         args.idle_pollers.to_string(),
-        format!("parked in {:.1} s", parked_after.as_secs_f64()),
+        format!(
+            "parked in {:.1} s, settled in {:.1} s",
+            (parked_after - settled_in).as_secs_f64(),
+            settled_in.as_secs_f64()
+        ),
     ));
     table.push((
         "idle_rss_mb".into(),

@@ -101,16 +101,24 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     let mut table: Vec<(String, String, String)> = Vec::new();
     let machine = setup::machine();
     out.insert("machine".into(), machine.clone());
+    let mut failed = Vec::new();
     for scenario in chosen {
-        match scenario {
-            "throughput" => throughput::run(&deployment, &args, &mut out, &mut table).await?,
-            "wake" => wake::run(&deployment, &args, &mut out, &mut table).await?,
-            "idle" => idle::run(&deployment, &args, &mut out, &mut table).await?,
-            "depth" => depth::run(&deployment, &args, &mut out, &mut table).await?,
-            "redelivery" => redelivery::run(&deployment, &args, &mut out, &mut table).await?,
+        let result = match scenario {
+            "throughput" => throughput::run(&deployment, &args, &mut out, &mut table).await,
+            "wake" => wake::run(&deployment, &args, &mut out, &mut table).await,
+            "idle" => idle::run(&deployment, &args, &mut out, &mut table).await,
+            "depth" => depth::run(&deployment, &args, &mut out, &mut table).await,
+            "redelivery" => redelivery::run(&deployment, &args, &mut out, &mut table).await,
             _ => unreachable!("checked above"),
-        }
+        };
         done_progress();
+        // One scenario failing does not lose the others' figures.
+        if let Err(e) = result {
+            eprintln!("[bench] {scenario} failed: {e:#}");
+            out.insert(format!("{scenario}_error"), json!(format!("{e:#}")));
+            table.push((format!("{scenario}"), "FAILED".into(), format!("{e:#}")));
+            failed.push(scenario);
+        }
     }
     println!("leasehold bench on {}", machine);
     let w = table.iter().map(|r| r.0.len()).max().unwrap_or(10).max(6);
@@ -122,6 +130,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     if args.json {
         println!("{}", Value::Object(out));
     }
+    anyhow::ensure!(failed.is_empty(), "scenarios failed: {}", failed.join(", "));
     Ok(())
 }
 

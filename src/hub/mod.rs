@@ -188,9 +188,13 @@ impl Hub {
         let mut last_look = wait.is_zero();
         loop {
             let registration = keys.clone().map(|k| self.waiters.register(k));
-            let out = self
-                .store
-                .lease(token_hash, capabilities.as_deref(), max_jobs, ttl)
+            // Boxed: the database call's large state lives on the heap only while it runs, so a
+            // parked long-poll stays small (10,000 of them are held at once).
+            let out =
+                Box::pin(
+                    self.store
+                        .lease(token_hash, capabilities.as_deref(), max_jobs, ttl),
+                )
                 .await?;
             // Advertised capabilities are stored by the first attempt.
             capabilities = None;
@@ -247,7 +251,7 @@ impl Hub {
         let deadline = Instant::now() + wait;
         loop {
             let registration = self.waiters.register(vec![Key::Job(job_id)]);
-            let answer = look().await?;
+            let answer = Box::pin(look()).await?;
             if done(&answer) || Instant::now() >= deadline || shutdown.is_cancelled() {
                 return Ok(answer);
             }

@@ -74,6 +74,30 @@ pub struct NewRunner {
     pub seen: bool,
 }
 
+impl NewRunner {
+    /// The parameters of `runner_insert.sql`, in order.
+    fn params<'a>(
+        &'a self,
+        presence_window_ms: &'a i64,
+    ) -> [&'a (dyn tokio_postgres::types::ToSql + Sync); 13] {
+        [
+            &self.id,
+            &self.owner,
+            &self.workspace,
+            &self.label,
+            &self.os,
+            &self.version,
+            &self.capabilities,
+            &self.capacity,
+            &self.token_hash,
+            &self.approved_by,
+            &self.ephemeral,
+            &self.seen,
+            presence_window_ms,
+        ]
+    }
+}
+
 /// What one lease transaction did.
 #[derive(Debug, Default)]
 pub struct LeaseOutcome {
@@ -248,24 +272,7 @@ impl Store {
 
     pub async fn insert_runner(&self, r: &NewRunner) -> Result<Runner> {
         let row = self
-            .query(
-                sql::RUNNER_INSERT,
-                &[
-                    &r.id,
-                    &r.owner,
-                    &r.workspace,
-                    &r.label,
-                    &r.os,
-                    &r.version,
-                    &r.capabilities,
-                    &r.capacity,
-                    &r.token_hash,
-                    &r.approved_by,
-                    &r.ephemeral,
-                    &r.seen,
-                    &self.presence_window_ms,
-                ],
-            )
+            .query(sql::RUNNER_INSERT, &r.params(&self.presence_window_ms))
             .await?;
         Ok(runner(&row[0]))
     }
@@ -292,24 +299,7 @@ impl Store {
         let r = make(&grant);
         let insert = tx.prepare_cached(sql::RUNNER_INSERT).await?;
         let row = tx
-            .query_one(
-                &insert,
-                &[
-                    &r.id,
-                    &r.owner,
-                    &r.workspace,
-                    &r.label,
-                    &r.os,
-                    &r.version,
-                    &r.capabilities,
-                    &r.capacity,
-                    &r.token_hash,
-                    &r.approved_by,
-                    &r.ephemeral,
-                    &r.seen,
-                    &self.presence_window_ms,
-                ],
-            )
+            .query_one(&insert, &r.params(&self.presence_window_ms))
             .await?;
         tx.commit().await?;
         Ok(Some(runner(&row)))

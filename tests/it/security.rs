@@ -753,11 +753,29 @@ async fn an_ephemeral_runner_left_unseen_is_purged_and_its_named_jobs_rejected()
     let app = TestApp::spawn_with(1, |c| c.ephemeral_purge_ms = 800).await;
     let alice = app.operator("acme", "alice", false).await;
     let code_text = join_code(&alice, Tier::Personal, true).await;
-    let enrolled = Client::new(app.url(0), None).enroll(&enrol_req(&code_text, "gone-quiet")).await.unwrap();
-    let named = dispatch(&alice, wire::Target::Runner { runner_id: enrolled.runner.id }, json!(null)).await;
+    let enrolled = Client::new(app.url(0), None)
+        .enroll(&enrol_req(&code_text, "gone-quiet"))
+        .await
+        .unwrap();
+    let named = dispatch(
+        &alice,
+        wire::Target::Runner {
+            runner_id: enrolled.runner.id,
+        },
+        json!(null),
+    )
+    .await;
     let rejected = alice.wait_job(named.id, 15_000).await.unwrap();
     assert_eq!(rejected.error.unwrap()["reason"], "runner_revoked");
-    assert!(!alice.runners(Tier::Personal).await.unwrap().iter().any(|r| r.id == enrolled.runner.id));
+    assert!(!alice
+        .runners(Tier::Personal)
+        .await
+        .unwrap()
+        .iter()
+        .any(|r| r.id == enrolled.runner.id));
     let r = Client::new(app.url(0), Some(enrolled.token));
-    assert_eq!(code(r.runner_heartbeat(&wire::RunnerHeartbeat::default()).await), "unauthorized");
+    assert_eq!(
+        code(r.runner_heartbeat(&wire::RunnerHeartbeat::default()).await),
+        "unauthorized"
+    );
 }
