@@ -116,7 +116,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         if let Err(e) = result {
             eprintln!("[bench] {scenario} failed: {e:#}");
             out.insert(format!("{scenario}_error"), json!(format!("{e:#}")));
-            table.push((format!("{scenario}"), "FAILED".into(), format!("{e:#}")));
+            table.push((scenario.to_string(), "FAILED".into(), format!("{e:#}")));
             failed.push(scenario);
         }
     }
