@@ -187,7 +187,7 @@ async fn a_lapsed_lease_is_redelivered_with_a_higher_epoch_and_the_old_holder_is
 
 #[tokio::test]
 async fn an_actively_heartbeating_job_is_never_redelivered_or_timed_out() {
-    let app = TestApp::spawn_with(1, |c| c.lease_ttl_ms = 600).await;
+    let app = TestApp::spawn_with(1, |c| c.lease_ttl_ms = 1200).await;
     let alice = app.operator("acme", "alice", false).await;
     let (_, holder) = pair(&alice, Tier::Personal, &[], 1).await;
     let (_, other) = pair(&alice, Tier::Personal, &[], 1).await;
@@ -196,7 +196,8 @@ async fn an_actively_heartbeating_job_is_never_redelivered_or_timed_out() {
     d.no_runner_timeout_ms = Some(1000);
     let job = alice.dispatch(&d).await.unwrap();
     let l = lease(&holder, 1000, 1).await.remove(0);
-    // Heartbeat at a third of the TTL for five TTLs, while another runner keeps asking.
+    // Heartbeat every 200 ms (a sixth of the TTL, margin for a loaded machine) for 3 s, two and a
+    // half TTLs, while another runner keeps asking.
     let heartbeats = async {
         for _ in 0..15 {
             holder
