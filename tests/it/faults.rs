@@ -13,7 +13,7 @@ use leasehold::wire::{self, Tier};
 use serde_json::json;
 
 use crate::support::{
-    dispatch, eventually, lease, pair, personal, readiness, start_replica, test_config,
+    dispatch, eventually, lease, pair, personal, readiness, start_replica, test_config, waiters,
     ServeProcess, TestApp,
 };
 
@@ -40,17 +40,6 @@ async fn poll_until_job(r: &Client, within: Duration) -> wire::LeasedJob {
         got.into_iter().next()
     })
     .await
-}
-
-async fn waiters(url: &str) -> Option<u64> {
-    let m = reqwest::get(format!("{url}/metrics"))
-        .await
-        .ok()?
-        .text()
-        .await
-        .ok()?;
-    m.lines()
-        .find_map(|l| l.strip_prefix("leasehold_waiters ")?.parse().ok())
 }
 
 #[tokio::test]

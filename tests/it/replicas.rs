@@ -9,7 +9,7 @@ use leasehold::client::Client;
 use leasehold::wire::{self, Tier};
 use serde_json::json;
 
-use crate::support::{dispatch, lease, pair, personal, pool_connections, TestApp};
+use crate::support::{dispatch, lease, pair, personal, pool_connections, until_waiters, TestApp};
 
 /// The re-check safety net is pushed far out, so only a notification can deliver in time.
 fn notifications_only(c: &mut leasehold::config::Config) {
@@ -32,16 +32,7 @@ async fn a_runner_polling_replica_a_gets_a_job_dispatched_on_replica_b() {
             }
         });
         // Let the poll park (registering as a waiter) before dispatching.
-        crate::support::eventually(Duration::from_secs(5), "runner parked", || async {
-            let m = reqwest::get(format!("{}/metrics", app.url(0)))
-                .await
-                .ok()?
-                .text()
-                .await
-                .ok()?;
-            m.contains("\nleasehold_waiters 1\n").then_some(())
-        })
-        .await;
+        until_waiters(&app.url(0), 1, Duration::from_secs(5)).await;
         let sent = Instant::now();
         let job = dispatch(&alice_b, personal(), json!(i)).await;
         let (got, received) = poll.await.unwrap();
@@ -141,16 +132,7 @@ async fn a_thousand_idle_long_polls_hold_no_more_connections_than_the_pool() {
             tokio::spawn(async move { lease(&r, 20_000, 1).await })
         })
         .collect();
-    crate::support::eventually(Duration::from_secs(30), "1000 waiters parked", || async {
-        let m = reqwest::get(format!("{}/metrics", app.url(0)))
-            .await
-            .ok()?
-            .text()
-            .await
-            .ok()?;
-        m.contains("\nleasehold_waiters 1000\n").then_some(())
-    })
-    .await;
+    until_waiters(&app.url(0), 1000, Duration::from_secs(30)).await;
     let held = pool_connections(&app.database_url).await;
     println!("1000 idle long-polls hold {held} pooled database connections (pool size 4)");
     assert!(held <= 4, "held {held} connections");
@@ -179,21 +161,9 @@ async fn a_job_heard_by_three_replicas_is_delivered_exactly_once() {
             tokio::spawn(async move { lease(&r, 3000, 3).await })
         })
         .collect();
-    crate::support::eventually(Duration::from_secs(5), "all three parked", || async {
-        for i in 0..3 {
-            let m = reqwest::get(format!("{}/metrics", app.url(i)))
-                .await
-                .ok()?
-                .text()
-                .await
-                .ok()?;
-            if !m.contains("\nleasehold_waiters 1\n") {
-                return None;
-            }
-        }
-        Some(())
-    })
-    .await;
+    for i in 0..3 {
+        until_waiters(&app.url(i), 1, Duration::from_secs(5)).await;
+    }
     let job = dispatch(
         &Client::new(app.url(2), Some(token_of(&alice))),
         personal(),

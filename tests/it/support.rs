@@ -348,3 +348,23 @@ pub async fn pool_connections(database_url: &str) -> i64 {
         .unwrap()
         .get(0)
 }
+
+/// Waiters parked on the replica at `url`, from its `/metrics`.
+pub async fn waiters(url: &str) -> Option<u64> {
+    let m = reqwest::get(format!("{url}/metrics"))
+        .await
+        .ok()?
+        .text()
+        .await
+        .ok()?;
+    m.lines()
+        .find_map(|l| l.strip_prefix("leasehold_waiters ")?.parse().ok())
+}
+
+/// Wait until exactly `n` waiters are parked on the replica at `url`.
+pub async fn until_waiters(url: &str, n: u64, within: Duration) {
+    eventually(within, &format!("{n} waiters parked on {url}"), || async {
+        (waiters(url).await? == n).then_some(())
+    })
+    .await;
+}
