@@ -148,15 +148,16 @@ async fn end_to_end(
                 else {
                     continue;
                 };
-                let done = futures_util::future::join_all(
-                    jobs.iter()
-                        .map(|j| r.complete(j.id, j.epoch, json!({"exit_code": 0}))),
-                )
-                .await;
-                completed.fetch_add(
-                    done.iter().filter(|d| d.is_ok()).count() as u64,
-                    Ordering::Relaxed,
-                );
+                // Report each job as it "finishes", one after another, as a runner does; firing
+                // a whole batch of completions at once only queues them ahead of the dispatches.
+                for j in &jobs {
+                    if r.complete(j.id, j.epoch, json!({"exit_code": 0}))
+                        .await
+                        .is_ok()
+                    {
+                        completed.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
             }
         });
     }
