@@ -128,13 +128,6 @@ impl Replica {
         self.shutdown.clone()
     }
 
-    /// Wait until the server has stopped.
-    pub async fn wait(self) {
-        let _ = self.server.await;
-    }
-}
-
-impl Replica {
     /// Wait for the shutdown token to fire, then give the server `deadline` to drain.
     pub async fn stop_after_shutdown(self, deadline: Duration) {
         self.shutdown.cancelled().await;

@@ -8,11 +8,9 @@ use serde_json::{json, Map, Value};
 
 use super::setup::{self, ReplicaProcess};
 use super::stats::quantile;
-use super::{progress, round, BenchArgs, Deployment};
+use super::{progress, round, BenchArgs, Deployment, Table};
 use crate::client::Client;
 use crate::wire;
-
-type Table = Vec<(String, String, String)>;
 
 /// Claims timed per depth and kind.
 const SAMPLES: usize = 300;

@@ -8,11 +8,9 @@ use anyhow::Context;
 use serde_json::{json, Map, Value};
 
 use super::setup::{self, ReplicaProcess};
-use super::{progress, round, BenchArgs, Deployment};
+use super::{progress, round, BenchArgs, Deployment, Table};
 use crate::client::Client;
 use crate::wire;
-
-type Table = Vec<(String, String, String)>;
 
 async fn metric(http: &reqwest::Client, url: &str, name: &str) -> Option<f64> {
     let text = http

@@ -20,6 +20,9 @@ use serde_json::{json, Map, Value};
 
 pub use setup::Deployment;
 
+/// The human table: metric, value, baseline or target.
+pub type Table = Vec<(String, String, String)>;
+
 #[derive(Debug, Clone, Args)]
 pub struct BenchArgs {
     /// Scenarios, comma-separated: throughput, wake, idle, depth, redelivery, or all.
@@ -98,7 +101,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     }
     let deployment = Deployment::start(args.database_url.as_deref()).await?;
     let mut out = Map::new();
-    let mut table: Vec<(String, String, String)> = Vec::new();
+    let mut table: Table = Vec::new();
     let machine = setup::machine();
     out.insert("machine".into(), machine.clone());
     let mut failed = Vec::new();

@@ -5,11 +5,9 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Map, Value};
 
 use super::setup::{self, ReplicaProcess};
-use super::{progress, round, BenchArgs, Deployment};
+use super::{progress, round, BenchArgs, Deployment, Table};
 use crate::client::Client;
 use crate::wire;
-
-type Table = Vec<(String, String, String)>;
 
 pub async fn run(
     dep: &Deployment,

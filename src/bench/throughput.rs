@@ -10,12 +10,10 @@ use serde_json::{json, Map, Value};
 use uuid::Uuid;
 
 use super::setup::{self, ReplicaProcess};
-use super::{progress, round, BenchArgs, Deployment};
+use super::{progress, round, BenchArgs, Deployment, Table};
 use crate::client::Client;
 use crate::store::sql;
 use crate::wire;
-
-type Table = Vec<(String, String, String)>;
 
 pub async fn run(
     dep: &Deployment,

@@ -12,11 +12,9 @@ use uuid::Uuid;
 
 use super::setup::{self, ReplicaProcess};
 use super::stats::quantile;
-use super::{progress, round, BenchArgs, Deployment};
+use super::{progress, round, BenchArgs, Deployment, Table};
 use crate::client::Client;
 use crate::wire;
-
-type Table = Vec<(String, String, String)>;
 
 fn unix_now() -> f64 {
     SystemTime::now()

@@ -213,3 +213,33 @@ async fn a_stream_of_jobs_is_shared_between_two_long_polling_runners() {
         "one runner monopolised the pool: {na} vs {nb}"
     );
 }
+
+#[tokio::test]
+async fn a_woken_runner_that_must_skip_the_job_passes_the_wake_to_the_next_waiter() {
+    let app = TestApp::spawn_with(2, notifications_only).await;
+    let alice = app.operator("acme", "alice", false).await;
+    let (_, plain) = pair(&alice, Tier::Personal, &["linux"], 1).await;
+    let (_, gpu) = pair(&alice, Tier::Personal, &["linux", "gpu"], 1).await;
+    let plain = Client::new(app.url(1), Some(token_of(&plain)));
+    let gpu = Client::new(app.url(1), Some(token_of(&gpu)));
+    // The runner without a GPU waits longest, so replica 1 wakes it first.
+    let plain_poll = tokio::spawn(async move { lease(&plain, 20_000, 1).await });
+    until_waiters(&app.url(1), 1, Duration::from_secs(5)).await;
+    let gpu_poll = tokio::spawn(async move { (lease(&gpu, 20_000, 1).await, Instant::now()) });
+    until_waiters(&app.url(1), 2, Duration::from_secs(5)).await;
+    let mut d = wire::Dispatch::new(personal(), json!("needs a gpu"));
+    d.required_capabilities = Some(vec!["gpu".into()]);
+    let sent = Instant::now();
+    let job = alice.dispatch(&d).await.unwrap();
+    let (got, at) = gpu_poll.await.unwrap();
+    assert_eq!(got.first().map(|j| j.id), Some(job.id));
+    assert!(
+        at.duration_since(sent) < Duration::from_secs(5),
+        "delivered by the passed-on wake, not the wait's end"
+    );
+    assert!(
+        !plain_poll.is_finished(),
+        "the runner that skipped went back to waiting"
+    );
+    plain_poll.abort();
+}

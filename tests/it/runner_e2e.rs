@@ -41,6 +41,13 @@ fn job_id(out: &crate::procs::Output) -> Uuid {
     out.stdout.trim().parse().expect("submit prints the job id")
 }
 
+/// `leasehold job submit -- ARGV...` (no wait): the new job's id.
+async fn submit(server: &str, key: &str, argv: &[&str]) -> Uuid {
+    let mut args = vec!["job", "submit", "--"];
+    args.extend_from_slice(argv);
+    job_id(&cli(server, key, &args, LONG).await)
+}
+
 #[tokio::test]
 async fn a_join_code_enrols_a_runner_whose_command_output_and_exit_code_come_back() {
     let app = TestApp::spawn().await;
@@ -268,14 +275,7 @@ async fn cancel_kills_the_whole_process_group_and_reports_nothing() {
 
     let marker = format!("{}.{}", 2000 + rand_u32() % 1000, rand_u32());
     let script = format!("sleep {marker}1 & sleep {marker}2; wait");
-    let out = cli(
-        &app.url(0),
-        &key,
-        &["job", "submit", "--", "sh", "-c", &script],
-        LONG,
-    )
-    .await;
-    let id = job_id(&out);
+    let id = submit(&app.url(0), &key, &["sh", "-c", &script]).await;
     let procs = eventually(LONG, "the job's processes run", || async {
         let p = processes_with(&marker);
         (p.iter().filter(|(_, s, _)| *s != 'Z').count() >= 3).then_some(p)
@@ -332,14 +332,7 @@ async fn a_lease_survives_kill_9_of_the_replica_the_runner_uses() {
     let config = enrol(&alice_b, &[&url_a, &url_b], dir.path(), false, &[]).await;
     let r = runner(&config, &dir.join("work"), &[], &[]);
 
-    let out = cli(
-        &url_b,
-        &key,
-        &["job", "submit", "--", "sh", "-c", "sleep 8; echo survived"],
-        LONG,
-    )
-    .await;
-    let id = job_id(&out);
+    let id = submit(&url_b, &key, &["sh", "-c", "sleep 8; echo survived"]).await;
     job_in_state(&alice_b, id, "leased").await;
     // The runner talks to the first server until it fails; kill it mid-job.
     a.signal(Signal::SIGKILL);
@@ -628,14 +621,7 @@ async fn a_restarted_runner_kills_what_a_crashed_run_left_and_clears_its_work_di
 
     let marker = format!("{}.{}", 3000 + rand_u32() % 1000, rand_u32());
     let script = format!("touch left-over; sleep {marker}");
-    let out = cli(
-        &app.url(0),
-        &key,
-        &["job", "submit", "--", "sh", "-c", &script],
-        LONG,
-    )
-    .await;
-    let id = job_id(&out);
+    let id = submit(&app.url(0), &key, &["sh", "-c", &script]).await;
     let pgid = eventually(LONG, "the job runs", || async {
         let p = processes_with(&marker);
         (p.iter().filter(|(_, s, _)| *s != 'Z').count() >= 2).then(|| p[0].2)
@@ -674,14 +660,7 @@ async fn a_second_sigterm_releases_at_once() {
     let config = enrol(&alice, &[&app.url(0)], dir.path(), false, &[]).await;
     // The default drain timeout (600 s) would outlast the test.
     let mut r = runner(&config, &dir.join("work"), &[], &[]);
-    let out = cli(
-        &app.url(0),
-        &key,
-        &["job", "submit", "--", "sleep", "600"],
-        LONG,
-    )
-    .await;
-    let id = job_id(&out);
+    let id = submit(&app.url(0), &key, &["sleep", "600"]).await;
     job_in_state(&alice, id, "leased").await;
 
     r.signal(Signal::SIGTERM);
