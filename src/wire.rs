@@ -62,6 +62,15 @@ pub struct Job {
     pub error: Option<Value>,
     pub provenance: Option<Value>,
     pub billing_tenant: Option<String>,
+    /// `personal`, `workspace` or `any` for a pool job; null for a job named for a runner.
+    #[serde(default)]
+    pub pool: Option<String>,
+    /// Names of the workspace secrets the job's lease carries (never their values).
+    #[serde(default)]
+    pub secrets: Vec<String>,
+    /// The repository source, without any credential.
+    #[serde(default)]
+    pub source: Option<Value>,
 }
 
 impl Job {
@@ -83,6 +92,12 @@ pub struct LeasedJob {
     pub lease_expires_at: DateTime<Utc>,
     pub lease_ttl_ms: u64,
     pub heartbeat_interval_ms: u64,
+    /// Values of the secrets the job names, read at lease time (`{}` when none).
+    #[serde(default)]
+    pub secrets: std::collections::BTreeMap<String, String>,
+    /// The repository source to build; its credential (if any) only here.
+    #[serde(default)]
+    pub source: Option<Value>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -150,12 +165,32 @@ pub enum Tier {
     Workspace,
 }
 
+/// The pool a job is dispatched to: the caller's personal runners, the workspace's, or (v1.1)
+/// either, whichever leases first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PoolName {
+    Personal,
+    Workspace,
+    Any,
+}
+
+impl PoolName {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PoolName::Personal => "personal",
+            PoolName::Workspace => "workspace",
+            PoolName::Any => "any",
+        }
+    }
+}
+
 /// Where a job goes: exactly one of the two shapes; anything else is 400.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(untagged, deny_unknown_fields)]
 pub enum Target {
     Runner { runner_id: Uuid },
-    Pool { pool: Tier },
+    Pool { pool: PoolName },
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -175,6 +210,33 @@ pub struct Dispatch {
     pub no_runner_timeout_ms: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue_timeout_ms: Option<i64>,
+    /// Names of workspace secrets the lease carries (v1.1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secrets: Option<Vec<String>>,
+    /// A repository source (v1.1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<Value>,
+}
+
+/// One item of `POST /v1/jobs/batch`: a dispatch body and its own idempotency key.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct BatchItem {
+    #[serde(flatten)]
+    pub dispatch: Dispatch,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotency_key: Option<String>,
+}
+
+/// `POST /v1/jobs/batch` (v1.1): 1..1000 items, all parked in one transaction or none.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DispatchBatch {
+    pub jobs: Vec<BatchItem>,
+}
+
+/// The answer of a batch dispatch: the jobs in request order.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Jobs {
+    pub jobs: Vec<Job>,
 }
 
 impl Dispatch {
@@ -189,6 +251,8 @@ impl Dispatch {
             max_attempts: None,
             no_runner_timeout_ms: None,
             queue_timeout_ms: None,
+            secrets: None,
+            source: None,
         }
     }
 }

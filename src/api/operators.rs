@@ -15,6 +15,7 @@ use super::views;
 use super::AppState;
 use crate::domain::credentials::{Kind, Secret};
 use crate::domain::owner;
+use crate::domain::records::JoinGrant;
 use crate::store::NewRunner;
 use crate::wire::{self, CreateRunner, Role, Target, Tier};
 
@@ -81,7 +82,11 @@ pub async fn list_personal_runners(
     State(st): State<Arc<AppState>>,
     Operator(key): Operator,
 ) -> ApiResult<Json<wire::RunnerList>> {
-    let runners = st.hub.store.runners_by_owner(&key.subject).await?;
+    let runners = st
+        .hub
+        .store
+        .runners_by_owner(&key.workspace, &key.subject)
+        .await?;
     Ok(Json(wire::RunnerList {
         runners: runners.into_iter().map(views::runner).collect(),
     }))
@@ -102,7 +107,7 @@ pub async fn revoke_personal_runner(
     Operator(key): Operator,
     PathId(id): PathId,
 ) -> ApiResult<StatusCode> {
-    revoke(&st, id, &key.subject).await
+    revoke(&st, id, &key.subject, &key.workspace).await
 }
 
 pub async fn revoke_workspace_runner(
@@ -111,14 +116,20 @@ pub async fn revoke_workspace_runner(
     PathId(id): PathId,
 ) -> ApiResult<StatusCode> {
     op.require_admin()?;
-    revoke(&st, id, &owner::workspace_owner(&op.0.workspace)).await
+    revoke(
+        &st,
+        id,
+        &owner::workspace_owner(&op.0.workspace),
+        &op.0.workspace,
+    )
+    .await
 }
 
-async fn revoke(st: &AppState, id: Uuid, owner: &str) -> ApiResult<StatusCode> {
+async fn revoke(st: &AppState, id: Uuid, owner: &str, workspace: &str) -> ApiResult<StatusCode> {
     let moved = st
         .hub
         .store
-        .revoke_runner(id, owner)
+        .revoke_runner(id, owner, workspace)
         .await?
         .ok_or(ApiError::NotFound)?;
     st.hub.after_moves(&moved);
@@ -184,17 +195,16 @@ pub async fn create_join_code(
         }
     };
     let code = Secret::generate(Kind::JoinCode);
+    let grant = JoinGrant {
+        workspace: op.0.workspace.clone(),
+        owner,
+        approved_by: op.0.subject.clone(),
+        ephemeral: req.ephemeral.unwrap_or(false),
+    };
     let expires_at = st
         .hub
         .store
-        .insert_join_code(
-            code.hash(),
-            &op.0.workspace,
-            &owner,
-            &op.0.subject,
-            req.ephemeral.unwrap_or(false),
-            ttl_s,
-        )
+        .insert_join_code(code.hash(), &grant, ttl_s)
         .await?;
     Ok((
         StatusCode::CREATED,
@@ -235,20 +245,15 @@ pub async fn pool(
     }))
 }
 
-/// Where a target points: the queue owner and, for a named runner, the runner. A runner the
-/// caller may not target is 404.
+/// The named runner a target points at (`None` for a pool). A runner the caller may not target
+/// (another workspace's, or another subject's personal runner) is 404.
 pub(crate) async fn resolve_target(
     st: &AppState,
     key: &crate::domain::records::ApiKey,
     target: &Target,
-) -> ApiResult<(String, Option<crate::domain::records::Runner>)> {
+) -> ApiResult<Option<crate::domain::records::Runner>> {
     match target {
-        Target::Pool {
-            pool: Tier::Personal,
-        } => Ok((key.subject.clone(), None)),
-        Target::Pool {
-            pool: Tier::Workspace,
-        } => Ok((owner::workspace_owner(&key.workspace), None)),
+        Target::Pool { .. } => Ok(None),
         Target::Runner { runner_id } => {
             let runner = st
                 .hub
@@ -256,11 +261,12 @@ pub(crate) async fn resolve_target(
                 .runner(*runner_id)
                 .await?
                 .ok_or(ApiError::NotFound)?;
-            if runner.owner != key.subject && runner.owner != owner::workspace_owner(&key.workspace)
-            {
+            let mine = runner.owner == key.subject
+                || runner.owner == owner::workspace_owner(&key.workspace);
+            if runner.workspace != key.workspace || !mine {
                 return Err(ApiError::NotFound);
             }
-            Ok((runner.owner.clone(), Some(runner)))
+            Ok(Some(runner))
         }
     }
 }
@@ -278,13 +284,18 @@ pub async fn preflight(
                 "required_capabilities: '{bad}' is not a known capability name"
             ))
         })?;
-    let (owner, runner) = resolve_target(&st, &key, &req.target).await?;
+    let runner = resolve_target(&st, &key, &req.target).await?;
     let runner_id = runner.as_ref().map(|r| r.id);
-    let owner_filter = runner_id.is_none().then_some(owner.as_str());
+    let (owner, any) = match &req.target {
+        Target::Pool { pool: wire::PoolName::Workspace } => (Some(owner::workspace_owner(&key.workspace)), false),
+        Target::Pool { pool: wire::PoolName::Personal } => (Some(key.subject.clone()), false),
+        Target::Pool { pool: wire::PoolName::Any } => (Some(key.subject.clone()), true),
+        Target::Runner { .. } => (None, false),
+    };
     let (matching, online) = st
         .hub
         .store
-        .preflight(owner_filter, runner_id, &required)
+        .preflight(&key.workspace, owner.as_deref(), runner_id, any, &required)
         .await?;
     let mut blockers = Vec::new();
     let mut warnings = Vec::new();

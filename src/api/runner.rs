@@ -18,9 +18,10 @@ use super::validate;
 use super::views;
 use super::AppState;
 use crate::domain::credentials::{self, Kind, Secret};
-use crate::domain::records::RunnerIdentity;
 use crate::hub::LeaseAnswer;
-use crate::store::{FenceMiss, NewRunner};
+use crate::store::jobs::Fenced;
+use crate::store::lease::Advertised;
+use crate::store::{FenceMiss, NewRunner, Report};
 use crate::wire;
 
 /// Largest serialised `data` of one runner event, and of a failure message.
@@ -110,14 +111,17 @@ pub async fn lease(
 ) -> ApiResult<Json<wire::Leased>> {
     let wait_ms = validate::range("wait_ms", req.wait_ms, 0, 60_000, 30_000)?;
     let max_jobs = validate::range("max_jobs", req.max_jobs, 1, 100, 1)?;
-    let capabilities = req
-        .capabilities
-        .as_deref()
-        .map(|c| st.vocabulary.advertised(c));
+    let advertised = Advertised {
+        capabilities: req
+            .capabilities
+            .as_deref()
+            .map(|c| st.vocabulary.advertised(c)),
+        ..Advertised::default()
+    };
     let wait = Duration::from_millis((wait_ms as u64).min(st.hub.config.max_wait_ms));
     match st
         .hub
-        .lease(&token.hash, capabilities, max_jobs, wait, &st.shutdown)
+        .lease(&token.hash, advertised, max_jobs, wait, &st.shutdown)
         .await?
     {
         LeaseAnswer::Jobs(jobs) => Ok(Json(wire::Leased {
@@ -130,37 +134,35 @@ pub async fn lease(
     }
 }
 
-/// The 404 / 409 answer of a fenced call that matched nothing.
-async fn fence_miss(st: &AppState, id: Uuid, me: &RunnerIdentity) -> ApiError {
-    match st.hub.store.fence_miss(id, &me.owner).await {
-        Ok(FenceMiss::NotFound) => ApiError::NotFound,
-        Ok(FenceMiss::Terminal(state)) => ApiError::JobTerminal(state),
-        Ok(FenceMiss::Superseded) => ApiError::LeaseSuperseded,
-        Err(e) => e.into(),
-    }
+/// A fenced call's answer: what it did, or the contract's 401 / 404 / 409 for why it matched
+/// nothing (a dead token spends the address's rate-limit bucket like any failed
+/// authentication).
+fn fenced<T>(st: &AppState, token: &RunnerToken, answer: Fenced<T>) -> ApiResult<T> {
+    answer.map_err(|miss| match miss {
+        FenceMiss::Unauthorized => st.auth_failed(token.ip),
+        other => other.into(),
+    })
 }
 
 pub async fn job_heartbeat(
     State(st): State<Arc<AppState>>,
-    RunnerCaller(me): RunnerCaller,
+    token: RunnerToken,
     PathId(id): PathId,
     Body(req): Body<wire::Fence>,
 ) -> ApiResult<Json<wire::LeaseExtended>> {
     let ttl = st.hub.config.lease_ttl_ms as i64;
-    match st
+    let answer = st
         .hub
         .store
-        .heartbeat_job(id, req.epoch, me.id, ttl)
-        .await?
-    {
-        Some(lease_expires_at) => Ok(Json(wire::LeaseExtended { lease_expires_at })),
-        None => Err(fence_miss(&st, id, &me).await),
-    }
+        .heartbeat_job(id, req.epoch, &token.hash, ttl)
+        .await?;
+    let lease_expires_at = fenced(&st, &token, answer)?;
+    Ok(Json(wire::LeaseExtended { lease_expires_at }))
 }
 
 pub async fn append_events(
     State(st): State<Arc<AppState>>,
-    RunnerCaller(me): RunnerCaller,
+    token: RunnerToken,
     PathId(id): PathId,
     Body(req): Body<wire::AppendEvents>,
 ) -> ApiResult<(StatusCode, Json<wire::Appended>)> {
@@ -185,50 +187,47 @@ pub async fn append_events(
         kinds.push(e.kind);
         data.push(d);
     }
-    match st
+    let answer = st
         .hub
         .store
-        .append_events(id, req.epoch, me.id, &kinds, &data)
-        .await?
-    {
-        Some(next) => {
-            st.hub.job_changed(id);
-            Ok((
-                StatusCode::ACCEPTED,
-                Json(wire::Appended {
-                    next: i64::from(next),
-                }),
-            ))
-        }
-        None => Err(fence_miss(&st, id, &me).await),
-    }
+        .append_events(id, req.epoch, &token.hash, &kinds, &data)
+        .await?;
+    let next = fenced(&st, &token, answer)?;
+    st.hub.job_changed(id);
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(wire::Appended {
+            next: i64::from(next),
+        }),
+    ))
 }
 
 pub async fn complete(
     State(st): State<Arc<AppState>>,
-    RunnerCaller(me): RunnerCaller,
+    token: RunnerToken,
     PathId(id): PathId,
     Body(req): Body<wire::Complete>,
 ) -> ApiResult<Json<wire::Job>> {
     let result = req.result.unwrap_or(Value::Null);
     validate::no_nul("result", &result)?;
-    match st
+    let answer = st
         .hub
         .store
-        .complete_job(id, req.epoch, me.id, &result)
-        .await?
-    {
-        Some(job) => {
-            st.hub.job_changed(id);
-            Ok(Json(views::job(job)))
-        }
-        None => Err(fence_miss(&st, id, &me).await),
-    }
+        .complete_job(Report {
+            id,
+            epoch: req.epoch,
+            token_hash: token.hash.clone(),
+            result,
+        })
+        .await?;
+    let job = fenced(&st, &token, answer)?;
+    st.hub.job_changed(id);
+    Ok(Json(views::job(job)))
 }
 
 pub async fn fail(
     State(st): State<Arc<AppState>>,
-    RunnerCaller(me): RunnerCaller,
+    token: RunnerToken,
     PathId(id): PathId,
     Body(req): Body<wire::Fail>,
 ) -> ApiResult<Json<wire::Job>> {
@@ -237,32 +236,29 @@ pub async fn fail(
             "message: at most 64 KiB, without NUL characters",
         ));
     }
-    match st
+    let answer = st
         .hub
         .store
-        .fail_job(id, req.epoch, me.id, &req.message)
-        .await?
-    {
-        Some(job) => {
-            st.hub.job_changed(id);
-            Ok(Json(views::job(job)))
-        }
-        None => Err(fence_miss(&st, id, &me).await),
-    }
+        .fail_job(id, req.epoch, &token.hash, &req.message)
+        .await?;
+    let job = fenced(&st, &token, answer)?;
+    st.hub.job_changed(id);
+    Ok(Json(views::job(job)))
 }
 
 pub async fn release(
     State(st): State<Arc<AppState>>,
-    RunnerCaller(me): RunnerCaller,
+    token: RunnerToken,
     PathId(id): PathId,
     Body(req): Body<wire::Fence>,
 ) -> ApiResult<Json<wire::Job>> {
-    match st.hub.store.release_job(id, req.epoch, me.id).await? {
-        Some(job) => {
-            st.hub.job_parked(&job.owner, job.runner_id);
-            st.hub.job_changed(id);
-            Ok(Json(views::job(job)))
-        }
-        None => Err(fence_miss(&st, id, &me).await),
-    }
+    let answer = st
+        .hub
+        .store
+        .release_job(id, req.epoch, &token.hash)
+        .await?;
+    let job = fenced(&st, &token, answer)?;
+    st.hub.job_parked(&job.queue());
+    st.hub.job_changed(id);
+    Ok(Json(views::job(job)))
 }

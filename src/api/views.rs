@@ -46,6 +46,9 @@ pub fn job(j: Job) -> wire::Job {
         error: j.error,
         provenance: j.provenance,
         billing_tenant: j.billing_tenant,
+        pool: j.pool,
+        secrets: j.secrets,
+        source: j.source,
     }
 }
 
@@ -61,6 +64,8 @@ pub fn leased(c: Claimed, config: &Config) -> wire::LeasedJob {
         lease_expires_at: c.lease_expires_at,
         lease_ttl_ms: config.lease_ttl_ms,
         heartbeat_interval_ms: config.lease_ttl_ms / 3,
+        secrets: Default::default(),
+        source: c.source,
     }
 }
 

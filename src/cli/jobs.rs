@@ -16,12 +16,14 @@ use uuid::Uuid;
 
 use super::{print_json, print_table, when, Conn};
 use crate::client::{Client, ClientError};
-use crate::wire::{self, Event, Job, Target, Tier};
+use crate::wire::{self, Event, Job, Target};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum PoolArg {
     Personal,
     Workspace,
+    /// Either tier, whichever leases first (v1.1).
+    Any,
 }
 
 /// Where a job goes: a pool (personal by default) or a named runner.
@@ -40,10 +42,13 @@ impl TargetArgs {
         match (self.runner, self.pool) {
             (Some(runner_id), _) => Target::Runner { runner_id },
             (None, Some(PoolArg::Workspace)) => Target::Pool {
-                pool: Tier::Workspace,
+                pool: crate::wire::PoolName::Workspace,
+            },
+            (None, Some(PoolArg::Any)) => Target::Pool {
+                pool: crate::wire::PoolName::Any,
             },
             (None, _) => Target::Pool {
-                pool: Tier::Personal,
+                pool: crate::wire::PoolName::Personal,
             },
         }
     }

@@ -12,3 +12,4 @@ mod replicas;
 mod runner_e2e;
 mod schema;
 mod security;
+mod tenancy;
