@@ -171,8 +171,7 @@ pub async fn dispatch(
 ) -> ApiResult<(StatusCode, Json<wire::Job>)> {
     // Validation first (a 4xx never uses an idempotency key up), but an unauthenticated caller
     // learns nothing from it: a bad body with a bad key is 401.
-    let checked = match check(&st, req, "").and_then(|c| Ok((c, idempotency_header(&headers)?)))
-    {
+    let checked = match check(&st, req, "").and_then(|c| Ok((c, idempotency_header(&headers)?))) {
         Ok(c) => c,
         Err(e) => {
             key.check(&st).await?;

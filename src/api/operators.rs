@@ -287,9 +287,15 @@ pub async fn preflight(
     let runner = resolve_target(&st, &key, &req.target).await?;
     let runner_id = runner.as_ref().map(|r| r.id);
     let (owner, any) = match &req.target {
-        Target::Pool { pool: wire::PoolName::Workspace } => (Some(owner::workspace_owner(&key.workspace)), false),
-        Target::Pool { pool: wire::PoolName::Personal } => (Some(key.subject.clone()), false),
-        Target::Pool { pool: wire::PoolName::Any } => (Some(key.subject.clone()), true),
+        Target::Pool {
+            pool: wire::PoolName::Workspace,
+        } => (Some(owner::workspace_owner(&key.workspace)), false),
+        Target::Pool {
+            pool: wire::PoolName::Personal,
+        } => (Some(key.subject.clone()), false),
+        Target::Pool {
+            pool: wire::PoolName::Any,
+        } => (Some(key.subject.clone()), true),
         Target::Runner { .. } => (None, false),
     };
     let (matching, online) = st

@@ -252,11 +252,7 @@ pub async fn release(
     PathId(id): PathId,
     Body(req): Body<wire::Fence>,
 ) -> ApiResult<Json<wire::Job>> {
-    let answer = st
-        .hub
-        .store
-        .release_job(id, req.epoch, &token.hash)
-        .await?;
+    let answer = st.hub.store.release_job(id, req.epoch, &token.hash).await?;
     let job = fenced(&st, &token, answer)?;
     st.hub.job_parked(&job.queue());
     st.hub.job_changed(id);

@@ -146,7 +146,10 @@ pub fn secret_names(field: &str, names: Vec<String>) -> Result<Vec<String>, ApiE
 ///
 /// # Errors
 /// 400 naming the offending field.
-pub fn source(field: &str, value: serde_json::Value) -> Result<(serde_json::Value, String), ApiError> {
+pub fn source(
+    field: &str,
+    value: serde_json::Value,
+) -> Result<(serde_json::Value, String), ApiError> {
     use serde_json::Value;
     let Value::Object(map) = &value else {
         return Err(ApiError::bad(format!("{field}: must be an object")));

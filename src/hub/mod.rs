@@ -280,7 +280,10 @@ impl Hub {
             // Pool jobs we did not take are still parked: pass the wake on to the next waiter
             // here, or (for a job this replica parked) to the other replicas.
             if let Some(wake) = woken_by.take() {
-                if out.more && !self.waiters.wake_one(&wake.key, wake.hops + 1, wake.local) && wake.local {
+                if out.more
+                    && !self.waiters.wake_one(&wake.key, wake.hops + 1, wake.local)
+                    && wake.local
+                {
                     self.notifier.send(wake.key);
                 }
             }

@@ -51,9 +51,7 @@ async fn connect(database_url: &str) -> Option<tokio_postgres::Client> {
         let (client, connection) =
             crate::store::listener::connect_as(database_url, "leasehold-notify").await?;
         tokio::spawn(connection);
-        client
-            .batch_execute("SET synchronous_commit = off")
-            .await?;
+        client.batch_execute("SET synchronous_commit = off").await?;
         Ok::<_, tokio_postgres::Error>(client)
     };
     match connected.await {

@@ -106,11 +106,11 @@ async fn drive<I, O>(
                 Err(_) => {
                     // Find whose input failed it: each alone.
                     for (item, reply) in items.into_iter().zip(replies) {
-                        let out = run(vec![item])
-                            .await
-                            .and_then(|mut o| o.pop().ok_or_else(|| {
+                        let out = run(vec![item]).await.and_then(|mut o| {
+                            o.pop().ok_or_else(|| {
                                 StoreError::Invalid("a batch of one answered nothing".into())
-                            }));
+                            })
+                        });
                         let _ = reply.send(out);
                     }
                 }

@@ -132,10 +132,14 @@ impl Store {
     pub async fn park(&self, job: NewJob) -> Result<Option<Job>> {
         let parker = self.parker.get_or_init(|| {
             let store = self.for_combiner();
-            Combiner::start(COMBINE_BATCH, COMBINE_IN_FLIGHT, move |jobs: Vec<NewJob>| {
-                let store = store.clone();
-                async move { store.insert_jobs(&jobs).await }
-            })
+            Combiner::start(
+                COMBINE_BATCH,
+                COMBINE_IN_FLIGHT,
+                move |jobs: Vec<NewJob>| {
+                    let store = store.clone();
+                    async move { store.insert_jobs(&jobs).await }
+                },
+            )
         });
         parker.submit(job).await
     }
@@ -260,10 +264,14 @@ impl Store {
     pub async fn complete_job(&self, report: Report) -> Result<Fenced<Job>> {
         let reporter = self.reporter.get_or_init(|| {
             let store = self.for_combiner();
-            Combiner::start(COMBINE_BATCH, COMBINE_IN_FLIGHT, move |reports: Vec<Report>| {
-                let store = store.clone();
-                async move { store.complete_jobs(&reports).await }
-            })
+            Combiner::start(
+                COMBINE_BATCH,
+                COMBINE_IN_FLIGHT,
+                move |reports: Vec<Report>| {
+                    let store = store.clone();
+                    async move { store.complete_jobs(&reports).await }
+                },
+            )
         });
         let (id, token_hash) = (report.id, report.token_hash.clone());
         let done = reporter.submit(report).await?;

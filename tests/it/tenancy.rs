@@ -33,7 +33,11 @@ async fn a_personal_runner_serves_its_owner_only_in_its_own_workspace() {
         runner_id: runner.id,
     };
     assert_eq!(
-        code(acme_dana.dispatch(&wire::Dispatch::new(named, json!(1))).await),
+        code(
+            acme_dana
+                .dispatch(&wire::Dispatch::new(named, json!(1)))
+                .await
+        ),
         "not_found"
     );
     assert_eq!(
@@ -42,7 +46,11 @@ async fn a_personal_runner_serves_its_owner_only_in_its_own_workspace() {
     );
     let pool = acme_dana.pool().await.unwrap();
     assert_eq!(
-        (pool.runners.online, pool.runners.dormant, pool.runners.never),
+        (
+            pool.runners.online,
+            pool.runners.dormant,
+            pool.runners.never
+        ),
         (0, 0, 0),
         "acme's dana counts no runner of dev's dana"
     );
