@@ -106,8 +106,12 @@ impl From<StoreError> for ApiError {
                 tracing::warn!(error = %msg, "database unavailable");
                 ApiError::Unavailable
             }
-            StoreError::Db(err) => {
-                tracing::error!(error = ?err, "database error");
+            // SQLSTATE and statement only: the database's message can quote request data.
+            StoreError::Db {
+                sqlstate,
+                statement,
+            } => {
+                tracing::error!(%sqlstate, statement, "database error");
                 ApiError::Internal
             }
         }

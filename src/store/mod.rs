@@ -20,6 +20,7 @@ use serde_json::Value;
 use tokio_postgres::{NoTls, Row};
 use uuid::Uuid;
 
+use error::At;
 pub use error::StoreError;
 
 use crate::domain::records::{
@@ -187,8 +188,8 @@ impl Store {
         params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
     ) -> Result<Vec<Row>> {
         let client = self.client().await?;
-        let stmt = client.prepare_cached(sql).await?;
-        Ok(client.query(&stmt, params).await?)
+        let stmt = client.prepare_cached(sql).await.at(sql)?;
+        client.query(&stmt, params).await.at(sql)
     }
 
     async fn query_opt(
@@ -197,8 +198,8 @@ impl Store {
         params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
     ) -> Result<Option<Row>> {
         let client = self.client().await?;
-        let stmt = client.prepare_cached(sql).await?;
-        Ok(client.query_opt(&stmt, params).await?)
+        let stmt = client.prepare_cached(sql).await.at(sql)?;
+        client.query_opt(&stmt, params).await.at(sql)
     }
 
     async fn execute(
@@ -207,8 +208,8 @@ impl Store {
         params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
     ) -> Result<u64> {
         let client = self.client().await?;
-        let stmt = client.prepare_cached(sql).await?;
-        Ok(client.execute(&stmt, params).await?)
+        let stmt = client.prepare_cached(sql).await.at(sql)?;
+        client.execute(&stmt, params).await.at(sql)
     }
 
     /// The database answers.
