@@ -3,6 +3,7 @@
 
 mod support;
 
+mod balancer;
 mod dispatch;
 mod errors;
 mod faults;
