@@ -4,7 +4,7 @@
 
 use uuid::Uuid;
 
-use super::{rows, sql, Params, Result, Store};
+use super::{rows, sql, At, Params, Result, Store};
 use crate::domain::records::Moved;
 
 impl Store {
@@ -38,18 +38,25 @@ impl Store {
         let mut client = self.client().await?;
         self.count(3);
         let tx = client.transaction().await?;
-        let purge = tx.prepare_cached(sql::SWEEP_EPHEMERAL_RUNNERS).await?;
+        let purge = tx
+            .prepare_cached(sql::SWEEP_EPHEMERAL_RUNNERS)
+            .await
+            .at(sql::SWEEP_EPHEMERAL_RUNNERS)?;
         let ids: Vec<Uuid> = tx
             .query(&purge, &[&batch, &unseen_ms])
-            .await?
+            .await
+            .at(sql::SWEEP_EPHEMERAL_RUNNERS)?
             .iter()
             .map(|r| r.get(0))
             .collect();
-        let jobs = tx.prepare_cached(sql::RUNNER_REVOKE_JOBS).await?;
+        let jobs = tx
+            .prepare_cached(sql::RUNNER_REVOKE_JOBS)
+            .await
+            .at(sql::RUNNER_REVOKE_JOBS)?;
         let mut out = Vec::new();
         for id in ids {
             self.count(1);
-            for row in tx.query(&jobs, &[&id]).await? {
+            for row in tx.query(&jobs, &[&id]).await.at(sql::RUNNER_REVOKE_JOBS)? {
                 out.push(rows::moved(&row)?);
             }
         }

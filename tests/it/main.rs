@@ -3,10 +3,12 @@
 
 mod support;
 
+mod balancer;
 mod dispatch;
 mod errors;
 mod faults;
 mod lease;
+mod logs;
 mod plans;
 mod procs;
 mod replicas;
