@@ -1,8 +1,10 @@
 //! Runs one command to its end and classifies how it ended.
 //!
 //! Invariants: the command leads its own process group (bubblewrap's, when sandboxed), and
-//! when it ends, times out or is stopped, the whole group is killed: nothing a job started
-//! outlives it. A stop request (cancelled, superseded, released) kills the group with SIGKILL
+//! when it ends, times out or is stopped, the whole group is killed, and then every process
+//! still carrying the job's `LEASEHOLD_JOB_ID` (see [`super::contain`]): nothing a job started
+//! outlives it, not even what it detached with `setsid`. The payload's `env` never overrides
+//! the `LEASEHOLD_*` variables (the sweep depends on them). A stop request (cancelled, superseded, released) kills the group with SIGKILL
 //! at once; a timeout sends SIGTERM, then SIGKILL after [`TERM_GRACE`]. A command that fails,
 //! times out or cannot start is a *result* (see [`CommandResult`]), never an error of the
 //! runner.
@@ -23,6 +25,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::contain;
 use super::output::{pump, Output, Stream};
 use super::payload::CommandSpec;
 use super::sandbox::{which, Sandbox, DEFAULT_PATH};
@@ -30,8 +33,9 @@ use super::workdir::JobDir;
 
 /// Between SIGTERM and SIGKILL when a command times out.
 pub const TERM_GRACE: Duration = Duration::from_secs(5);
-/// How long output still arriving after the command ended is read before giving up (a
-/// process that left the group may hold the pipes open).
+/// How long the pipes may stay open and silent after the command ended before the runner
+/// stops reading (a process outside the job's reach may hold them open). Time the readers
+/// spend held back by a slow server does not count.
 const DRAIN_PIPES: Duration = Duration::from_secs(2);
 
 /// How a command ended.
@@ -107,6 +111,22 @@ fn start_failed(output: &Output, started: Instant, exit_code: i32, message: Stri
     })
 }
 
+/// The job's variables: the payload's `env`, then the runner's `LEASEHOLD_*` variables over
+/// it. Payload variables named `LEASEHOLD_*` are ignored: they could hide the job's processes
+/// from the sweep, or pose as another job.
+fn job_environment(
+    payload: &BTreeMap<String, String>,
+    job: &BTreeMap<String, String>,
+) -> BTreeMap<String, String> {
+    let mut env: BTreeMap<String, String> = payload
+        .iter()
+        .filter(|(k, _)| !k.starts_with("LEASEHOLD_"))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    env.extend(job.iter().map(|(k, v)| (k.clone(), v.clone())));
+    env
+}
+
 /// Where the command starts: the job's `work/`, or `cwd` relative to it (or absolute).
 fn working_dir(dir: &JobDir, cwd: Option<&str>) -> PathBuf {
     match cwd {
@@ -132,9 +152,8 @@ pub async fn execute(
             format!("working directory {} does not exist", cwd.display()),
         );
     }
-    let mut env = ctx.job_env.clone();
-    env.extend(spec.env.iter().map(|(k, v)| (k.clone(), v.clone())));
-    if let Sandbox::Bubblewrap(_) = ctx.sandbox {
+    let env = job_environment(&spec.env, &ctx.job_env);
+    if let Sandbox::Bubblewrap { .. } = ctx.sandbox {
         // bwrap would report a missing program as its own failure; find it first, on the
         // PATH the command will see, so the result is classified the same either way.
         let program = &spec.argv[0];
@@ -175,14 +194,9 @@ pub async fn execute(
         })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    if launch.clear_env {
-        cmd.env_clear();
-    } else {
-        // A dispatcher's key in the runner's shell is not the job's business.
-        cmd.env_remove("LEASEHOLD_API_KEY");
-    }
-    cmd.envs(&launch.env);
-    let mut child = match cmd.spawn() {
+    // The runner's own environment (a DATABASE_URL, an API key) is not the job's business.
+    cmd.env_clear().envs(&launch.env);
+    let mut child = match contain::spawn_tracked(&mut cmd) {
         Ok(c) => c,
         Err(e) => {
             let code = if e.kind() == ErrorKind::NotFound {
@@ -199,6 +213,24 @@ pub async fn execute(
         }
     };
     let pgid = child.id().expect("a just-spawned child has a pid") as i32;
+    let marker = ctx
+        .job_env
+        .get("LEASEHOLD_JOB_ID")
+        .map(|id| format!("LEASEHOLD_JOB_ID={id}"));
+    // Whatever the command started goes with it, in its group or not.
+    let kill_all = || {
+        signal_group(pgid, Signal::SIGKILL);
+        if let Some(m) = &marker {
+            let n = contain::sweep(m);
+            if n > 0 {
+                tracing::info!(
+                    pgid,
+                    killed = n,
+                    "killed processes the job left outside its group"
+                );
+            }
+        }
+    };
     let mut pipes = JoinSet::new();
     if let (Some(mut stdin), Some(text)) = (child.stdin.take(), spec.stdin.clone()) {
         pipes.spawn(async move {
@@ -223,8 +255,9 @@ pub async fn execute(
     let status: std::io::Result<ExitStatus> = tokio::select! {
         status = child.wait() => status,
         _ = stop.cancelled() => {
-            signal_group(pgid, Signal::SIGKILL);
+            kill_all();
             let _ = child.wait().await;
+            contain::forget(pgid);
             pipes.abort_all();
             return Execution::Stopped;
         }
@@ -238,27 +271,36 @@ pub async fn execute(
                     child.wait().await
                 }
                 _ = stop.cancelled() => {
-                    signal_group(pgid, Signal::SIGKILL);
+                    kill_all();
                     let _ = child.wait().await;
+                    contain::forget(pgid);
                     pipes.abort_all();
                     return Execution::Stopped;
                 }
             }
         }
     };
-    // Whatever the command left running in its group goes with it.
-    signal_group(pgid, Signal::SIGKILL);
+    contain::forget(pgid);
+    kill_all();
     let duration_ms = started.elapsed().as_millis() as u64;
-    let drained = tokio::time::timeout(DRAIN_PIPES, async {
-        while pipes.join_next().await.is_some() {}
-    })
-    .await;
-    if drained.is_err() {
-        pipes.abort_all();
-        output.note(
-            Stream::Stderr,
-            "leasehold: a process outside the job's group kept its output open; stopped reading",
-        );
+    // Read what is left; a reader held back by the shipper is making progress, not stuck.
+    let mut seen = output.bytes_read();
+    loop {
+        tokio::select! {
+            more = pipes.join_next() => if more.is_none() { break },
+            _ = tokio::time::sleep(DRAIN_PIPES) => {
+                let now = output.bytes_read();
+                if now == seen && !output.is_held_back() {
+                    pipes.abort_all();
+                    output.note(
+                        Stream::Stderr,
+                        "leasehold: a process outside the job's reach kept its output open; stopped reading",
+                    );
+                    break;
+                }
+                seen = now;
+            }
+        }
     }
     let (exit_code, signal) = match &status {
         Ok(s) => (s.code(), s.signal()),

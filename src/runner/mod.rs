@@ -12,7 +12,8 @@
 //! - [`job`]: one job from lease to report: heartbeat, output, result, release.
 //! - [`executor`]: runs a command in its own process group and classifies how it ended.
 //! - [`output`]: output lines to batched job events, bounded; the result's tails.
-//! - [`sandbox`]: direct execution or bubblewrap.
+//! - [`sandbox`]: direct execution or bubblewrap; the job's environment allow-list.
+//! - [`contain`]: nothing a job started outlives it (the sweep, the subreaper).
 //! - [`workdir`]: one locked directory per runner, one fresh directory per job.
 //!
 //! # Invariants
@@ -23,6 +24,7 @@
 //! another runner takes it without waiting for the lease to lapse.
 
 pub mod config;
+pub mod contain;
 pub mod executor;
 pub mod job;
 pub mod output;
@@ -70,6 +72,9 @@ pub struct Options {
     pub capacity: Option<i64>,
     /// `wait_ms` of each lease long-poll.
     pub poll_wait: Duration,
+    /// Become the subreaper of the jobs' orphans and reap them (the runner process alone;
+    /// not inside `leasehold dev`, whose other children have waiters of their own).
+    pub subreaper: bool,
 }
 
 impl Options {
@@ -84,6 +89,7 @@ impl Options {
             drain_timeout: Duration::from_secs(600),
             capacity: None,
             poll_wait: Duration::from_secs(30),
+            subreaper: false,
         }
     }
 }
@@ -219,6 +225,38 @@ async fn runner_heartbeat(shared: Arc<Shared>) {
     }
 }
 
+/// The job each running task is for.
+type Tasks = HashMap<tokio::task::Id, Uuid>;
+
+/// How a job task ended. A task that panicked is logged at warn with its job and the panic's
+/// message, and counted as unreported: its lease lapses and the service re-delivers the job.
+fn job_end(
+    done: Result<(tokio::task::Id, JobEnd), tokio::task::JoinError>,
+    tasks: &mut Tasks,
+) -> JobEnd {
+    match done {
+        Ok((task, end)) => {
+            tasks.remove(&task);
+            end
+        }
+        Err(e) => {
+            let job = tasks.remove(&e.id());
+            let why = if e.is_panic() {
+                let payload = e.into_panic();
+                payload
+                    .downcast_ref::<&str>()
+                    .map(|s| (*s).to_owned())
+                    .or_else(|| payload.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "a panic without a message".to_owned())
+            } else {
+                "cancelled".to_owned()
+            };
+            tracing::warn!(job = ?job, panic = %why, "a job task panicked; its lease will lapse and the job will be re-delivered");
+            JobEnd::Unreported
+        }
+    }
+}
+
 /// Run until drained (or, with `once`, until one job is reported).
 ///
 /// # Errors
@@ -231,6 +269,18 @@ pub async fn run(opts: Options, stopper: Stopper) -> anyhow::Result<Summary> {
     let servers = Arc::new(Servers::new(&config.servers, Some(&config.token)));
 
     let work = WorkRoot::open(&opts.work_dir, config.runner_id)?;
+    let _reaper = if opts.subreaper {
+        contain::become_subreaper().context("becoming the subreaper of the jobs' processes")?;
+        Some(AbortOnDropHandle::new(tokio::spawn(async {
+            let mut tick = tokio::time::interval(Duration::from_secs(2));
+            loop {
+                tick.tick().await;
+                let _ = tokio::task::spawn_blocking(contain::reap_orphans).await;
+            }
+        })))
+    } else {
+        None
+    };
     let hidden = opts
         .config_path
         .as_ref()
@@ -291,13 +341,14 @@ pub async fn run(opts: Options, stopper: Stopper) -> anyhow::Result<Summary> {
     }));
 
     let mut jobs: JoinSet<JobEnd> = JoinSet::new();
+    let mut tasks = Tasks::new();
     let mut summary = Summary::default();
     let mut taken = 0usize;
     let mut failures = 0u32;
     let poll_wait_ms = opts.poll_wait.as_millis().min(60_000) as i64;
     let result = loop {
-        while let Some(done) = jobs.try_join_next() {
-            summary.add(done.unwrap_or(JobEnd::Unreported));
+        while let Some(done) = jobs.try_join_next_with_id() {
+            summary.add(job_end(done, &mut tasks));
         }
         if stopper.drain.is_cancelled() || (once && taken > 0) {
             break Ok(());
@@ -305,7 +356,7 @@ pub async fn run(opts: Options, stopper: Stopper) -> anyhow::Result<Summary> {
         let free = capacity - jobs.len() as i64;
         if free <= 0 {
             tokio::select! {
-                Some(done) = jobs.join_next() => summary.add(done.unwrap_or(JobEnd::Unreported)),
+                Some(done) = jobs.join_next_with_id() => summary.add(job_end(done, &mut tasks)),
                 _ = stopper.drain.cancelled() => {}
             }
             continue;
@@ -334,7 +385,9 @@ pub async fn run(opts: Options, stopper: Stopper) -> anyhow::Result<Summary> {
                 for j in list {
                     tracing::info!(job = %j.id, epoch = j.epoch, attempt = j.attempt, kind = %j.kind, "leased");
                     taken += 1;
-                    jobs.spawn(job::run(shared.clone(), j, stopper.clone()));
+                    let id = j.id;
+                    let task = jobs.spawn(job::run(shared.clone(), j, stopper.clone()));
+                    tasks.insert(task.id(), id);
                 }
             }
             Err(e) if e.is_unauthorized() => {
@@ -360,8 +413,8 @@ pub async fn run(opts: Options, stopper: Stopper) -> anyhow::Result<Summary> {
     if !jobs.is_empty() {
         tracing::info!(running = jobs.len(), "waiting for running jobs");
     }
-    while let Some(done) = jobs.join_next().await {
-        summary.add(done.unwrap_or(JobEnd::Unreported));
+    while let Some(done) = jobs.join_next_with_id().await {
+        summary.add(job_end(done, &mut tasks));
     }
     tracing::info!(?summary, "runner stopped");
     result.map(|()| summary)

@@ -40,6 +40,9 @@ impl WorkRoot {
     /// The directory cannot be created, or another process holds the lock.
     pub fn open(base: &Path, runner: Uuid) -> anyhow::Result<Self> {
         fs::create_dir_all(base).with_context(|| format!("creating {}", base.display()))?;
+        // Absolute, so a job's TMPDIR and HOME mean the same from any working directory.
+        let base =
+            &fs::canonicalize(base).with_context(|| format!("resolving {}", base.display()))?;
         let lock_path = base.join(format!("{runner}.lock"));
         let file = File::options()
             .create(true)
