@@ -4,6 +4,7 @@
 mod support;
 
 mod dispatch;
+mod embedded_pg;
 mod errors;
 mod faults;
 mod lease;
