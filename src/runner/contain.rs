@@ -1,5 +1,11 @@
 //! Keeping a job's processes from outliving it when no sandbox does (bubblewrap's PID
-//! namespace does it by itself, and the sweep is harmless there).
+//! namespace does it by itself, and these are harmless there).
+//!
+//! Where cgroup v2 is writable ([`Cgroups::open`]), each job runs in a cgroup of its own
+//! (`<the runner's cgroup>/leasehold-<runner id>/<job id>`), and when it ends everything in
+//! it is killed (`cgroup.kill`, or each member where the kernel lacks it): nothing escapes by
+//! changing group, session or environment. The command enters its cgroup itself before it
+//! execs ([`ENTER_CGROUP`]), so everything it starts is born inside. Everywhere:
 //!
 //! Invariants: every process a job starts carries `LEASEHOLD_JOB_ID=<its id>` in its
 //! environment (a payload cannot overwrite it), so when the job ends [`sweep`] kills every
@@ -11,6 +17,7 @@
 //! no child is ever reaped by the wrong waiter.
 
 use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use nix::sys::signal::{kill, Signal};
@@ -109,4 +116,122 @@ pub fn reap_orphans() -> usize {
         }
     }
     reaped
+}
+
+/// `sh -c ENTER_CGROUP <cgroup.procs> PROGRAM ARGS...`: enter the cgroup, then become the
+/// command. Should the kernel refuse, the command still runs (the sweep contains it).
+pub const ENTER_CGROUP: &str = r#"{ echo 0 > "$0"; } 2>/dev/null; exec "$@""#;
+
+/// Where the runner makes its jobs' cgroups: next to its own, named
+/// `leasehold-<runner id>-<job id>`, so a runner leaves nothing behind between jobs.
+#[derive(Debug)]
+pub struct Cgroups {
+    parent: PathBuf,
+    prefix: String,
+}
+
+/// One job's cgroup.
+#[derive(Debug, Clone)]
+pub struct JobCgroup {
+    path: PathBuf,
+}
+
+/// This process's cgroup v2 directory: the `cgroup2` mount joined with the `0::` line of
+/// `/proc/self/cgroup`.
+fn own_cgroup() -> Option<PathBuf> {
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let mount = mounts.lines().find_map(|l| {
+        let (left, right) = l.split_once(" - ")?;
+        right
+            .starts_with("cgroup2 ")
+            .then(|| left.split_whitespace().nth(4).map(PathBuf::from))?
+    })?;
+    let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let rel = own.lines().find_map(|l| l.strip_prefix("0::"))?;
+    Some(mount.join(rel.trim_start_matches('/')))
+}
+
+impl Cgroups {
+    /// Job cgroups for runner `name`, when cgroup v2 is mounted and writable here. Job
+    /// cgroups a crashed run of the same runner left are emptied and removed.
+    pub fn open(name: &str) -> Option<Self> {
+        let parent = own_cgroup()?;
+        let prefix = format!("leasehold-{name}-");
+        for entry in std::fs::read_dir(&parent).ok()?.flatten() {
+            if entry.file_name().to_string_lossy().starts_with(&prefix) {
+                JobCgroup { path: entry.path() }.kill_and_remove();
+            }
+        }
+        let probe = parent.join(format!("{prefix}probe"));
+        std::fs::create_dir(&probe).ok()?;
+        let usable = std::fs::metadata(probe.join("cgroup.procs")).is_ok();
+        let _ = std::fs::remove_dir(&probe);
+        usable.then_some(Self { parent, prefix })
+    }
+
+    /// Where the jobs' cgroups are made.
+    pub fn path(&self) -> &Path {
+        &self.parent
+    }
+
+    /// A fresh cgroup for job `name`.
+    ///
+    /// # Errors
+    /// It cannot be made.
+    pub fn job(&self, name: &str) -> std::io::Result<JobCgroup> {
+        let path = self.parent.join(format!("{}{name}", self.prefix));
+        if path.exists() {
+            JobCgroup { path: path.clone() }.kill_and_remove();
+        }
+        std::fs::create_dir(&path)?;
+        Ok(JobCgroup { path })
+    }
+}
+
+impl JobCgroup {
+    /// The file a process writes `0` to, to enter this cgroup.
+    pub fn procs_file(&self) -> PathBuf {
+        self.path.join("cgroup.procs")
+    }
+
+    fn members(&self) -> Vec<i32> {
+        std::fs::read_to_string(self.path.join("cgroup.procs"))
+            .map(|t| t.lines().filter_map(|l| l.trim().parse().ok()).collect())
+            .unwrap_or_default()
+    }
+
+    /// Kill everything in the cgroup; returns how many processes it held.
+    pub fn kill(&self) -> usize {
+        let members = self.members();
+        if members.is_empty() {
+            return 0;
+        }
+        if std::fs::write(self.path.join("cgroup.kill"), "1").is_err() {
+            // Before Linux 5.14: one by one (what forks meanwhile is caught by the next pass).
+            for _ in 0..10 {
+                let left = self.members();
+                if left.is_empty() {
+                    break;
+                }
+                for pid in left {
+                    let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+                }
+            }
+        }
+        members.len()
+    }
+
+    /// Kill what is left and remove the cgroup (it empties as the killed processes exit).
+    pub fn kill_and_remove(self) {
+        self.kill();
+        for _ in 0..100 {
+            match std::fs::remove_dir(&self.path) {
+                Err(e) if e.raw_os_error() == Some(nix::libc::EBUSY) => {
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                _ => return,
+            }
+        }
+        tracing::warn!(cgroup = %self.path.display(), "a job's cgroup would not empty; left in place");
+    }
 }

@@ -28,7 +28,7 @@ use tokio_util::sync::CancellationToken;
 use super::contain;
 use super::output::{pump, Output, Stream};
 use super::payload::CommandSpec;
-use super::sandbox::{which, Sandbox, DEFAULT_PATH};
+use super::sandbox::{is_executable, which, Sandbox, DEFAULT_PATH};
 use super::workdir::JobDir;
 
 /// Between SIGTERM and SIGKILL when a command times out.
@@ -89,10 +89,23 @@ fn signal_group(pgid: i32, signal: Signal) {
     }
 }
 
+/// Kills and removes a job's cgroup when dropped, off the async threads.
+struct CgroupGuard(Option<contain::JobCgroup>);
+
+impl Drop for CgroupGuard {
+    fn drop(&mut self) {
+        if let Some(cg) = self.0.take() {
+            tokio::task::spawn_blocking(move || cg.kill_and_remove());
+        }
+    }
+}
+
 /// What a job needs besides its spec.
 pub struct Context<'a> {
     pub dir: &'a JobDir,
     pub sandbox: &'a Sandbox,
+    /// Where each job gets a cgroup, if anywhere.
+    pub cgroups: Option<&'a contain::Cgroups>,
     /// `LEASEHOLD_*` variables describing the job.
     pub job_env: BTreeMap<String, String>,
 }
@@ -153,27 +166,38 @@ pub async fn execute(
         );
     }
     let env = job_environment(&spec.env, &ctx.job_env);
-    if let Sandbox::Bubblewrap { .. } = ctx.sandbox {
-        // bwrap would report a missing program as its own failure; find it first, on the
-        // PATH the command will see, so the result is classified the same either way.
-        let program = &spec.argv[0];
-        let found = if program.contains('/') {
-            let p = cwd.join(program);
-            p.exists().then_some(p)
-        } else {
-            which(
-                program,
-                env.get("PATH").map(String::as_str).unwrap_or(DEFAULT_PATH),
-            )
-        };
-        if found.is_none() {
+    // bwrap (or the shell that moves a job into its cgroup) would report a missing program
+    // as its own failure; find it first, on the PATH the command will see, so the result is
+    // classified the same in every mode.
+    let program = &spec.argv[0];
+    let path = match (env.get("PATH"), ctx.sandbox) {
+        (Some(p), _) => p.clone(),
+        (None, Sandbox::Bubblewrap { .. }) => DEFAULT_PATH.to_owned(),
+        (None, Sandbox::None) => std::env::var("PATH").unwrap_or_else(|_| DEFAULT_PATH.into()),
+    };
+    let found = if program.contains('/') {
+        Some(cwd.join(program)).filter(|p| p.exists())
+    } else {
+        which(program, &path)
+    };
+    match found {
+        None => {
             return start_failed(
                 &output,
                 started,
                 127,
                 format!("cannot start '{program}': not found"),
-            );
+            )
         }
+        Some(p) if !is_executable(&p) => {
+            return start_failed(
+                &output,
+                started,
+                126,
+                format!("cannot start '{program}': not an executable file"),
+            )
+        }
+        Some(_) => {}
     }
     let launch = match ctx
         .sandbox
@@ -182,7 +206,24 @@ pub async fn execute(
         Ok(l) => l,
         Err(e) => return start_failed(&output, started, 126, format!("{e:#}")),
     };
-    let mut cmd = tokio::process::Command::new(&launch.program);
+    let cgroup = ctx.cgroups.and_then(|c| {
+        let name = ctx.dir.root.file_name()?.to_string_lossy().into_owned();
+        c.job(&name)
+            .map_err(|e| tracing::warn!(error = %e, "no cgroup for this job; its process group and the sweep contain it"))
+            .ok()
+    });
+    let mut cmd = match &cgroup {
+        // The command enters its cgroup before it runs, so nothing it starts is outside.
+        Some(cg) => {
+            let mut c = tokio::process::Command::new("/bin/sh");
+            c.arg("-c")
+                .arg(contain::ENTER_CGROUP)
+                .arg(cg.procs_file())
+                .arg(&launch.program);
+            c
+        }
+        None => tokio::process::Command::new(&launch.program),
+    };
     cmd.args(&launch.args)
         .current_dir(&launch.cwd)
         .process_group(0)
@@ -219,6 +260,9 @@ pub async fn execute(
         .map(|id| format!("LEASEHOLD_JOB_ID={id}"));
     // Whatever the command started goes with it, in its group or not.
     let kill_all = || {
+        if let Some(cg) = &cgroup {
+            cg.kill();
+        }
         signal_group(pgid, Signal::SIGKILL);
         if let Some(m) = &marker {
             let n = contain::sweep(m);
@@ -231,6 +275,8 @@ pub async fn execute(
             }
         }
     };
+    // Removed (after killing what is left in it) however this function returns.
+    let _cgroup_guard = CgroupGuard(cgroup.clone());
     let mut pipes = JoinSet::new();
     if let (Some(mut stdin), Some(text)) = (child.stdin.take(), spec.stdin.clone()) {
         pipes.spawn(async move {

@@ -125,6 +125,8 @@ pub struct Shared {
     pub(crate) servers: Arc<Servers>,
     pub(crate) work: WorkRoot,
     pub(crate) sandbox: Sandbox,
+    /// A cgroup per job, where cgroup v2 is writable.
+    pub(crate) cgroups: Option<contain::Cgroups>,
     pub(crate) runner_id: Uuid,
     /// Jobs held now: epoch, and the token that stops the job when the service takes it back.
     running: Mutex<HashMap<Uuid, (i64, CancellationToken)>>,
@@ -269,6 +271,14 @@ pub async fn run(opts: Options, stopper: Stopper) -> anyhow::Result<Summary> {
     let servers = Arc::new(Servers::new(&config.servers, Some(&config.token)));
 
     let work = WorkRoot::open(&opts.work_dir, config.runner_id)?;
+    let cgroups = contain::Cgroups::open(&config.runner_id.to_string());
+    let containment = match &cgroups {
+        Some(c) => format!("a cgroup per job, in {}", c.path().display()),
+        None if opts.subreaper => {
+            "cgroup v2 not writable: process group, subreaper and LEASEHOLD_JOB_ID sweep".into()
+        }
+        None => "cgroup v2 not writable: process group and LEASEHOLD_JOB_ID sweep".into(),
+    };
     let _reaper = if opts.subreaper {
         contain::become_subreaper().context("becoming the subreaper of the jobs' processes")?;
         Some(AbortOnDropHandle::new(tokio::spawn(async {
@@ -305,7 +315,7 @@ pub async fn run(opts: Options, stopper: Stopper) -> anyhow::Result<Summary> {
     match announced {
         Ok(reply) => tracing::info!(
             runner = %reply.runner.id, label = %reply.runner.label, owner = %reply.runner.owner,
-            capacity, sandbox = ?opts.sandbox, once, work_dir = %work.path().display(),
+            capacity, sandbox = ?opts.sandbox, %containment, once, work_dir = %work.path().display(),
             "runner connected"
         ),
         Err(e) if e.is_unauthorized() => bail!(
@@ -319,6 +329,7 @@ pub async fn run(opts: Options, stopper: Stopper) -> anyhow::Result<Summary> {
         servers: servers.clone(),
         work,
         sandbox: opts.sandbox.clone(),
+        cgroups,
         runner_id: config.runner_id,
         running: Mutex::new(HashMap::new()),
     });

@@ -769,7 +769,7 @@ async fn without_the_sandbox_a_job_gets_its_own_home_an_allow_listed_environment
     let runner_json = config_dir.join("runner.json");
     std::fs::rename(&config, &runner_json).unwrap();
     let work = relative(&dir.join("work"));
-    let _r = runner(
+    let r = runner(
         &runner_json,
         &work,
         &[],
@@ -803,7 +803,8 @@ async fn without_the_sandbox_a_job_gets_its_own_home_an_allow_listed_environment
         run(env_job),
         run(sh("cat \"$HOME/.config/leasehold/runner.json\"".into())),
         run(sh(format!(
-            "setsid sleep {marker} </dev/null >/dev/null 2>&1 & echo detached"
+            "setsid sleep {marker}1 </dev/null >/dev/null 2>&1 & \
+             setsid env -i sleep {marker}2 </dev/null >/dev/null 2>&1 & echo detached"
         ))),
     );
 
@@ -851,13 +852,32 @@ async fn without_the_sandbox_a_job_gets_its_own_home_an_allow_listed_environment
         LONG,
         "the detached grandchild is killed with its job",
         || async {
-            processes_with(&marker)
+            processes_with(&format!("{marker}1"))
                 .iter()
                 .all(|(_, state, _)| *state == 'Z')
                 .then_some(())
         },
     )
     .await;
+    // One that also cleared its environment is beyond the sweep: only a cgroup catches it.
+    if r.log().contains("a cgroup per job") {
+        eventually(
+            LONG,
+            "the env-less grandchild dies with the job's cgroup",
+            || async {
+                processes_with(&format!("{marker}2"))
+                    .iter()
+                    .all(|(_, state, _)| *state == 'Z')
+                    .then_some(())
+            },
+        )
+        .await;
+    } else {
+        eprintln!("cgroup v2 is not writable here: the env-less grandchild part is skipped");
+        for (pid, _, _) in processes_with(&format!("{marker}2")) {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), Signal::SIGKILL);
+        }
+    }
 }
 
 #[tokio::test]
