@@ -66,6 +66,10 @@ pub enum RunnerCommand {
         /// The network a sandboxed job sees.
         #[arg(long, value_enum, default_value_t = NetworkArg::Host)]
         network: NetworkArg,
+        /// Run jobs as this unprivileged user (the runner runs as root): they cannot read the
+        /// runner's files, its token included.
+        #[arg(long, value_name = "USER")]
+        job_user: Option<String>,
         /// After SIGTERM, how long running jobs may finish before they are released.
         #[arg(long, value_name = "SECONDS", default_value_t = 600.0)]
         drain_timeout: f64,
@@ -169,6 +173,7 @@ pub async fn run(command: RunnerCommand) -> anyhow::Result<i32> {
             once,
             sandbox,
             network,
+            job_user,
             drain_timeout,
             work_dir,
             capacity,
@@ -179,6 +184,13 @@ pub async fn run(command: RunnerCommand) -> anyhow::Result<i32> {
             let mut opts = Options::new(cfg, work_dir.unwrap_or_else(default_work_dir));
             opts.config_path = Some(path);
             opts.subreaper = true;
+            if let Some(name) = job_user {
+                anyhow::ensure!(
+                    nix::unistd::Uid::effective().is_root(),
+                    "--job-user needs the runner to run as root (to start jobs as another user)"
+                );
+                opts.job_user = Some(runner::workdir::JobUser::lookup(&name)?);
+            }
             opts.once = once;
             let network = match network {
                 NetworkArg::Host => Network::Host,

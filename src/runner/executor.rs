@@ -104,6 +104,8 @@ impl Drop for CgroupGuard {
 pub struct Context<'a> {
     pub dir: &'a JobDir,
     pub sandbox: &'a Sandbox,
+    /// The user jobs run as, when not the runner's.
+    pub job_user: Option<&'a super::workdir::JobUser>,
     /// Where each job gets a cgroup, if anywhere.
     pub cgroups: Option<&'a contain::Cgroups>,
     /// `LEASEHOLD_*` variables describing the job.
@@ -206,7 +208,10 @@ pub async fn execute(
         Ok(l) => l,
         Err(e) => return start_failed(&output, started, 126, format!("{e:#}")),
     };
-    let cgroup = ctx.cgroups.and_then(|c| {
+    let job_user = ctx.job_user;
+    // A job running as another user cannot enter a cgroup itself (the common ancestor is
+    // the runner's); it is contained by its group, the sweep and the subreaper.
+    let cgroup = ctx.cgroups.filter(|_| job_user.is_none()).and_then(|c| {
         let name = ctx.dir.root.file_name()?.to_string_lossy().into_owned();
         c.job(&name)
             .map_err(|e| tracing::warn!(error = %e, "no cgroup for this job; its process group and the sweep contain it"))
@@ -237,6 +242,9 @@ pub async fn execute(
         .stderr(Stdio::piped());
     // The runner's own environment (a DATABASE_URL, an API key) is not the job's business.
     cmd.env_clear().envs(&launch.env);
+    if let Some(u) = job_user {
+        cmd.uid(u.uid).gid(u.gid);
+    }
     let mut child = match contain::spawn_tracked(&mut cmd) {
         Ok(c) => c,
         Err(e) => {

@@ -170,6 +170,7 @@ async fn run_tracked(
             dir: &dir,
             sandbox: &shared.sandbox,
             cgroups: shared.cgroups.as_ref(),
+            job_user: shared.work.job_user(),
             job_env,
         };
         executor::execute(&spec, ctx, out.clone(), stop).await

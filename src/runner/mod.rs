@@ -72,6 +72,9 @@ pub struct Options {
     pub capacity: Option<i64>,
     /// `wait_ms` of each lease long-poll.
     pub poll_wait: Duration,
+    /// Run jobs as this other, unprivileged user (the runner must be root): they cannot read
+    /// the runner's files, its token included.
+    pub job_user: Option<workdir::JobUser>,
     /// Become the subreaper of the jobs' orphans and reap them (the runner process alone;
     /// not inside `leasehold dev`, whose other children have waiters of their own).
     pub subreaper: bool,
@@ -90,6 +93,7 @@ impl Options {
             capacity: None,
             poll_wait: Duration::from_secs(30),
             subreaper: false,
+            job_user: None,
         }
     }
 }
@@ -270,7 +274,7 @@ pub async fn run(opts: Options, stopper: Stopper) -> anyhow::Result<Summary> {
     let once = opts.once || config.ephemeral;
     let servers = Arc::new(Servers::new(&config.servers, Some(&config.token)));
 
-    let work = WorkRoot::open(&opts.work_dir, config.runner_id)?;
+    let work = WorkRoot::open(&opts.work_dir, config.runner_id, opts.job_user.clone())?;
     let cgroups = contain::Cgroups::open(&config.runner_id.to_string());
     let containment = match &cgroups {
         Some(c) => format!("a cgroup per job, in {}", c.path().display()),
@@ -295,10 +299,16 @@ pub async fn run(opts: Options, stopper: Stopper) -> anyhow::Result<Summary> {
         .config_path
         .as_ref()
         .and_then(|p| std::fs::canonicalize(p).ok());
-    opts.sandbox
+    let sandbox = opts.sandbox.clone().hiding(hidden.clone());
+    sandbox
         .check(&work, hidden.as_deref())
         .await
         .context("refusing to start")?;
+    if let Some(user) = &opts.job_user {
+        workdir::check_job_user(&work, user, hidden.as_deref())
+            .await
+            .context("refusing to start")?;
+    }
 
     // Say who we are (version, capabilities, capacity) and prove the token works.
     let hello = heartbeat_body(&opts, capacity);
@@ -328,7 +338,7 @@ pub async fn run(opts: Options, stopper: Stopper) -> anyhow::Result<Summary> {
     let shared = Arc::new(Shared {
         servers: servers.clone(),
         work,
-        sandbox: opts.sandbox.clone(),
+        sandbox,
         cgroups,
         runner_id: config.runner_id,
         running: Mutex::new(HashMap::new()),

@@ -36,7 +36,7 @@ while read -r key value; do [ "$key" = CapEff: ] && cap=$value; done < /proc/sel
 [ "$cap" = 0000000000000000 ] || { echo "capabilities were not dropped (CapEff: ${cap:-unknown})" >&2; exit 3; }
 [ "$(pwd)" = "$2" ] || { echo "the working directory is $(pwd), not $2" >&2; exit 3; }
 [ "$HOME" = "$3" ] || { echo "HOME is $HOME, not $3" >&2; exit 3; }
-[ -z "$1" ] || [ ! -e "$1" ] || { echo "the runner's configuration $1 is visible to jobs" >&2; exit 3; }
+[ -z "$1" ] || [ ! -s "$1" ] || { echo "the runner's configuration $1 is visible to jobs" >&2; exit 3; }
 if [ "$4" = none ]; then
     while read -r line; do
         case "$line" in *:*) [ "${line%%:*}" = lo ] || { echo "network interface ${line%%:*} is visible" >&2; exit 3; } ;; esac
@@ -63,8 +63,13 @@ pub enum Network {
 pub enum Sandbox {
     /// Run as the runner's user, in the job's directory, with an allow-listed environment.
     None,
-    /// Run under `bwrap`, found at `path`.
-    Bubblewrap { path: PathBuf, network: Network },
+    /// Run under `bwrap`, found at `path`; `hide` (the runner's configuration file) is
+    /// masked when it lies in a directory the sandbox mounts.
+    Bubblewrap {
+        path: PathBuf,
+        network: Network,
+        hide: Option<PathBuf>,
+    },
 }
 
 /// A program and its arguments, environment and directory, ready to spawn.
@@ -99,8 +104,25 @@ impl Sandbox {
     /// `bwrap` is not installed.
     pub fn bubblewrap(path: &str, network: Network) -> anyhow::Result<Self> {
         which("bwrap", path)
-            .map(|path| Sandbox::Bubblewrap { path, network })
+            .map(|path| Sandbox::Bubblewrap {
+                path,
+                network,
+                hide: None,
+            })
             .context("--sandbox bubblewrap: `bwrap` is not on PATH (apt-get install bubblewrap)")
+    }
+
+    /// The same sandbox, masking `file` (the runner's configuration) from jobs.
+    #[must_use]
+    pub fn hiding(self, file: Option<PathBuf>) -> Self {
+        match self {
+            Sandbox::Bubblewrap { path, network, .. } => Sandbox::Bubblewrap {
+                path,
+                network,
+                hide: file,
+            },
+            other => other,
+        }
     }
 
     /// Run a probe job in the sandbox, checking from inside what a job would see: no
@@ -192,6 +214,7 @@ impl Sandbox {
             Sandbox::Bubblewrap {
                 path: bwrap,
                 network,
+                hide,
             } => {
                 let mut args: Vec<OsString> = Vec::new();
                 let mut arg = |a: &str| args.push(a.into());
@@ -235,6 +258,37 @@ impl Sandbox {
                         }
                     }
                 }
+                // A configuration file under a mounted directory (`/etc/leasehold/runner.json`)
+                // is masked: its directory by an empty tmpfs, or, directly in a mount root,
+                // the file itself by an empty one.
+                if let Some(file) = hide {
+                    let mounted = READ_ONLY
+                        .iter()
+                        .chain(MAYBE_LINKS)
+                        .any(|d| file.starts_with(d));
+                    if mounted {
+                        let dir = file.parent().context("the configuration has a directory")?;
+                        let dir_s = dir
+                            .to_str()
+                            .context("the configuration path is not UTF-8")?;
+                        let file_s = file
+                            .to_str()
+                            .context("the configuration path is not UTF-8")?;
+                        if READ_ONLY
+                            .iter()
+                            .chain(MAYBE_LINKS)
+                            .any(|d| Path::new(d) == dir)
+                        {
+                            for a in ["--ro-bind", "/dev/null", file_s] {
+                                arg(a);
+                            }
+                        } else {
+                            for a in ["--tmpfs", dir_s] {
+                                arg(a);
+                            }
+                        }
+                    }
+                }
                 // The job's directory appears at a fixed path, whatever the host's layout (a
                 // work directory under /tmp must not be hidden by the job's own /tmp).
                 let inside = |p: &Path| match p.strip_prefix(root) {
@@ -273,5 +327,56 @@ impl Sandbox {
                 })
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args_hiding(file: &str) -> Vec<String> {
+        let sandbox = Sandbox::Bubblewrap {
+            path: "/usr/bin/bwrap".into(),
+            network: Network::Host,
+            hide: None,
+        }
+        .hiding(Some(file.into()));
+        let root = Path::new("/srv/work/job");
+        let launch = sandbox
+            .launch(&["true".into()], &BTreeMap::new(), root, root, root)
+            .unwrap();
+        launch
+            .args
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect()
+    }
+
+    #[test]
+    fn a_configuration_under_a_mounted_directory_is_masked() {
+        let a = args_hiding("/etc/leasehold/runner.json");
+        assert!(
+            a.windows(2).any(|w| w == ["--tmpfs", "/etc/leasehold"]),
+            "{a:?}"
+        );
+        let a = args_hiding("/etc/runner.json");
+        assert!(
+            a.windows(3)
+                .any(|w| w == ["--ro-bind", "/dev/null", "/etc/runner.json"]),
+            "{a:?}"
+        );
+        let a = args_hiding("/home/ci/.config/leasehold/runner.json");
+        assert!(
+            !a.iter()
+                .any(|x| x.contains("runner.json") || x == "--tmpfs"),
+            "not mounted anyway: {a:?}"
+        );
+    }
+
+    #[test]
+    fn every_capability_is_dropped_in_a_user_namespace() {
+        let a = args_hiding("/nowhere");
+        assert!(a.windows(2).any(|w| w == ["--cap-drop", "ALL"]), "{a:?}");
+        assert!(a.iter().any(|x| x == "--unshare-user"), "{a:?}");
     }
 }

@@ -964,3 +964,53 @@ async fn a_runner_whose_sandbox_does_not_confine_refuses_to_start_saying_why() {
         assert!(log.contains("capabilities were not dropped"), "{log}");
     }
 }
+
+#[tokio::test]
+async fn a_job_user_cannot_read_the_runners_token() {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("SKIPPED a_job_user_cannot_read_the_runners_token: --job-user needs root");
+        return;
+    }
+    let Ok(Some(nobody)) = nix::unistd::User::from_name("nobody") else {
+        eprintln!("SKIPPED a_job_user_cannot_read_the_runners_token: no 'nobody' user");
+        return;
+    };
+    let app = TestApp::spawn().await;
+    let key = app.key("acme", "alice", false).await;
+    let alice = Client::new(app.url(0), Some(key.clone()));
+    let dir = TempDir::new("e2e-jobuser");
+    let config = enrol(
+        &alice,
+        &[&app.url(0)],
+        dir.path(),
+        false,
+        &["--capacity", "2"],
+    )
+    .await;
+    let r = runner(&config, &dir.join("work"), &["--job-user", "nobody"], &[]);
+    let url = app.url(0);
+    let run = |script: String| {
+        let (url, key) = (url.clone(), key.clone());
+        async move {
+            cli(
+                &url,
+                &key,
+                &["job", "submit", "--wait", "--", "sh", "-c", &script],
+                LONG,
+            )
+            .await
+        }
+    };
+    let (who, token) = tokio::join!(
+        run("id -u; echo x > in-work; cat in-work".into()),
+        run(format!("cat {}", config.display())),
+    );
+    assert_eq!(
+        (who.code, who.stdout.clone()),
+        (Some(0), format!("{}\nx\n", nobody.uid)),
+        "{who:?}\nrunner log:\n{}",
+        r.log()
+    );
+    assert_ne!(token.code, Some(0), "{token:?}");
+    assert!(!token.stdout.contains("rnr_"), "{token:?}");
+}
