@@ -2,7 +2,7 @@
 //! namespace does it by itself, and these are harmless there).
 //!
 //! Where cgroup v2 is writable ([`Cgroups::open`]), each job runs in a cgroup of its own
-//! (`<the runner's cgroup>/leasehold-<runner id>/<job id>`), and when it ends everything in
+//! (`<the runner's cgroup>/leasehold-<runner id>-<job id>`), and when it ends everything in
 //! it is killed (`cgroup.kill`, or each member where the kernel lacks it): nothing escapes by
 //! changing group, session or environment. The command enters its cgroup itself before it
 //! execs ([`ENTER_CGROUP`]), so everything it starts is born inside. Everywhere:
@@ -122,7 +122,7 @@ pub fn reap_orphans() -> usize {
 /// command. Should the kernel refuse, the command still runs (the sweep contains it).
 pub const ENTER_CGROUP: &str = r#"{ echo 0 > "$0"; } 2>/dev/null; exec "$@""#;
 
-/// Where the runner makes its jobs' cgroups: next to its own, named
+/// Where the runner makes its jobs' cgroups: inside its own, named
 /// `leasehold-<runner id>-<job id>`, so a runner leaves nothing behind between jobs.
 #[derive(Debug)]
 pub struct Cgroups {
