@@ -257,7 +257,8 @@ fn job_end(
             } else {
                 "cancelled".to_owned()
             };
-            tracing::warn!(job = ?job, panic = %why, "a job task panicked; its lease will lapse and the job will be re-delivered");
+            let job = job.map_or_else(|| "unknown".to_owned(), |j| j.to_string());
+            tracing::warn!(%job, panic = %why, "a job task panicked; its lease will lapse and the job will be re-delivered");
             JobEnd::Unreported
         }
     }
@@ -479,4 +480,52 @@ pub async fn enroll(servers_urls: &[String], req: &wire::Enroll) -> anyhow::Resu
         capabilities: created.runner.capabilities,
         ephemeral: created.runner.ephemeral,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Collects what the fmt subscriber writes.
+    #[derive(Clone, Default)]
+    struct Captured(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn a_panicked_job_task_is_logged_at_warn_with_its_job() {
+        let log = Captured::default();
+        let sink = log.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || sink.clone())
+            .with_ansi(false)
+            .with_max_level(tracing::Level::WARN)
+            .finish();
+        let _guard = tracing::subscriber::set_default(subscriber);
+
+        let job = Uuid::now_v7();
+        let mut jobs: JoinSet<JobEnd> = JoinSet::new();
+        let mut tasks = Tasks::new();
+        let task = jobs.spawn(async { panic!("the payload parser tripped") });
+        tasks.insert(task.id(), job);
+        let done = jobs.join_next_with_id().await.expect("one task");
+        assert_eq!(job_end(done, &mut tasks), JobEnd::Unreported);
+        assert!(tasks.is_empty());
+
+        let text = String::from_utf8(log.0.lock().unwrap().clone()).unwrap();
+        assert!(text.contains("WARN"), "{text}");
+        assert!(text.contains(&job.to_string()), "names the job: {text}");
+        assert!(
+            text.contains("the payload parser tripped"),
+            "says why: {text}"
+        );
+    }
 }
