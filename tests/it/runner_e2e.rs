@@ -737,6 +737,7 @@ async fn twenty_megabytes_written_as_fast_as_possible_arrive_byte_for_byte() {
         after = i64::from(last.seq);
         events += page.len();
     }
+    eprintln!("{} bytes, {N} lines: {events} events", expected.len());
     assert!(events < N as usize / 1000, "{events} events for {N} lines");
 }
 
