@@ -276,26 +276,6 @@ pub async fn run(opts: Options, stopper: Stopper) -> anyhow::Result<Summary> {
     let servers = Arc::new(Servers::new(&config.servers, Some(&config.token)));
 
     let work = WorkRoot::open(&opts.work_dir, config.runner_id, opts.job_user.clone())?;
-    let cgroups = contain::Cgroups::open(&config.runner_id.to_string());
-    let containment = match &cgroups {
-        Some(c) => format!("a cgroup per job, in {}", c.path().display()),
-        None if opts.subreaper => {
-            "cgroup v2 not writable: process group, subreaper and LEASEHOLD_JOB_ID sweep".into()
-        }
-        None => "cgroup v2 not writable: process group and LEASEHOLD_JOB_ID sweep".into(),
-    };
-    let _reaper = if opts.subreaper {
-        contain::become_subreaper().context("becoming the subreaper of the jobs' processes")?;
-        Some(AbortOnDropHandle::new(tokio::spawn(async {
-            let mut tick = tokio::time::interval(Duration::from_secs(2));
-            loop {
-                tick.tick().await;
-                let _ = tokio::task::spawn_blocking(contain::reap_orphans).await;
-            }
-        })))
-    } else {
-        None
-    };
     let hidden = opts
         .config_path
         .as_ref()
@@ -310,6 +290,33 @@ pub async fn run(opts: Options, stopper: Stopper) -> anyhow::Result<Summary> {
             .await
             .context("refusing to start")?;
     }
+
+    // A job running as another user could not enter its cgroup (see executor).
+    let cgroups = opts
+        .job_user
+        .is_none()
+        .then(|| contain::Cgroups::open(&config.runner_id.to_string()))
+        .flatten();
+    let containment = match &cgroups {
+        Some(c) => format!("a cgroup per job, in {}", c.path().display()),
+        None if opts.subreaper => {
+            "cgroup v2 not writable: process group, subreaper and LEASEHOLD_JOB_ID sweep".into()
+        }
+        None => "cgroup v2 not writable: process group and LEASEHOLD_JOB_ID sweep".into(),
+    };
+    // After the probes: the reaper leaves alone only the children spawned by the executor.
+    let _reaper = if opts.subreaper {
+        contain::become_subreaper().context("becoming the subreaper of the jobs' processes")?;
+        Some(AbortOnDropHandle::new(tokio::spawn(async {
+            let mut tick = tokio::time::interval(Duration::from_secs(2));
+            loop {
+                tick.tick().await;
+                let _ = tokio::task::spawn_blocking(contain::reap_orphans).await;
+            }
+        })))
+    } else {
+        None
+    };
 
     // Say who we are (version, capabilities, capacity) and prove the token works.
     let hello = heartbeat_body(&opts, capacity);
