@@ -5,9 +5,9 @@
 //! (`<the runner's cgroup>/leasehold-<runner id>-<job id>`), and when it ends everything in
 //! it is killed (`cgroup.kill`, or each member where the kernel lacks it): nothing escapes by
 //! changing group, session or environment. The command enters its cgroup itself before it
-//! execs ([`ENTER_CGROUP`]), so everything it starts is born inside. Everywhere:
+//! execs ([`ENTER_CGROUP`]), so everything it starts is born inside.
 //!
-//! Invariants: every process a job starts carries `LEASEHOLD_JOB_ID=<its id>` in its
+//! Everywhere, with or without a cgroup: every process a job starts carries `LEASEHOLD_JOB_ID=<its id>` in its
 //! environment (a payload cannot overwrite it), so when the job ends [`sweep`] kills every
 //! process that still carries it, whatever group or session it moved to (`setsid`,
 //! `nohup ... &`). The runner is a child subreaper ([`become_subreaper`]): orphans of its jobs
