@@ -291,6 +291,15 @@ pub async fn run(opts: Options, stopper: Stopper) -> anyhow::Result<Summary> {
             .context("refusing to start")?;
     }
 
+    if sandbox == Sandbox::None
+        && opts.job_user.is_none()
+        && nix::unistd::Uid::effective().is_root()
+    {
+        tracing::warn!(
+            "jobs will run as root with every capability (they can read this runner's token \
+             and sniff local traffic); use --sandbox bubblewrap or --job-user USER"
+        );
+    }
     // A job running as another user could not enter its cgroup (see executor).
     let cgroups = opts
         .job_user
