@@ -5,6 +5,7 @@ mod support;
 
 mod balancer;
 mod dispatch;
+mod embedded_pg;
 mod errors;
 mod faults;
 mod lease;
