@@ -62,6 +62,9 @@ pub struct Config {
         default_value_t = 86_400_000
     )]
     pub ephemeral_purge_ms: u64,
+    /// How often each replica counts parked and leased jobs for `/metrics` (one query).
+    #[arg(long, env = "LEASEHOLD_METRICS_INTERVAL_MS", default_value_t = 15_000)]
+    pub metrics_interval_ms: u64,
 }
 
 impl Config {
@@ -82,6 +85,7 @@ impl Config {
             capability_vocabulary: None,
             pool_size: 16,
             ephemeral_purge_ms: 86_400_000,
+            metrics_interval_ms: 15_000,
         }
     }
 
@@ -95,6 +99,10 @@ impl Config {
 
     pub fn recheck_interval(&self) -> Duration {
         Duration::from_millis(self.recheck_interval_ms.max(10))
+    }
+
+    pub fn metrics_interval(&self) -> Duration {
+        Duration::from_millis(self.metrics_interval_ms.max(10))
     }
 
     /// A replica holding a runner's long-poll refreshes its `last_seen_at` this often, a third

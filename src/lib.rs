@@ -21,6 +21,7 @@
 //! - [`embedded_pg`]: a private PostgreSQL from the installed binaries (`leasehold dev`, tests,
 //!   bench).
 //! - [`config`]: the typed configuration of a replica.
+//! - [`telemetry`]: Prometheus metrics of a replica.
 //! - [`bench`]: `leasehold bench`, the benchmark against a raw-SQL baseline.
 //!
 //! Imports run one way: `domain` imports nothing of ours; `store` imports `domain`; `hub`
@@ -39,4 +40,5 @@ pub mod hub;
 pub mod runner;
 pub mod server;
 pub mod store;
+pub mod telemetry;
 pub mod wire;

@@ -5,6 +5,7 @@
 pub mod error;
 pub mod extract;
 mod jobs;
+mod observe;
 mod operators;
 mod ops;
 mod runner;
@@ -130,6 +131,10 @@ pub fn router(state: Arc<AppState>) -> Router {
         .layer(middleware::from_fn_with_state(
             state.clone(),
             reject_oversized,
+        ))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            observe::track,
         ))
         .layer(CatchPanicLayer::custom(|_| {
             ApiError::Internal.into_response()

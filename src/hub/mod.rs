@@ -11,7 +11,7 @@ pub mod notifier;
 pub mod sweeper;
 pub mod waiters;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -28,15 +28,7 @@ use crate::domain::records::{Claimed, Moved};
 use crate::domain::state::JobState;
 use crate::store::listener::ListenerEvent;
 use crate::store::{Result, Store};
-
-/// Counters for `/metrics`.
-#[derive(Default)]
-pub struct Counters {
-    pub notifications_heard: AtomicU64,
-    pub wakes: AtomicU64,
-    pub leases: AtomicU64,
-    pub rechecks: AtomicU64,
-}
+use crate::telemetry::metrics::{self, Metrics};
 
 pub struct Hub {
     pub store: Store,
@@ -47,7 +39,7 @@ pub struct Hub {
     pub origin: String,
     /// The LISTEN connection is up.
     pub listening: AtomicBool,
-    pub counters: Counters,
+    pub metrics: Metrics,
 }
 
 /// The end of a lease long-poll.
@@ -66,7 +58,7 @@ impl Hub {
             notifier,
             origin,
             listening: AtomicBool::new(false),
-            counters: Counters::default(),
+            metrics: Metrics::new(),
         }
     }
 
@@ -75,7 +67,7 @@ impl Hub {
     pub fn job_parked(&self, owner: &str, runner_id: Option<Uuid>) {
         let key = Key::queue(owner, runner_id);
         if self.waiters.wake_one(&key, 0) {
-            self.counters.wakes.fetch_add(1, Ordering::Relaxed);
+            self.metrics.wakes.inc();
         }
         self.notifier.send(key);
     }
@@ -107,9 +99,7 @@ impl Hub {
             }
             ListenerEvent::Down => self.listening.store(false, Ordering::Release),
             ListenerEvent::Notification(payload) => {
-                self.counters
-                    .notifications_heard
-                    .fetch_add(1, Ordering::Relaxed);
+                self.metrics.notifications_heard.inc();
                 let Some((origin, key)) = payload.split_once('|') else {
                     return;
                 };
@@ -121,7 +111,7 @@ impl Hub {
                         self.waiters.wake_all(&k);
                     }
                     Some(k) if self.waiters.wake_one(&k, 0) => {
-                        self.counters.wakes.fetch_add(1, Ordering::Relaxed);
+                        self.metrics.wakes.inc();
                     }
                     _ => {}
                 }
@@ -149,16 +139,21 @@ impl Hub {
                     if owners.is_empty() && runners.is_empty() {
                         continue;
                     }
-                    self.counters.rechecks.fetch_add(1, Ordering::Relaxed);
-                    if let Ok(queues) = self.store.parked_queues(&owners, &runners).await {
-                        for (owner, runner_id) in queues {
-                            self.waiters.wake_one(&Key::queue(&owner, runner_id), 0);
+                    self.metrics.rechecks.inc();
+                    match self.store.parked_queues(&owners, &runners).await {
+                        Ok(queues) => {
+                            for (owner, runner_id) in queues {
+                                self.waiters.wake_one(&Key::queue(&owner, runner_id), 0);
+                            }
                         }
+                        Err(_) => self.metrics.background_failure("recheck"),
                     }
                 }
                 _ = presence.tick() => {
                     let (_, runners) = self.waiters.queue_keys();
-                    let _ = self.store.touch_runners(&runners).await;
+                    if self.store.touch_runners(&runners).await.is_err() {
+                        self.metrics.background_failure("touch");
+                    }
                 }
             }
         }
@@ -207,11 +202,19 @@ impl Hub {
             for job in &out.claimed {
                 self.job_changed(job.id);
             }
-            self.counters
-                .leases
-                .fetch_add(out.claimed.len() as u64, Ordering::Relaxed);
+            self.metrics.leases.inc_by(out.claimed.len() as u64);
+            for job in out.claimed.iter().filter(|j| j.attempt == 1) {
+                if let Some(age) = metrics::age_of_v7(&job.id) {
+                    self.metrics.lease_wait.observe(age);
+                }
+            }
             // Pool jobs we did not take are still parked: pass the wake on to the next waiter.
-            if let Some(waiters::Wake { key, hops }) = woken_by.take() {
+            if let Some(waiters::Wake { key, hops, at }) = woken_by.take() {
+                if !out.claimed.is_empty() {
+                    self.metrics
+                        .wake_latency
+                        .observe(at.elapsed().as_secs_f64());
+                }
                 if out.more {
                     self.waiters.wake_one(&key, hops + 1);
                 }
@@ -223,6 +226,7 @@ impl Hub {
                 keys = Some(vec![Key::Runner(out.runner_id), Key::Pool(out.owner)]);
                 continue;
             };
+            let _open = self.metrics.long_poll();
             tokio::select! {
                 wake = registration.woken() => woken_by = Some(wake),
                 _ = tokio::time::sleep_until(deadline) => last_look = true,

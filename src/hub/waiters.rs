@@ -57,6 +57,8 @@ impl Key {
 pub struct Wake {
     pub key: Key,
     pub hops: usize,
+    /// When the wake was sent, for the wake latency metric.
+    pub at: std::time::Instant,
 }
 
 struct Slot {
@@ -180,6 +182,7 @@ impl Waiters {
             Wake {
                 key: key.clone(),
                 hops,
+                at: std::time::Instant::now(),
             },
         );
         true
@@ -200,6 +203,7 @@ impl Waiters {
                 Wake {
                     key: key.clone(),
                     hops: 0,
+                    at: std::time::Instant::now(),
                 },
             );
         }

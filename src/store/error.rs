@@ -15,6 +15,7 @@ pub enum StoreError {
 
 impl From<tokio_postgres::Error> for StoreError {
     fn from(e: tokio_postgres::Error) -> Self {
+        crate::telemetry::metrics::db_error(e.code().map(|c| c.code()));
         if is_unavailable(&e) {
             StoreError::Unavailable(e.to_string())
         } else {

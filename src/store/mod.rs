@@ -5,6 +5,7 @@
 //! one short transaction that locks the runner row first); deadlines use the database clock;
 //! values are always bound, never formatted into SQL.
 
+mod depth;
 pub mod error;
 pub mod listener;
 pub mod migrate;
@@ -20,6 +21,7 @@ use serde_json::Value;
 use tokio_postgres::{NoTls, Row};
 use uuid::Uuid;
 
+pub use depth::JobDepth;
 pub use error::StoreError;
 
 use crate::domain::records::{

@@ -52,4 +52,5 @@ statements! {
     PARKED_QUEUES => "parked_queues.sql",
     NOTIFY => "notify.sql",
     PING => "ping.sql",
+    METRICS_JOB_DEPTH => "metrics_job_depth.sql",
 }

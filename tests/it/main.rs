@@ -7,6 +7,7 @@ mod dispatch;
 mod errors;
 mod faults;
 mod lease;
+mod metrics;
 mod procs;
 mod replicas;
 mod runner_e2e;
