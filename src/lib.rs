@@ -18,6 +18,7 @@
 //! - [`client`]: a typed HTTP client over [`wire`] (runner, CLI, bench and tests use it).
 //! - [`runner`]: the reference runner: enrolment, lease loop, executor, sandbox, drain.
 //! - [`cli`]: the human command line (`leasehold job|runners|join-code|pool|preflight`).
+//! - [`openapi`]: `leasehold openapi`, the API's OpenAPI document on standard output.
 //! - [`embedded_pg`]: a private PostgreSQL from the installed binaries (`leasehold dev`, tests,
 //!   bench).
 //! - [`config`]: the typed configuration of a replica.
@@ -37,6 +38,7 @@ pub mod config;
 pub mod domain;
 pub mod embedded_pg;
 pub mod hub;
+pub mod openapi;
 pub mod runner;
 pub mod server;
 pub mod store;

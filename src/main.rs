@@ -56,6 +56,8 @@ enum Command {
         #[command(subcommand)]
         command: AdminCommand,
     },
+    /// Print the OpenAPI 3.1 document of the HTTP API (the same as GET /openapi.json).
+    Openapi,
     #[command(flatten)]
     People(cli::Command),
 }
@@ -113,6 +115,7 @@ async fn run(command: Command) -> anyhow::Result<i32> {
             .await
             .map(|()| 0),
         Command::Bench(args) => leasehold::bench::run(args).await.map(|()| 0),
+        Command::Openapi => leasehold::openapi::run().map(|()| 0),
         Command::Admin {
             command:
                 AdminCommand::CreateKey {

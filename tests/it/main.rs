@@ -8,6 +8,7 @@ mod errors;
 mod faults;
 mod lease;
 mod metrics;
+mod openapi;
 mod procs;
 mod replicas;
 mod runner_e2e;
