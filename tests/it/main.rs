@@ -3,6 +3,7 @@
 
 mod support;
 
+mod browser;
 mod dispatch;
 mod errors;
 mod faults;
