@@ -50,7 +50,8 @@ leased AS (
       FROM picked
      WHERE j.id = picked.id
     RETURNING j.id, j.workspace, j.epoch, j.attempts, j.kind, j.payload, j.required_capabilities,
-              j.priority, j.runner_id IS NOT NULL AS named, j.lease_expires_at, j.event_seq
+              j.priority, j.runner_id IS NOT NULL AS named, j.lease_expires_at, j.event_seq,
+              j.traceparent
 ),
 events AS (
     INSERT INTO job_events (job_id, seq, kind, data)
@@ -64,18 +65,18 @@ events AS (
       FROM rejected
 )
 SELECT 'leased' AS outcome, id, workspace, epoch, attempts, kind, payload, required_capabilities,
-       priority, named, lease_expires_at
+       priority, named, lease_expires_at, traceparent
   FROM leased
 UNION ALL
-SELECT 'rejected', id, workspace, epoch, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+SELECT 'rejected', id, workspace, epoch, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
   FROM rejected
 UNION ALL
-SELECT 'free', NULL, NULL, take, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+SELECT 'free', NULL, NULL, take, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
   FROM slots
 UNION ALL
 -- Parked pool jobs this call did not take: count up to take + 1 of them on the claim index (the
 -- ones taken here still look parked to this statement's snapshot) and compare.
-SELECT 'more', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+SELECT 'more', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
  WHERE (SELECT count(*) FROM (SELECT 1 FROM jobs
                                WHERE owner = $2 AND runner_id IS NULL AND state = 'parked'
                                ORDER BY priority DESC, id

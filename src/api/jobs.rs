@@ -97,6 +97,7 @@ pub async fn dispatch(
         no_runner_timeout_ms,
         queue_timeout_ms,
         idempotency_key,
+        traceparent: crate::telemetry::traces::current_traceparent(),
     };
     match store.insert_job(&job).await? {
         Some(parked) => {

@@ -21,6 +21,7 @@ use crate::domain::credentials::{self, Kind, Secret};
 use crate::domain::records::RunnerIdentity;
 use crate::hub::LeaseAnswer;
 use crate::store::{FenceMiss, NewRunner};
+use crate::telemetry::traces;
 use crate::wire;
 
 /// Largest serialised `data` of one runner event, and of a failure message.
@@ -219,6 +220,7 @@ pub async fn complete(
         .await?
     {
         Some(job) => {
+            traces::job_step("complete", id, job.epoch, job.traceparent.as_deref());
             st.hub.job_changed(id);
             Ok(Json(views::job(job)))
         }
@@ -244,6 +246,7 @@ pub async fn fail(
         .await?
     {
         Some(job) => {
+            traces::job_step("fail", id, job.epoch, job.traceparent.as_deref());
             st.hub.job_changed(id);
             Ok(Json(views::job(job)))
         }
@@ -259,6 +262,7 @@ pub async fn release(
 ) -> ApiResult<Json<wire::Job>> {
     match st.hub.store.release_job(id, req.epoch, me.id).await? {
         Some(job) => {
+            traces::job_step("release", id, job.epoch, job.traceparent.as_deref());
             st.hub.job_parked(&job.owner, job.runner_id);
             st.hub.job_changed(id);
             Ok(Json(views::job(job)))

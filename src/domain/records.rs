@@ -67,6 +67,8 @@ pub struct Job {
     pub error: Option<Value>,
     pub provenance: Option<Value>,
     pub billing_tenant: Option<String>,
+    /// W3C `traceparent` of the dispatch (traces only; never shown on the wire).
+    pub traceparent: Option<String>,
 }
 
 /// A job as the lease claim hands it to its runner.
@@ -82,6 +84,8 @@ pub struct Claimed {
     pub priority: i32,
     pub named: bool,
     pub lease_expires_at: DateTime<Utc>,
+    /// W3C `traceparent` of the dispatch (traces only).
+    pub traceparent: Option<String>,
 }
 
 /// A job a transition moved, for wake-ups: its queue key (`owner`, `runner_id`) and new state.

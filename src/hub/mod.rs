@@ -29,6 +29,7 @@ use crate::domain::state::JobState;
 use crate::store::listener::ListenerEvent;
 use crate::store::{Result, Store};
 use crate::telemetry::metrics::{self, Metrics};
+use crate::telemetry::traces;
 
 pub struct Hub {
     pub store: Store,
@@ -201,6 +202,7 @@ impl Hub {
             }
             for job in &out.claimed {
                 self.job_changed(job.id);
+                traces::job_step("lease", job.id, job.epoch, job.traceparent.as_deref());
             }
             self.metrics.leases.inc_by(out.claimed.len() as u64);
             for job in out.claimed.iter().filter(|j| j.attempt == 1) {

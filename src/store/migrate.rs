@@ -22,6 +22,7 @@ macro_rules! migrations {
 
 migrations! {
     1 => "0001_schema.sql",
+    9 => "0009_traceparent.sql",
 }
 
 /// Apply every pending migration.

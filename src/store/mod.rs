@@ -28,6 +28,7 @@ use crate::domain::records::{
     ApiKey, Claimed, Event, Job, JoinGrant, Moved, PoolCounts, Runner, RunnerIdentity,
 };
 use crate::domain::state::JobState;
+use crate::telemetry::traces;
 
 pub type Result<T> = std::result::Result<T, StoreError>;
 
@@ -56,6 +57,8 @@ pub struct NewJob {
     pub queue_timeout_ms: Option<i64>,
     pub idempotency_key: Option<String>,
     pub billing_tenant: Option<String>,
+    /// W3C `traceparent` of the dispatch, when traces are on.
+    pub traceparent: Option<String>,
 }
 
 /// A new runner, paired by a key or enrolled with a join code.
@@ -188,9 +191,12 @@ impl Store {
         sql: &str,
         params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
     ) -> Result<Vec<Row>> {
-        let client = self.client().await?;
-        let stmt = client.prepare_cached(sql).await?;
-        Ok(client.query(&stmt, params).await?)
+        traces::statement(|| sql::name_of(sql), async {
+            let client = self.client().await?;
+            let stmt = client.prepare_cached(sql).await?;
+            Ok(client.query(&stmt, params).await?)
+        })
+        .await
     }
 
     async fn query_opt(
@@ -198,9 +204,12 @@ impl Store {
         sql: &str,
         params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
     ) -> Result<Option<Row>> {
-        let client = self.client().await?;
-        let stmt = client.prepare_cached(sql).await?;
-        Ok(client.query_opt(&stmt, params).await?)
+        traces::statement(|| sql::name_of(sql), async {
+            let client = self.client().await?;
+            let stmt = client.prepare_cached(sql).await?;
+            Ok(client.query_opt(&stmt, params).await?)
+        })
+        .await
     }
 
     async fn execute(
@@ -208,9 +217,12 @@ impl Store {
         sql: &str,
         params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
     ) -> Result<u64> {
-        let client = self.client().await?;
-        let stmt = client.prepare_cached(sql).await?;
-        Ok(client.execute(&stmt, params).await?)
+        traces::statement(|| sql::name_of(sql), async {
+            let client = self.client().await?;
+            let stmt = client.prepare_cached(sql).await?;
+            Ok(client.execute(&stmt, params).await?)
+        })
+        .await
     }
 
     /// The database answers.
@@ -488,6 +500,7 @@ impl Store {
                     priority: row.get("priority"),
                     named: row.get("named"),
                     lease_expires_at: row.get("lease_expires_at"),
+                    traceparent: row.get("traceparent"),
                 }),
                 "rejected" => out.rejected.push(row.get("id")),
                 "free" => out.free = row.get("epoch"),
@@ -532,6 +545,7 @@ impl Store {
                     &j.queue_timeout_ms,
                     &j.idempotency_key,
                     &j.billing_tenant,
+                    &j.traceparent,
                 ],
             )
             .await?
@@ -817,6 +831,8 @@ fn job(r: &Row) -> Job {
         error: r.get("error"),
         provenance: r.get("provenance"),
         billing_tenant: r.get("billing_tenant"),
+        // Only statements that return the whole row carry it.
+        traceparent: r.try_get("traceparent").ok().flatten(),
     }
 }
 

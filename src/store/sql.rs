@@ -54,3 +54,27 @@ statements! {
     PING => "ping.sql",
     METRICS_JOB_DEPTH => "metrics_job_depth.sql",
 }
+
+/// The file name of a statement of [`ALL`], without `.sql` (for trace spans).
+pub fn name_of(text: &str) -> &'static str {
+    static NAMES: std::sync::LazyLock<std::collections::HashMap<&'static str, &'static str>> =
+        std::sync::LazyLock::new(|| {
+            ALL.iter()
+                .map(|(file, text)| (*text, file.strip_suffix(".sql").unwrap_or(file)))
+                .collect()
+        });
+    NAMES.get(text).copied().unwrap_or("statement")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_statement_has_its_file_name_for_traces() {
+        for (file, text) in ALL {
+            assert_eq!(format!("{}.sql", name_of(text)), *file);
+        }
+        assert_eq!(name_of("SELECT 1"), "statement");
+    }
+}

@@ -15,3 +15,4 @@ mod replicas;
 mod runner_e2e;
 mod schema;
 mod security;
+mod traces;

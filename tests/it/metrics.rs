@@ -53,8 +53,10 @@ async fn families_exist_move_and_stay_bounded() {
         async move { lease(&runner, 10_000, 1).await }
     });
     until_waiters(&url, 1, Duration::from_secs(10)).await;
-    let polling = scrape(&url).await;
-    assert_eq!(value(&polling, "leasehold_long_polls", &[]), 1.0);
+    eventually(Duration::from_secs(10), "one long-poll open", || async {
+        (value(&scrape(&url).await, "leasehold_long_polls", &[]) == 1.0).then_some(())
+    })
+    .await;
     let job = dispatch(&operator, personal(), json!({"n": 1})).await;
     let leased = waiting.await.unwrap();
     assert_eq!(leased.len(), 1);
