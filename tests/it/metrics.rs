@@ -170,6 +170,20 @@ async fn families_exist_move_and_stay_bounded() {
         assert!(families.contains(&family), "{family} missing: {families:?}");
     }
 
+    // The dashboard and the alerts under deploy/ read only families this server writes.
+    for file in ["deploy/grafana/dashboards/leasehold.json", "deploy/alerts.yml"] {
+        let text = std::fs::read_to_string(format!("{}/{file}", env!("CARGO_MANIFEST_DIR"))).unwrap();
+        let re = regex_lite::Regex::new(r"leasehold_[a-z_]+").unwrap();
+        for name in re.find_iter(&text).map(|m| m.as_str()) {
+            let family = ["_bucket", "_count", "_sum", "_total"]
+                .iter()
+                .fold(name, |n, suffix| n.strip_suffix(suffix).unwrap_or(n));
+            assert!(
+                last.docs.contains_key(family) || family == "leasehold_db_errors",
+                "{file} reads {name}, which /metrics does not write"
+            );
+        }
+    }
     let mut label_values: HashMap<String, String> = HashMap::new();
     for s in &last.samples {
         for (k, v) in s.labels.iter() {
