@@ -253,3 +253,80 @@ pub fn job_step(step: &'static str, job: uuid::Uuid, epoch: i64, traceparent: Op
     // The span marks the moment; it ends here.
     drop(span);
 }
+
+#[cfg(test)]
+mod tests {
+    use tracing_subscriber::layer::SubscriberExt;
+
+    /// What traces cost per job (3 request spans, 6 statement spans, 2 job steps with links,
+    /// exported over OTLP/HTTP to a local receiver that discards them): run with
+    /// `cargo test --lib traced_cost -- --ignored --nocapture`. Prints; asserts nothing.
+    #[test]
+    #[ignore = "a measurement, not a test"]
+    fn traced_cost() {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(async {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = listener.local_addr().unwrap();
+            let sink =
+                axum::Router::new().route("/v1/traces", axum::routing::post(|| async { "" }));
+            tokio::spawn(async move { axum::serve(listener, sink).await.unwrap() });
+            std::env::set_var("OTEL_EXPORTER_OTLP_ENDPOINT", format!("http://{addr}"));
+            // Keep every span (the default queue drops past 2,048), so export is paid in full.
+            std::env::set_var("OTEL_BSP_MAX_QUEUE_SIZE", "1000000");
+            // CPU of every thread of this process, from /proc (utime + stime, in 10 ms ticks).
+            let cpu = || {
+                let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
+                // After the command name: state, ppid, ..., utime (12th), stime (13th).
+                let fields: Vec<&str> = stat
+                    .rsplit_once(')')
+                    .unwrap()
+                    .1
+                    .split_whitespace()
+                    .collect();
+                let ticks = |i: usize| fields[i].parse::<u64>().unwrap();
+                std::time::Duration::from_millis((ticks(11) + ticks(12)) * 10)
+            };
+            let cpu_before = cpu();
+            let (layer, tracing) = super::layer().unwrap().expect("configured");
+            let subscriber = tracing_subscriber::registry().with(layer);
+            let _default = tracing::subscriber::set_default(subscriber);
+            let n = 20_000u32;
+            let started = std::time::Instant::now();
+            let mut traceparent = None;
+            for _ in 0..n {
+                for route in [
+                    "/v1/jobs",
+                    "/v1/runner/lease",
+                    "/v1/runner/jobs/{id}/complete",
+                ] {
+                    let span = super::request_span("POST", route, None).unwrap();
+                    async {
+                        for _ in 0..2 {
+                            super::statement(|| "job_insert", async {}).await;
+                        }
+                        if route == "/v1/jobs" {
+                            traceparent = super::current_traceparent();
+                        } else {
+                            super::job_step("lease", uuid::Uuid::nil(), 1, traceparent.as_deref());
+                        }
+                    }
+                    .instrument(span.clone())
+                    .await;
+                    super::record_status(&span, 200);
+                }
+            }
+            let per_job = started.elapsed() / n;
+            tokio::task::spawn_blocking(move || tracing.shutdown())
+                .await
+                .unwrap();
+            let cpu_per_job = (cpu() - cpu_before) / n;
+            println!(
+                "traced per job (3 requests, 6 statements, 2 steps): {per_job:?} on the request \
+                 path; {cpu_per_job:?} of CPU in all threads, export and receiver included"
+            );
+        });
+    }
+
+    use tracing::Instrument;
+}

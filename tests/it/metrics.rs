@@ -171,8 +171,12 @@ async fn families_exist_move_and_stay_bounded() {
     }
 
     // The dashboard and the alerts under deploy/ read only families this server writes.
-    for file in ["deploy/grafana/dashboards/leasehold.json", "deploy/alerts.yml"] {
-        let text = std::fs::read_to_string(format!("{}/{file}", env!("CARGO_MANIFEST_DIR"))).unwrap();
+    for file in [
+        "deploy/grafana/dashboards/leasehold.json",
+        "deploy/alerts.yml",
+    ] {
+        let text =
+            std::fs::read_to_string(format!("{}/{file}", env!("CARGO_MANIFEST_DIR"))).unwrap();
         let re = regex_lite::Regex::new(r"leasehold_[a-z_]+").unwrap();
         for name in re.find_iter(&text).map(|m| m.as_str()) {
             let family = ["_bucket", "_count", "_sum", "_total"]
