@@ -26,7 +26,8 @@
 //! - [`bench`]: `leasehold bench`, the benchmark against a raw-SQL baseline.
 //!
 //! Imports run one way: `domain` imports nothing of ours; `store` imports `domain`; `hub`
-//! imports `store` and `domain`; `api` imports `hub`, `store`, `domain` and `wire`; `client`
+//! imports `store` and `domain`; `api` imports `hub`, `store`, `domain` and `wire`; `telemetry`
+//! imports nothing of ours and any of them may import it; `client`
 //! imports only `wire`; `runner` and `cli` import only `client` and `wire`.
 #![forbid(unsafe_code)]
 

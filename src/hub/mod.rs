@@ -186,12 +186,12 @@ impl Hub {
             let registration = keys.clone().map(|k| self.waiters.register(k));
             // Boxed: the database call's large state lives on the heap only while it runs, so a
             // parked long-poll stays small (10,000 of them are held at once).
-            let out =
-                Box::pin(
-                    self.store
-                        .lease(token_hash, capabilities.as_deref(), max_jobs, ttl),
-                )
-                .await?;
+            let out = Box::pin(traces::statement(
+                || "lease transaction",
+                self.store
+                    .lease(token_hash, capabilities.as_deref(), max_jobs, ttl),
+            ))
+            .await?;
             // Advertised capabilities are stored by the first attempt.
             capabilities = None;
             if out.runner_gone {

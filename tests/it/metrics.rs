@@ -11,14 +11,19 @@ use serde_json::json;
 
 use crate::support::*;
 
-/// One scrape of a replica, parsed.
-async fn scrape(url: &str) -> Scrape {
-    let text = reqwest::get(format!("{url}/metrics"))
+/// One scrape of a replica, as text.
+async fn exposition(url: &str) -> String {
+    reqwest::get(format!("{url}/metrics"))
         .await
         .unwrap()
         .text()
         .await
-        .unwrap();
+        .unwrap()
+}
+
+/// One scrape of a replica, parsed.
+async fn scrape(url: &str) -> Scrape {
+    let text = exposition(url).await;
     Scrape::parse(text.lines().map(|l| Ok(l.to_owned()))).expect("the exposition parses")
 }
 
@@ -104,12 +109,7 @@ async fn families_exist_move_and_stay_bounded() {
     );
     // prometheus-parse drops samples whose label values hold a `}`, as route templates do
     // (`/v1/jobs/{id}`; valid in the format, and Prometheus reads them): read that one raw.
-    let text = reqwest::get(format!("{url}/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = exposition(&url).await;
     assert!(
         text.lines().any(
             |l| l.starts_with("leasehold_http_request_duration_seconds_count{")
