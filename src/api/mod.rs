@@ -102,13 +102,14 @@ pub fn router(state: Arc<AppState>) -> Router {
             state.clone(),
             reject_oversized,
         ))
+        .layer(CatchPanicLayer::custom(|_| {
+            ApiError::Internal.into_response()
+        }))
+        // Outermost, so it sees every answer: 413s before authentication, 500s from panics.
         .layer(middleware::from_fn_with_state(
             state.clone(),
             observe::track,
         ))
-        .layer(CatchPanicLayer::custom(|_| {
-            ApiError::Internal.into_response()
-        }))
         .with_state(state)
 }
 
