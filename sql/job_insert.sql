@@ -5,7 +5,7 @@
 -- $1 a JSON array of items: {ord (position), id, key (hex sha256), pool ('personal'|'workspace'|'any', or null
 -- for a named runner), runner_id, owner (named runners only: the runner's owner), kind,
 -- payload, required_capabilities, priority, max_attempts, no_runner_timeout_ms,
--- queue_timeout_ms, idempotency_key, secrets, source, source_key}.
+-- queue_timeout_ms, idempotency_key, secrets, source, source_key, traceparent}.
 -- No row for an item: its key is not live, or its idempotency key was already used in the
 -- workspace (earlier, or by an earlier item of this statement); the caller then reads the first.
 WITH items AS (
@@ -18,7 +18,7 @@ WITH items AS (
                ord bigint, id uuid, key text, pool text, runner_id uuid, owner text, kind text,
                payload jsonb, required_capabilities text[], priority integer, max_attempts integer,
                no_runner_timeout_ms bigint, queue_timeout_ms bigint, idempotency_key text,
-               secrets text[], source jsonb, source_key text)
+               secrets text[], source jsonb, source_key text, traceparent text)
       -- Per item, by the unique key index (OFFSET 0 keeps the planner from turning this into a
       -- join over every key).
       CROSS JOIN LATERAL (
@@ -30,7 +30,7 @@ inserted AS (
     INSERT INTO jobs (id, workspace, owner, runner_id, pool, state, kind, payload,
                       required_capabilities, priority, max_attempts, no_runner_timeout_ms,
                       no_runner_check_at, queue_deadline, idempotency_key, billing_tenant,
-                      secrets, source, source_key, event_seq)
+                      secrets, source, source_key, traceparent, event_seq)
     SELECT id, workspace, queue_owner, runner_id, pool, 'parked', kind,
            COALESCE(payload, 'null'::jsonb),  -- a JSON null reads as SQL NULL here
            required_capabilities, priority, max_attempts, no_runner_timeout_ms,
@@ -38,7 +38,7 @@ inserted AS (
            now() + queue_timeout_ms * interval '1 millisecond',
            idempotency_key,
            CASE WHEN queue_owner LIKE 'ws:%' THEN workspace END,
-           secrets, source, source_key, 1
+           secrets, source, source_key, traceparent, 1
       FROM items
      ORDER BY ord
     ON CONFLICT (workspace, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING

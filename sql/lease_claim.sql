@@ -109,7 +109,7 @@ leased AS (
      WHERE j.id = picked.id
     RETURNING j.id, j.workspace, j.epoch, j.attempts, j.kind, j.payload, j.required_capabilities,
               j.priority, j.runner_id IS NOT NULL AS named, j.lease_expires_at, j.event_seq,
-              j.secrets, j.source
+              j.secrets, j.source, j.traceparent
 ),
 -- An ephemeral runner takes one job in its life: remember which.
 ephemeral AS (
@@ -128,17 +128,17 @@ events AS (
       FROM rejected
 )
 SELECT 'leased' AS outcome, id, workspace, epoch, attempts, kind, payload, required_capabilities,
-       priority, named, lease_expires_at, secrets, source
+       priority, named, lease_expires_at, secrets, source, traceparent
   FROM leased
 UNION ALL
-SELECT 'rejected', id, NULL, epoch, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+SELECT 'rejected', id, NULL, epoch, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
   FROM rejected
 UNION ALL
-SELECT 'free', NULL, NULL, take, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+SELECT 'free', NULL, NULL, take, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
   FROM slots
 UNION ALL
 -- Pool jobs this call did not take (the ones it took still look parked to its snapshot).
-SELECT 'more', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+SELECT 'more', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
  WHERE $7::boolean
    AND (EXISTS (SELECT 1 FROM (SELECT j.id FROM jobs j
                                 WHERE j.workspace = $3 AND j.owner = $4 AND j.runner_id IS NULL

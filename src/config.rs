@@ -78,6 +78,9 @@ pub struct Config {
         value_parser = clap::builder::BoolishValueParser::new()
     )]
     pub proxy_protocol: bool,
+    /// How often each replica counts parked and leased jobs for `/metrics` (one query).
+    #[arg(long, env = "LEASEHOLD_METRICS_INTERVAL_MS", default_value_t = 15_000)]
+    pub metrics_interval_ms: u64,
 }
 
 impl Config {
@@ -100,6 +103,7 @@ impl Config {
             ephemeral_purge_ms: 86_400_000,
             trusted_proxies: TrustedProxies::default(),
             proxy_protocol: false,
+            metrics_interval_ms: 15_000,
         }
     }
 
@@ -113,6 +117,10 @@ impl Config {
 
     pub fn recheck_interval(&self) -> Duration {
         Duration::from_millis(self.recheck_interval_ms.max(10))
+    }
+
+    pub fn metrics_interval(&self) -> Duration {
+        Duration::from_millis(self.metrics_interval_ms.max(10))
     }
 
     /// A replica holding a runner's long-poll refreshes its `last_seen_at` this often, a third

@@ -18,13 +18,16 @@
 //! - [`client`]: a typed HTTP client over [`wire`] (runner, CLI, bench and tests use it).
 //! - [`runner`]: the reference runner: enrolment, lease loop, executor, sandbox, drain.
 //! - [`cli`]: the human command line (`leasehold job|runners|join-code|pool|preflight`).
+//! - [`openapi`]: `leasehold openapi`, the API's OpenAPI document on standard output.
 //! - [`embedded_pg`]: a private PostgreSQL from the installed binaries (`leasehold dev`, tests,
 //!   bench).
 //! - [`config`]: the typed configuration of a replica.
+//! - [`telemetry`]: Prometheus metrics of a replica.
 //! - [`bench`]: `leasehold bench`, the benchmark against a raw-SQL baseline.
 //!
 //! Imports run one way: `domain` imports nothing of ours; `store` imports `domain`; `hub`
-//! imports `store` and `domain`; `api` imports `hub`, `store`, `domain` and `wire`; `client`
+//! imports `store` and `domain`; `api` imports `hub`, `store`, `domain` and `wire`; `telemetry`
+//! imports nothing of ours and any of them may import it; `client`
 //! imports only `wire`; `runner` and `cli` import only `client` and `wire`.
 #![forbid(unsafe_code)]
 
@@ -36,7 +39,9 @@ pub mod config;
 pub mod domain;
 pub mod embedded_pg;
 pub mod hub;
+pub mod openapi;
 pub mod runner;
 pub mod server;
 pub mod store;
+pub mod telemetry;
 pub mod wire;

@@ -56,6 +56,8 @@ enum Command {
         #[command(subcommand)]
         command: AdminCommand,
     },
+    /// Print the OpenAPI 3.1 document of the HTTP API (the same as GET /openapi.json).
+    Openapi,
     #[command(flatten)]
     People(cli::Command),
 }
@@ -77,21 +79,46 @@ enum AdminCommand {
 
 /// Logs go to stderr; `LEASEHOLD_LOG` overrides `default` (`info` for long-running commands,
 /// `warn` for the people's commands, whose output is the point).
-fn init_tracing(default: &str) {
+/// With `traces`, spans also go to the OTLP endpoint when one is configured (see
+/// `telemetry::traces`); the returned handle flushes them at exit.
+fn init_tracing(default: &str, traces: bool) -> Option<leasehold::telemetry::traces::Tracing> {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::Layer;
     let filter = tracing_subscriber::EnvFilter::try_from_env("LEASEHOLD_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let logs = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
-        .init();
+        .with_filter(filter);
+    let otel = if traces {
+        leasehold::telemetry::traces::layer().unwrap_or_else(|e| {
+            eprintln!("leasehold: traces are off: {e}");
+            None
+        })
+    } else {
+        None
+    };
+    let (otel, guard) = match otel {
+        Some((layer, guard)) => (Some(layer), Some(guard)),
+        None => (None, None),
+    };
+    tracing_subscriber::registry().with(logs).with(otel).init();
+    guard
 }
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let command = Cli::parse().command;
     let quiet = matches!(&command, Command::People(c) if !matches!(c, cli::Command::Runner { .. }));
-    init_tracing(if quiet { "warn" } else { "info" });
-    match run(command).await {
+    let server = matches!(&command, Command::Serve(_) | Command::Dev { .. });
+    let traces = init_tracing(if quiet { "warn" } else { "info" }, server);
+    let outcome = run(command).await;
+    if let Some(traces) = traces {
+        tokio::task::spawn_blocking(move || traces.shutdown())
+            .await
+            .ok();
+    }
+    match outcome {
         Ok(code) => std::process::ExitCode::from(u8::try_from(code).unwrap_or(1)),
         Err(e) => {
             eprintln!("leasehold: {}", cli::render_error(&e));
@@ -113,6 +140,7 @@ async fn run(command: Command) -> anyhow::Result<i32> {
             .await
             .map(|()| 0),
         Command::Bench(args) => leasehold::bench::run(args).await.map(|()| 0),
+        Command::Openapi => leasehold::openapi::run().map(|()| 0),
         Command::Admin {
             command:
                 AdminCommand::CreateKey {

@@ -23,6 +23,7 @@ use crate::api::{self, AppState};
 use crate::config::Config;
 use crate::hub::{sweeper, Hub, Notifier};
 use crate::store::{listener, migrate, Store};
+use crate::telemetry::metrics::{Metrics, StateLabel};
 
 /// A running replica.
 pub struct Replica {
@@ -71,12 +72,16 @@ pub async fn start(config: Config, listener: TcpListener) -> anyhow::Result<Repl
     let shutdown = CancellationToken::new();
     let mut tasks = JoinSet::new();
 
+    let metrics = Metrics::new();
     let (notifier, notifier_task) = Notifier::start(
         config.database_url.clone(),
         origin.clone(),
+        metrics.background_failure_counter("notify"),
         background.clone(),
     );
-    let hub = Arc::new(Hub::new(store, config.clone(), notifier, origin));
+    let mut hub = Hub::new(store, config.clone(), notifier, origin);
+    hub.metrics = metrics;
+    let hub = Arc::new(hub);
     let (events_tx, events_rx) = mpsc::unbounded_channel();
     tasks.spawn(listener::run(
         config.database_url.clone(),
@@ -86,6 +91,7 @@ pub async fn start(config: Config, listener: TcpListener) -> anyhow::Result<Repl
     tasks.spawn(hub.clone().consume_listener(events_rx));
     tasks.spawn(sweeper::run(hub.clone(), background.clone()));
     tasks.spawn(hub.clone().recheck_loop(background.clone()));
+    tasks.spawn(count_jobs(hub.clone(), background.clone()));
 
     let state = Arc::new(AppState::new(hub.clone(), shutdown.clone()));
     {
@@ -150,5 +156,26 @@ impl Replica {
     pub async fn stop_after_shutdown(self, deadline: Duration) {
         self.shutdown.cancelled().await;
         let _ = tokio::time::timeout(deadline, self.server).await;
+    }
+}
+
+/// Queue depth for `/metrics`: one cheap query per replica per `metrics_interval`, whatever the
+/// number of scrapes or owners.
+async fn count_jobs(hub: Arc<Hub>, cancel: CancellationToken) {
+    let mut tick = tokio::time::interval(hub.config.metrics_interval());
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        match hub.store.job_depth().await {
+            Ok(depth) => {
+                for (state, n) in [("parked", depth.parked), ("leased", depth.leased)] {
+                    hub.metrics.jobs.get_or_create(&StateLabel { state }).set(n);
+                }
+            }
+            Err(_) => hub.metrics.background_failure("depth"),
+        }
     }
 }

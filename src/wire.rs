@@ -8,12 +8,12 @@ use serde_json::Value;
 use uuid::Uuid;
 
 /// `{"error": {...}}`, every non-2xx answer.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(utoipa::ToSchema, Debug, Clone, Serialize, Deserialize)]
 pub struct ErrorBody {
     pub error: ErrorDetail,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(utoipa::ToSchema, Debug, Clone, Serialize, Deserialize)]
 pub struct ErrorDetail {
     pub code: String,
     pub message: String,
@@ -22,7 +22,7 @@ pub struct ErrorDetail {
     pub state: Option<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(utoipa::ToSchema, Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Runner {
     pub id: Uuid,
     pub owner: String,
@@ -40,7 +40,7 @@ pub struct Runner {
     pub ephemeral: bool,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(utoipa::ToSchema, Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Job {
     pub id: Uuid,
     pub workspace: String,
@@ -80,7 +80,7 @@ impl Job {
 }
 
 /// A job as the runner holding it sees it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(utoipa::ToSchema, Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LeasedJob {
     pub id: Uuid,
     pub epoch: i64,
@@ -100,7 +100,7 @@ pub struct LeasedJob {
     pub source: Option<Value>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(utoipa::ToSchema, Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Event {
     pub seq: i32,
     pub at: DateTime<Utc>,
@@ -116,7 +116,7 @@ fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
 }
 
 /// `POST /v1/runners`, `POST /v1/workspace/runners`.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(utoipa::ToSchema, Debug, Clone, Default, Serialize, Deserialize)]
 pub struct CreateRunner {
     pub label: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -128,37 +128,37 @@ pub struct CreateRunner {
 }
 
 /// `201` of pairing and enrolment: the token is shown this once.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(utoipa::ToSchema, Debug, Clone, Serialize, Deserialize)]
 pub struct RunnerWithToken {
     pub runner: Runner,
     pub token: String,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(utoipa::ToSchema, Debug, Clone, Serialize, Deserialize)]
 pub struct RunnerList {
     pub runners: Vec<Runner>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(utoipa::ToSchema, Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
     Member,
     Admin,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(utoipa::ToSchema, Debug, Clone, Serialize, Deserialize)]
 pub struct CreateKey {
     pub subject: String,
     pub role: Role,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(utoipa::ToSchema, Debug, Clone, Serialize, Deserialize)]
 pub struct CreatedKey {
     pub id: Uuid,
     pub key: String,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(utoipa::ToSchema, Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Tier {
     Personal,
@@ -167,7 +167,7 @@ pub enum Tier {
 
 /// The pool a job is dispatched to: the caller's personal runners, the workspace's, or (v1.1)
 /// either, whichever leases first.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(utoipa::ToSchema, Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum PoolName {
     Personal,
@@ -186,14 +186,14 @@ impl PoolName {
 }
 
 /// Where a job goes: exactly one of the two shapes; anything else is 400.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(utoipa::ToSchema, Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(untagged, deny_unknown_fields)]
 pub enum Target {
     Runner { runner_id: Uuid },
     Pool { pool: PoolName },
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(utoipa::ToSchema, Debug, Clone, Serialize, Deserialize)]
 pub struct Dispatch {
     pub target: Target,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -219,7 +219,7 @@ pub struct Dispatch {
 }
 
 /// One item of `POST /v1/jobs/batch`: a dispatch body and its own idempotency key.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(utoipa::ToSchema, Debug, Clone, Serialize, Deserialize)]
 pub struct BatchItem {
     #[serde(flatten)]
     pub dispatch: Dispatch,
@@ -228,13 +228,13 @@ pub struct BatchItem {
 }
 
 /// `POST /v1/jobs/batch` (v1.1): 1..1000 items, all parked in one transaction or none.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(utoipa::ToSchema, Debug, Clone, Serialize, Deserialize)]
 pub struct DispatchBatch {
     pub jobs: Vec<BatchItem>,
 }
 
 /// The answer of a batch dispatch: the jobs in request order.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(utoipa::ToSchema, Debug, Clone, Serialize, Deserialize)]
 pub struct Jobs {
     pub jobs: Vec<Job>,
 }
@@ -257,19 +257,19 @@ impl Dispatch {
     }
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(utoipa::ToSchema, Debug, Clone, Serialize, Deserialize)]
 pub struct JobList {
     pub jobs: Vec<Job>,
     pub next: Option<Uuid>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(utoipa::ToSchema, Debug, Clone, Serialize, Deserialize)]
 pub struct EventList {
     pub events: Vec<Event>,
     pub next: i64,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(utoipa::ToSchema, Debug, Clone, Serialize, Deserialize)]
 pub struct CreateJoinCode {
     pub tier: Tier,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -278,52 +278,52 @@ pub struct CreateJoinCode {
     pub ephemeral: Option<bool>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(utoipa::ToSchema, Debug, Clone, Serialize, Deserialize)]
 pub struct JoinCode {
     pub code: String,
     pub expires_at: DateTime<Utc>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(utoipa::ToSchema, Debug, Clone, Serialize, Deserialize)]
 pub struct Preflight {
     pub target: Target,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub required_capabilities: Option<Vec<String>>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(utoipa::ToSchema, Debug, Clone, Serialize, Deserialize)]
 pub struct Finding {
     pub code: String,
     pub message: String,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(utoipa::ToSchema, Debug, Clone, Serialize, Deserialize)]
 pub struct PreflightReport {
     pub ok: bool,
     pub blockers: Vec<Finding>,
     pub warnings: Vec<Finding>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(utoipa::ToSchema, Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PoolRunners {
     pub online: i64,
     pub dormant: i64,
     pub never: i64,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(utoipa::ToSchema, Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PoolSlots {
     pub capacity: i64,
     pub active: i64,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(utoipa::ToSchema, Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PoolJobs {
     pub parked: i64,
     pub leased: i64,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(utoipa::ToSchema, Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Pool {
     pub runners: PoolRunners,
     pub slots: PoolSlots,
@@ -332,7 +332,7 @@ pub struct Pool {
 
 // ---- runner calls -----------------------------------------------------------------------
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(utoipa::ToSchema, Debug, Clone, Serialize, Deserialize)]
 pub struct Enroll {
     pub code: String,
     pub label: String,
@@ -346,13 +346,13 @@ pub struct Enroll {
     pub capacity: Option<i64>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(utoipa::ToSchema, Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Running {
     pub id: Uuid,
     pub epoch: i64,
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(utoipa::ToSchema, Debug, Clone, Default, Serialize, Deserialize)]
 pub struct RunnerHeartbeat {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version: Option<String>,
@@ -364,13 +364,13 @@ pub struct RunnerHeartbeat {
     pub running: Option<Vec<Running>>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(utoipa::ToSchema, Debug, Clone, Serialize, Deserialize)]
 pub struct RunnerHeartbeatReply {
     pub runner: Runner,
     pub cancelled: Vec<Uuid>,
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(utoipa::ToSchema, Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Lease {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wait_ms: Option<i64>,
@@ -380,48 +380,48 @@ pub struct Lease {
     pub capabilities: Option<Vec<String>>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(utoipa::ToSchema, Debug, Clone, Serialize, Deserialize)]
 pub struct Leased {
     pub jobs: Vec<LeasedJob>,
 }
 
 /// `{epoch}`: job heartbeat and release.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(utoipa::ToSchema, Debug, Clone, Serialize, Deserialize)]
 pub struct Fence {
     pub epoch: i64,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(utoipa::ToSchema, Debug, Clone, Serialize, Deserialize)]
 pub struct LeaseExtended {
     pub lease_expires_at: DateTime<Utc>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(utoipa::ToSchema, Debug, Clone, Serialize, Deserialize)]
 pub struct NewEvent {
     pub kind: String,
     #[serde(default, deserialize_with = "present")]
     pub data: Option<Value>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(utoipa::ToSchema, Debug, Clone, Serialize, Deserialize)]
 pub struct AppendEvents {
     pub epoch: i64,
     pub events: Vec<NewEvent>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(utoipa::ToSchema, Debug, Clone, Serialize, Deserialize)]
 pub struct Appended {
     pub next: i64,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(utoipa::ToSchema, Debug, Clone, Serialize, Deserialize)]
 pub struct Complete {
     pub epoch: i64,
     #[serde(default, deserialize_with = "present")]
     pub result: Option<Value>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(utoipa::ToSchema, Debug, Clone, Serialize, Deserialize)]
 pub struct Fail {
     pub epoch: i64,
     pub message: String,

@@ -30,6 +30,11 @@ pub enum ApiError {
 
 pub type ApiResult<T> = Result<T, ApiError>;
 
+/// The contract code of an error response, left in the response's extensions for the metrics
+/// layer (stale reports are counted by it).
+#[derive(Debug, Clone, Copy)]
+pub struct ErrorCode(pub &'static str);
+
 impl ApiError {
     pub fn bad(msg: impl Into<String>) -> Self {
         ApiError::BadRequest(msg.into())
@@ -148,6 +153,7 @@ impl IntoResponse for ApiError {
             },
         };
         let mut response = (status, Json(body)).into_response();
+        response.extensions_mut().insert(ErrorCode(code));
         match self {
             ApiError::RateLimited { retry_after_s } => {
                 response

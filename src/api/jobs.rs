@@ -132,6 +132,7 @@ fn new_job(
         secrets: c.secrets,
         source: c.source,
         source_key: c.source_key,
+        traceparent: crate::telemetry::traces::current_traceparent(),
     }
 }
 

@@ -5,9 +5,13 @@
 pub mod error;
 pub mod extract;
 mod jobs;
+mod observe;
+pub mod openapi;
 mod operators;
 mod ops;
+pub mod routes;
 mod runner;
+mod ui;
 pub mod validate;
 pub mod views;
 
@@ -20,7 +24,6 @@ use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::header;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{delete, get, post};
 use axum::Router;
 use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
@@ -84,47 +87,14 @@ impl AppState {
 /// The router of one replica.
 pub fn router(state: Arc<AppState>) -> Router {
     let max_body = state.hub.config.max_body_bytes;
-    Router::new()
-        .route("/healthz", get(ops::healthz))
-        .route("/readyz", get(ops::readyz))
-        .route("/metrics", get(ops::metrics))
-        .route("/v1/enroll", post(runner::enroll))
-        .route(
-            "/v1/runners",
-            post(operators::create_personal_runner).get(operators::list_personal_runners),
-        )
-        .route(
-            "/v1/runners/{id}",
-            delete(operators::revoke_personal_runner),
-        )
-        .route(
-            "/v1/workspace/runners",
-            post(operators::create_workspace_runner).get(operators::list_workspace_runners),
-        )
-        .route(
-            "/v1/workspace/runners/{id}",
-            delete(operators::revoke_workspace_runner),
-        )
-        .route("/v1/join-codes", post(operators::create_join_code))
-        .route("/v1/keys", post(operators::create_key))
-        .route("/v1/keys/{id}", delete(operators::revoke_key))
-        .route("/v1/jobs", post(jobs::dispatch).get(jobs::list))
-        .route("/v1/jobs/batch", post(jobs::dispatch_batch))
-        .route("/v1/jobs/{id}", get(jobs::get))
-        .route("/v1/jobs/{id}/cancel", post(jobs::cancel))
-        .route("/v1/jobs/{id}/events", get(jobs::events))
-        .route("/v1/preflight", post(operators::preflight))
-        .route("/v1/pool", get(operators::pool))
-        .route("/v1/runner/heartbeat", post(runner::heartbeat))
-        .route("/v1/runner/lease", post(runner::lease))
-        .route(
-            "/v1/runner/jobs/{id}/heartbeat",
-            post(runner::job_heartbeat),
-        )
-        .route("/v1/runner/jobs/{id}/events", post(runner::append_events))
-        .route("/v1/runner/jobs/{id}/complete", post(runner::complete))
-        .route("/v1/runner/jobs/{id}/fail", post(runner::fail))
-        .route("/v1/runner/jobs/{id}/release", post(runner::release))
+    // Every route comes from the one table the OpenAPI document is built from.
+    let mut router = Router::new();
+    for route in routes::table() {
+        if let Some(handler) = route.handler {
+            router = router.route(route.path, handler);
+        }
+    }
+    router
         .fallback(|| async { ApiError::NotFound })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(DefaultBodyLimit::max(max_body))
@@ -135,6 +105,11 @@ pub fn router(state: Arc<AppState>) -> Router {
         .layer(CatchPanicLayer::custom(|_| {
             ApiError::Internal.into_response()
         }))
+        // Outermost, so it sees every answer: 413s before authentication, 500s from panics.
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            observe::track,
+        ))
         .with_state(state)
 }
 

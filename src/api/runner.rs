@@ -22,6 +22,7 @@ use crate::hub::LeaseAnswer;
 use crate::store::jobs::Fenced;
 use crate::store::lease::Advertised;
 use crate::store::{FenceMiss, NewRunner, Report};
+use crate::telemetry::traces;
 use crate::wire;
 
 /// Largest serialised `data` of one runner event, and of a failure message.
@@ -221,6 +222,7 @@ pub async fn complete(
         })
         .await?;
     let job = fenced(&st, &token, answer)?;
+    traces::job_step("complete", id, job.epoch, job.traceparent.as_deref());
     st.hub.job_changed(id);
     Ok(Json(views::job(job)))
 }
@@ -242,6 +244,7 @@ pub async fn fail(
         .fail_job(id, req.epoch, &token.hash, &req.message)
         .await?;
     let job = fenced(&st, &token, answer)?;
+    traces::job_step("fail", id, job.epoch, job.traceparent.as_deref());
     st.hub.job_changed(id);
     Ok(Json(views::job(job)))
 }
@@ -254,6 +257,7 @@ pub async fn release(
 ) -> ApiResult<Json<wire::Job>> {
     let answer = st.hub.store.release_job(id, req.epoch, &token.hash).await?;
     let job = fenced(&st, &token, answer)?;
+    traces::job_step("release", id, job.epoch, job.traceparent.as_deref());
     st.hub.job_parked(&job.queue());
     st.hub.job_changed(id);
     Ok(Json(views::job(job)))

@@ -296,6 +296,7 @@ async fn baseline(
                     secrets: Vec::new(),
                     source: None,
                     source_key: None,
+                    traceparent: None,
                 };
                 n += 1;
                 store.insert_jobs(&[job]).await?;

@@ -82,6 +82,8 @@ pub struct Job {
     pub secrets: Vec<String>,
     /// The repository source to build (never with a credential).
     pub source: Option<Value>,
+    /// W3C `traceparent` of the dispatch (traces only; never shown on the wire).
+    pub traceparent: Option<String>,
 }
 
 /// A job as the lease claim hands it to its runner.
@@ -100,6 +102,8 @@ pub struct Claimed {
     /// Names of the secrets it needs; their values are read for the lease answer.
     pub secrets: Vec<String>,
     pub source: Option<Value>,
+    /// W3C `traceparent` of the dispatch (traces only).
+    pub traceparent: Option<String>,
 }
 
 /// A job's queue: `(workspace, owner, runner_id)` (PROTOCOL.md, Words), and for a pool job

@@ -11,7 +11,7 @@ pub mod notifier;
 pub mod sweeper;
 pub mod waiters;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -30,21 +30,12 @@ use crate::store::lease::Advertised;
 use crate::store::listener::ListenerEvent;
 use crate::store::pool::ParkedQueue;
 use crate::store::{Result, Store};
+use crate::telemetry::metrics::{self, Metrics};
+use crate::telemetry::traces;
 
 /// Runner identities a replica remembers (token hash → id, workspace, owner); past this many it
 /// forgets them all and relearns (one extra round trip each).
 const MAX_KNOWN_RUNNERS: usize = 100_000;
-
-/// Counters for `/metrics`.
-#[derive(Default)]
-pub struct Counters {
-    pub notifications_heard: AtomicU64,
-    pub wakes: AtomicU64,
-    pub leases: AtomicU64,
-    pub rechecks: AtomicU64,
-    /// Background work that failed (presence refresh, re-check, sweep, notify).
-    pub background_failures: AtomicU64,
-}
 
 pub struct Hub {
     pub store: Store,
@@ -55,7 +46,7 @@ pub struct Hub {
     pub origin: String,
     /// The LISTEN connection is up.
     pub listening: AtomicBool,
-    pub counters: Counters,
+    pub metrics: Metrics,
     /// Runner identities by token hash (never the token), see [`MAX_KNOWN_RUNNERS`].
     identities: std::sync::Mutex<std::collections::HashMap<Vec<u8>, LeaseIdentity>>,
 }
@@ -76,7 +67,7 @@ impl Hub {
             notifier,
             origin,
             listening: AtomicBool::new(false),
-            counters: Counters::default(),
+            metrics: Metrics::new(),
             identities: std::sync::Mutex::default(),
         }
     }
@@ -87,7 +78,7 @@ impl Hub {
     pub fn job_parked(&self, queue: &Queue) {
         let keys = Key::for_queue(queue);
         if keys.iter().any(|k| self.waiters.wake_one(k, 0, true)) {
-            self.counters.wakes.fetch_add(1, Ordering::Relaxed);
+            self.metrics.wakes.inc();
             return;
         }
         for key in keys {
@@ -122,9 +113,7 @@ impl Hub {
             }
             ListenerEvent::Down => self.listening.store(false, Ordering::Release),
             ListenerEvent::Notification(payload) => {
-                self.counters
-                    .notifications_heard
-                    .fetch_add(1, Ordering::Relaxed);
+                self.metrics.notifications_heard.inc();
                 let Some((origin, key)) = payload.split_once('|') else {
                     return;
                 };
@@ -136,7 +125,7 @@ impl Hub {
                         self.waiters.wake_all(&k);
                     }
                     Some(k) if self.waiters.wake_one(&k, 0, false) => {
-                        self.counters.wakes.fetch_add(1, Ordering::Relaxed);
+                        self.metrics.wakes.inc();
                     }
                     _ => {}
                 }
@@ -164,7 +153,7 @@ impl Hub {
                     if waited.is_empty() {
                         continue;
                     }
-                    self.counters.rechecks.fetch_add(1, Ordering::Relaxed);
+                    self.metrics.rechecks.inc();
                     match self.store.parked_queues(&waited).await {
                         Ok(queues) => {
                             for q in queues {
@@ -177,7 +166,7 @@ impl Hub {
                             }
                         }
                         Err(e) => {
-                            self.counters.background_failures.fetch_add(1, Ordering::Relaxed);
+                            self.metrics.background_failure("recheck");
                             tracing::warn!(error = %e, "re-check of waited-on queues failed; the next interval retries");
                         }
                     }
@@ -185,7 +174,7 @@ impl Hub {
                 _ = presence.tick() => {
                     let runners = self.waiters.waited_queues().runners;
                     if let Err(e) = self.store.touch_runners(&runners).await {
-                        self.counters.background_failures.fetch_add(1, Ordering::Relaxed);
+                        self.metrics.background_failure("touch");
                         tracing::warn!(error = %e, runners = runners.len(),
                             "refreshing long-polling runners' presence failed; they may show dormant until the next refresh");
                     }
@@ -247,13 +236,16 @@ impl Hub {
             };
             // Boxed: the database call's large state lives on the heap only while it runs, so a
             // parked long-poll stays small (10,000 of them are held at once).
-            let out = Box::pin(self.store.lease(
-                token_hash,
-                advertised.as_ref().unwrap_or(&Advertised::default()),
-                known.as_ref(),
-                max_jobs,
-                ttl,
-                woken_by.is_some(),
+            let out = Box::pin(traces::statement(
+                || "lease transaction",
+                self.store.lease(
+                    token_hash,
+                    advertised.as_ref().unwrap_or(&Advertised::default()),
+                    known.as_ref(),
+                    max_jobs,
+                    ttl,
+                    woken_by.is_some(),
+                ),
             ))
             .await?;
             // Advertised capabilities are stored by the first attempt.
@@ -273,13 +265,22 @@ impl Hub {
             }
             for job in &out.claimed {
                 self.job_changed(job.id);
+                traces::job_step("lease", job.id, job.epoch, job.traceparent.as_deref());
             }
-            self.counters
-                .leases
-                .fetch_add(out.claimed.len() as u64, Ordering::Relaxed);
+            self.metrics.leases.inc_by(out.claimed.len() as u64);
+            for job in out.claimed.iter().filter(|j| j.attempt == 1) {
+                if let Some(age) = metrics::age_of_v7(&job.id) {
+                    self.metrics.lease_wait.observe(age);
+                }
+            }
             // Pool jobs we did not take are still parked: pass the wake on to the next waiter
             // here, or (for a job this replica parked) to the other replicas.
             if let Some(wake) = woken_by.take() {
+                if !out.claimed.is_empty() {
+                    self.metrics
+                        .wake_latency
+                        .observe(wake.at.elapsed().as_secs_f64());
+                }
                 if out.more
                     && !self.waiters.wake_one(&wake.key, wake.hops + 1, wake.local)
                     && wake.local
@@ -293,6 +294,7 @@ impl Hub {
             let Some(registration) = registration else {
                 continue;
             };
+            let _open = self.metrics.long_poll();
             tokio::select! {
                 wake = registration.woken() => woken_by = Some(wake),
                 _ = tokio::time::sleep_until(deadline) => last_look = true,

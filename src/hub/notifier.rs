@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use prometheus_client::metrics::counter::Counter;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -29,14 +30,22 @@ pub struct Notifier {
 
 impl Notifier {
     /// Start the notifier task; payloads are `<origin>|<key>`.
+    /// `failures` counts batches dropped after the retry failed.
     pub fn start(
         database_url: String,
         origin: String,
+        failures: Counter,
         cancel: CancellationToken,
     ) -> (Self, tokio::task::JoinHandle<()>) {
         let (tx, rx) = mpsc::unbounded_channel();
         let sent = Arc::new(AtomicU64::new(0));
-        let task = tokio::spawn(run(database_url, origin, rx, sent.clone(), cancel));
+        let task = tokio::spawn(run(
+            database_url,
+            origin,
+            rx,
+            (sent.clone(), failures),
+            cancel,
+        ));
         (Self { tx, sent }, task)
     }
 
@@ -67,7 +76,7 @@ async fn run(
     database_url: String,
     origin: String,
     mut rx: mpsc::UnboundedReceiver<Key>,
-    sent: Arc<AtomicU64>,
+    (sent, failures): (Arc<AtomicU64>, Counter),
     cancel: CancellationToken,
 ) {
     let mut client: Option<tokio_postgres::Client> = None;
@@ -90,6 +99,7 @@ async fn run(
             .map(|k| format!("{origin}|{}", k.encode()))
             .collect();
         // One retry on a fresh connection; after that the batch is dropped.
+        let mut delivered = false;
         for attempt in 0..2 {
             if client.as_ref().is_none_or(|c| c.is_closed()) {
                 client = connect(&database_url).await;
@@ -103,6 +113,7 @@ async fn run(
             match c.execute(sql::NOTIFY, &[&payloads]).await {
                 Ok(_) => {
                     sent.fetch_add(payloads.len() as u64, Ordering::Relaxed);
+                    delivered = true;
                     break;
                 }
                 Err(e) => {
@@ -111,6 +122,9 @@ async fn run(
                     client = None;
                 }
             }
+        }
+        if !delivered {
+            failures.inc();
         }
     }
 }

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 use super::Hub;
+use crate::domain::state::JobState;
 use crate::store::Result;
 
 /// Rows per statement; a full batch is followed at once by another.
@@ -23,11 +24,16 @@ pub async fn run(hub: Arc<Hub>, cancel: CancellationToken) {
             _ = cancel.cancelled() => return,
             _ = tick.tick() => {}
         }
-        if let Err(e) = sweep_once(&hub).await {
-            hub.counters
-                .background_failures
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            tracing::warn!(error = %e, "sweep failed; the next tick retries");
+        let started = std::time::Instant::now();
+        match sweep_once(&hub).await {
+            Ok(()) => hub
+                .metrics
+                .sweep_duration
+                .observe(started.elapsed().as_secs_f64()),
+            Err(e) => {
+                hub.metrics.background_failure("sweep");
+                tracing::warn!(error = %e, "sweep failed; the next tick retries");
+            }
         }
     }
 }
@@ -40,6 +46,9 @@ pub async fn sweep_once(hub: &Hub) -> Result<()> {
     let store = &hub.store;
     loop {
         let moved = store.sweep_lapsed_leases(BATCH).await?;
+        hub.metrics.sweep_batch("lapsed_leases");
+        let parked = moved.iter().filter(|m| m.state == JobState::Parked);
+        hub.metrics.redeliveries.inc_by(parked.count() as u64);
         let full = moved.len() as i64 == BATCH;
         hub.after_moves(&moved);
         if !full {
@@ -48,6 +57,7 @@ pub async fn sweep_once(hub: &Hub) -> Result<()> {
     }
     loop {
         let moved = store.sweep_no_runner(BATCH).await?;
+        hub.metrics.sweep_batch("no_runner");
         let full = moved.len() as i64 == BATCH;
         hub.after_moves(&moved);
         if !full {
@@ -56,6 +66,7 @@ pub async fn sweep_once(hub: &Hub) -> Result<()> {
     }
     loop {
         let moved = store.sweep_queue_timeout(BATCH).await?;
+        hub.metrics.sweep_batch("queue_timeout");
         let full = moved.len() as i64 == BATCH;
         hub.after_moves(&moved);
         if !full {
@@ -63,9 +74,11 @@ pub async fn sweep_once(hub: &Hub) -> Result<()> {
         }
     }
     store.sweep_join_codes(BATCH).await?;
+    hub.metrics.sweep_batch("join_codes");
     let moved = store
         .sweep_ephemeral_runners(BATCH, hub.config.ephemeral_purge_ms as i64)
         .await?;
+    hub.metrics.sweep_batch("ephemeral_runners");
     hub.after_moves(&moved);
     Ok(())
 }

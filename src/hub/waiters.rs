@@ -88,6 +88,8 @@ pub struct Wake {
     pub key: Key,
     pub hops: usize,
     pub local: bool,
+    /// When the wake was sent, for the wake latency metric.
+    pub at: std::time::Instant,
 }
 
 struct Slot {
@@ -212,6 +214,7 @@ impl Waiters {
                 key: key.clone(),
                 hops,
                 local,
+                at: std::time::Instant::now(),
             },
         );
         true
@@ -233,6 +236,7 @@ impl Waiters {
                     key: key.clone(),
                     hops: 0,
                     local: false,
+                    at: std::time::Instant::now(),
                 },
             );
         }

@@ -42,6 +42,7 @@ impl StoreError {
     }
 
     fn named(statement: &'static str, e: tokio_postgres::Error) -> Self {
+        crate::telemetry::metrics::db_error(e.code().map(|c| c.code()));
         let sqlstate = e.code().map(|c| c.code().to_owned());
         if is_unavailable(&e) {
             // A server-side refusal is named by its SQLSTATE; a connection-level failure's

@@ -46,6 +46,8 @@ pub struct NewJob {
     pub source: Option<Value>,
     /// `provider repository` of `source`, compared with runners' approved targets.
     pub source_key: Option<String>,
+    /// W3C `traceparent` of the dispatch, when traces are on.
+    pub traceparent: Option<String>,
 }
 
 impl NewJob {
@@ -68,6 +70,7 @@ impl NewJob {
             "secrets": self.secrets,
             "source": self.source,
             "source_key": self.source_key,
+            "traceparent": self.traceparent,
         })
     }
 }
@@ -130,6 +133,10 @@ impl Store {
 
     /// Park one job, coalesced with other callers' concurrent dispatches.
     pub async fn park(&self, job: NewJob) -> Result<Option<Job>> {
+        if crate::telemetry::traces::enabled() {
+            // Traced: the statement is a child span of this request, so it runs here alone.
+            return Ok(self.insert_jobs(&[job]).await?.pop().flatten());
+        }
         let parker = self.parker.get_or_init(|| {
             let store = self.for_combiner();
             Combiner::start(
@@ -274,7 +281,12 @@ impl Store {
             )
         });
         let (id, token_hash) = (report.id, report.token_hash.clone());
-        let done = reporter.submit(report).await?;
+        let done = if crate::telemetry::traces::enabled() {
+            // Traced: the statement is a child span of this request, so it runs here alone.
+            self.complete_jobs(&[report]).await?.pop().flatten()
+        } else {
+            reporter.submit(report).await?
+        };
         self.fenced(id, &token_hash, done).await
     }
 

@@ -23,6 +23,7 @@ macro_rules! migrations {
 migrations! {
     1 => "0001_schema.sql",
     2 => "0002_hot_path.sql",
+    9 => "0009_traceparent.sql",
 }
 
 /// Apply every pending migration.

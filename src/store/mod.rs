@@ -15,6 +15,7 @@
 //! deadlines use the database clock; values are always bound, never formatted into SQL.
 
 pub mod combine;
+mod depth;
 pub mod error;
 pub mod jobs;
 pub mod keys;
@@ -36,12 +37,14 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime, 
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{NoTls, Row};
 
+pub use depth::JobDepth;
 pub use error::{At, StoreError};
 pub use jobs::{FenceMiss, NewJob, Report};
 pub use lease::LeaseOutcome;
 pub use runners::NewRunner;
 
 use crate::domain::records::Job;
+use crate::telemetry::traces;
 
 pub type Result<T> = std::result::Result<T, StoreError>;
 
@@ -131,16 +134,13 @@ impl Store {
     /// Run one statement of `sql/` and return its rows. Every statement outside a transaction
     /// goes through here (or [`Self::query_opt`], [`Self::execute`]), which counts it.
     async fn query(&self, sql: &'static str, params: &Params<'_>) -> Result<Vec<Row>> {
-        let client = self.client().await?;
-        let stmt = client
-            .prepare_cached(sql)
-            .await
-            .map_err(|e| StoreError::pg(sql, e))?;
-        self.count(1);
-        client
-            .query(&stmt, params)
-            .await
-            .map_err(|e| StoreError::pg(sql, e))
+        traces::statement(|| sql::span_name(sql), async {
+            let client = self.client().await?;
+            let stmt = client.prepare_cached(sql).await.at(sql)?;
+            self.count(1);
+            client.query(&stmt, params).await.at(sql)
+        })
+        .await
     }
 
     async fn query_opt(&self, sql: &'static str, params: &Params<'_>) -> Result<Option<Row>> {
@@ -149,16 +149,13 @@ impl Store {
     }
 
     async fn execute(&self, sql: &'static str, params: &Params<'_>) -> Result<u64> {
-        let client = self.client().await?;
-        let stmt = client
-            .prepare_cached(sql)
-            .await
-            .map_err(|e| StoreError::pg(sql, e))?;
-        self.count(1);
-        client
-            .execute(&stmt, params)
-            .await
-            .map_err(|e| StoreError::pg(sql, e))
+        traces::statement(|| sql::span_name(sql), async {
+            let client = self.client().await?;
+            let stmt = client.prepare_cached(sql).await.at(sql)?;
+            self.count(1);
+            client.execute(&stmt, params).await.at(sql)
+        })
+        .await
     }
 
     /// The database answers.

@@ -28,6 +28,7 @@ pub const JOB_COLUMNS: &[&str] = &[
     "pool",
     "secrets",
     "source",
+    "traceparent",
 ];
 pub const RUNNER_COLUMNS: &[&str] = &[
     "id",
@@ -60,6 +61,7 @@ pub const CLAIMED_COLUMNS: &[&str] = &[
     "lease_expires_at",
     "secrets",
     "source",
+    "traceparent",
 ];
 
 /// Which statements feed which mapping: the schema test checks that each returns every column
@@ -140,6 +142,7 @@ pub fn job(r: &Row) -> Result<Job> {
         pool: r.get("pool"),
         secrets: r.get("secrets"),
         source: r.get("source"),
+        traceparent: r.try_get("traceparent").ok().flatten(),
     })
 }
 
@@ -174,5 +177,6 @@ pub fn claimed(r: &Row) -> Claimed {
         lease_expires_at: r.get("lease_expires_at"),
         secrets: r.get("secrets"),
         source: r.get("source"),
+        traceparent: r.get("traceparent"),
     }
 }

@@ -53,6 +53,13 @@ statements! {
     PARKED_QUEUES => "parked_queues.sql",
     NOTIFY => "notify.sql",
     PING => "ping.sql",
+    METRICS_JOB_DEPTH => "metrics_job_depth.sql",
+}
+
+/// The file name of the statement `text` without `.sql` (one of [`ALL`]), for trace spans.
+pub fn span_name(text: &str) -> &'static str {
+    let file = name(text);
+    file.strip_suffix(".sql").unwrap_or(file)
 }
 
 /// The file name of the statement `text` (one of [`ALL`]), for errors and logs.
@@ -70,6 +77,7 @@ mod tests {
     #[test]
     fn every_statement_is_named_by_its_file() {
         assert_eq!(name(JOB_INSERT), "job_insert.sql");
+        assert_eq!(span_name(JOB_INSERT), "job_insert");
         assert_eq!(name(PING), "ping.sql");
         for (file, text) in ALL {
             assert_eq!(name(text), *file);

@@ -71,6 +71,7 @@ async fn a_database_error_is_logged_by_sqlstate_and_statement_never_with_the_pay
         secrets: Vec::new(),
         source: None,
         source_key: None,
+        traceparent: None,
     };
     let err = store
         .insert_jobs(&[job])

@@ -4,12 +4,15 @@
 mod support;
 
 mod balancer;
+mod browser;
 mod dispatch;
 mod embedded_pg;
 mod errors;
 mod faults;
 mod lease;
 mod logs;
+mod metrics;
+mod openapi;
 mod plans;
 mod procs;
 mod replicas;
@@ -17,3 +20,4 @@ mod runner_e2e;
 mod schema;
 mod security;
 mod tenancy;
+mod traces;

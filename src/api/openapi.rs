@@ -1,0 +1,323 @@
+//! `/openapi.json`: the OpenAPI 3.1 description of the HTTP contract, generated from the route
+//! table ([`super::routes`]) and the wire types' `utoipa::ToSchema` derives.
+//!
+//! Invariant: every route of the router is a path of the document with its method, its
+//! credential, its body and answer schemas, and the contract's error shape for every error it
+//! can give. Nothing here is hand-kept twice: a route or a wire field added is documented.
+
+use std::collections::BTreeMap;
+use std::sync::OnceLock;
+
+use axum::http::header;
+use axum::response::IntoResponse;
+use serde_json::{json, Map, Value};
+use utoipa::openapi::{RefOr, Schema};
+use utoipa::ToSchema;
+
+use super::routes::{self, Auth, Route};
+use crate::wire;
+
+/// Shapes of the v1.1 calls whose handlers and wire types are written elsewhere, described from
+/// shared/PROTOCOL.md so the document is whole; they give way to the wire types when those land.
+mod v11 {
+    use chrono::{DateTime, Utc};
+    use serde::Serialize;
+    use utoipa::ToSchema;
+
+    /// `PUT /v1/secrets/{name}`: 1..65536 bytes of text without NUL.
+    #[derive(Serialize, ToSchema)]
+    pub struct SecretValue {
+        pub value: String,
+    }
+
+    /// A secret's name and dates; never its value.
+    #[derive(Serialize, ToSchema)]
+    pub struct SecretMeta {
+        pub name: String,
+        pub created_at: DateTime<Utc>,
+        pub updated_at: DateTime<Utc>,
+    }
+
+    #[derive(Serialize, ToSchema)]
+    pub struct SecretList {
+        pub secrets: Vec<SecretMeta>,
+    }
+}
+
+type Schemas = BTreeMap<String, RefOr<Schema>>;
+
+fn add<T: ToSchema>(schemas: &mut Schemas) {
+    let mut deps = Vec::new();
+    T::schemas(&mut deps);
+    schemas.insert(T::name().into_owned(), T::schema());
+    schemas.extend(deps);
+}
+
+fn schemas() -> Schemas {
+    let mut s = Schemas::new();
+    add::<wire::ErrorBody>(&mut s);
+    add::<wire::ErrorDetail>(&mut s);
+    add::<wire::Runner>(&mut s);
+    add::<wire::Job>(&mut s);
+    add::<wire::LeasedJob>(&mut s);
+    add::<wire::Event>(&mut s);
+    add::<wire::CreateRunner>(&mut s);
+    add::<wire::RunnerWithToken>(&mut s);
+    add::<wire::RunnerList>(&mut s);
+    add::<wire::Role>(&mut s);
+    add::<wire::CreateKey>(&mut s);
+    add::<wire::CreatedKey>(&mut s);
+    add::<wire::Tier>(&mut s);
+    add::<wire::Target>(&mut s);
+    add::<wire::Dispatch>(&mut s);
+    add::<wire::JobList>(&mut s);
+    add::<wire::EventList>(&mut s);
+    add::<wire::CreateJoinCode>(&mut s);
+    add::<wire::JoinCode>(&mut s);
+    add::<wire::Preflight>(&mut s);
+    add::<wire::Finding>(&mut s);
+    add::<wire::PreflightReport>(&mut s);
+    add::<wire::PoolRunners>(&mut s);
+    add::<wire::PoolSlots>(&mut s);
+    add::<wire::PoolJobs>(&mut s);
+    add::<wire::Pool>(&mut s);
+    add::<wire::Enroll>(&mut s);
+    add::<wire::Running>(&mut s);
+    add::<wire::RunnerHeartbeat>(&mut s);
+    add::<wire::RunnerHeartbeatReply>(&mut s);
+    add::<wire::Lease>(&mut s);
+    add::<wire::Leased>(&mut s);
+    add::<wire::Fence>(&mut s);
+    add::<wire::LeaseExtended>(&mut s);
+    add::<wire::NewEvent>(&mut s);
+    add::<wire::AppendEvents>(&mut s);
+    add::<wire::Appended>(&mut s);
+    add::<wire::Complete>(&mut s);
+    add::<wire::Fail>(&mut s);
+    add::<wire::DispatchBatch>(&mut s);
+    add::<wire::Jobs>(&mut s);
+    add::<v11::SecretValue>(&mut s);
+    add::<v11::SecretMeta>(&mut s);
+    add::<v11::SecretList>(&mut s);
+    s
+}
+
+fn schema_ref(name: &str) -> Value {
+    json!({"$ref": format!("#/components/schemas/{name}")})
+}
+
+/// The contract's error answer with its status and the codes it may carry.
+fn error(description: &str, codes: &[&str]) -> Value {
+    json!({
+        "description": format!("{description}: code {}", codes.join(" | ")),
+        "content": {"application/json": {"schema": schema_ref("ErrorBody")}},
+    })
+}
+
+fn operation(route: &Route) -> Value {
+    let doc = &route.doc;
+    let mut op = Map::new();
+    op.insert("summary".into(), json!(doc.summary));
+    op.insert(
+        "operationId".into(),
+        json!(format!("{} {}", route.method, route.path)),
+    );
+    let tag = match doc.auth {
+        Auth::Runner => "runner",
+        Auth::Open if route.path.starts_with("/v1/") => "runner",
+        Auth::Open => "operations",
+        Auth::Member | Auth::Admin => "operators",
+    };
+    op.insert("tags".into(), json!([tag]));
+    match doc.auth {
+        Auth::Open => op.insert("security".into(), json!([])),
+        Auth::Member => op.insert("security".into(), json!([{"apiKey": []}])),
+        Auth::Admin => op.insert("security".into(), json!([{"apiKey": ["admin"]}])),
+        Auth::Runner => op.insert("security".into(), json!([{"runnerToken": []}])),
+    };
+    let mut params: Vec<Value> = route
+        .path
+        .split('/')
+        .filter_map(|seg| seg.strip_prefix('{')?.strip_suffix('}'))
+        .map(|name| {
+            let schema = if name == "name" || name == "file" {
+                json!({"type": "string"})
+            } else {
+                json!({"type": "string", "format": "uuid"})
+            };
+            json!({"name": name, "in": "path", "required": true, "schema": schema})
+        })
+        .collect();
+    params.extend(doc.query.iter().map(|(name, ty, description)| {
+        json!({"name": name, "in": "query", "required": false,
+               "description": description, "schema": {"type": ty}})
+    }));
+    if route.path == "/v1/jobs" && route.method == axum::http::Method::POST {
+        params.push(
+            json!({"name": "Idempotency-Key", "in": "header", "required": false,
+            "description": "The first dispatch with this key in the workspace wins",
+            "schema": {"type": "string"}}),
+        );
+    }
+    if !params.is_empty() {
+        op.insert("parameters".into(), Value::Array(params));
+    }
+    if let Some(body) = doc.body {
+        op.insert(
+            "requestBody".into(),
+            json!({"required": true,
+                   "content": {"application/json": {"schema": schema_ref(body)}}}),
+        );
+    }
+    let mut responses = Map::new();
+    let ok = match (doc.answer, doc.media) {
+        (Some(schema), _) => json!({"description": "success",
+            "content": {"application/json": {"schema": schema_ref(schema)}}}),
+        (None, Some(media)) => json!({"description": "success",
+            "content": {media: {"schema": {"type": "string"}}}}),
+        (None, None) => json!({"description": "success, no body"}),
+    };
+    responses.insert(doc.ok.to_string(), ok);
+    if doc.body.is_some() || !doc.query.is_empty() || route.path.contains('{') {
+        responses.insert(
+            "400".into(),
+            error(
+                "a malformed body, query or path id; the message names the field",
+                &["bad_request"],
+            ),
+        );
+    }
+    if doc.auth != Auth::Open || route.path == "/v1/enroll" {
+        responses.insert(
+            "401".into(),
+            error("any failed authentication, same bytes", &["unauthorized"]),
+        );
+    }
+    if doc.auth == Auth::Admin || doc.errors.contains(&"forbidden") {
+        responses.insert(
+            "403".into(),
+            error("the key's role does not allow it", &["forbidden"]),
+        );
+    }
+    if route.path.contains('{') {
+        responses.insert(
+            "404".into(),
+            error("no such object visible to the caller", &["not_found"]),
+        );
+    }
+    let conflicts: Vec<&str> = doc
+        .errors
+        .iter()
+        .copied()
+        .filter(|c| matches!(*c, "job_terminal" | "lease_superseded" | "runner_outdated"))
+        .collect();
+    if !conflicts.is_empty() {
+        responses.insert(
+            "409".into(),
+            error(
+                "a stale or refused runner call (job_terminal carries `state`)",
+                &conflicts,
+            ),
+        );
+    }
+    if doc.body.is_some() {
+        responses.insert(
+            "413".into(),
+            error("the body is over the limit", &["payload_too_large"]),
+        );
+        responses.insert(
+            "415".into(),
+            error(
+                "the body is not Content-Type: application/json",
+                &["unsupported_media_type"],
+            ),
+        );
+    }
+    if doc.errors.contains(&"capability_mismatch") {
+        responses.insert(
+            "422".into(),
+            error(
+                "a named runner cannot take the job",
+                &["capability_mismatch"],
+            ),
+        );
+    }
+    if doc.auth != Auth::Open || route.path == "/v1/enroll" {
+        responses.insert(
+            "429".into(),
+            error(
+                "too many failed authentications from this address; see Retry-After",
+                &["rate_limited"],
+            ),
+        );
+    }
+    if route.path != "/healthz"
+        && route.path != "/metrics"
+        && !route.path.starts_with("/ui")
+        && route.path != "/openapi.json"
+    {
+        responses.insert(
+            "503".into(),
+            error(
+                "the database is unreachable; retry, nothing was half-written",
+                &["unavailable"],
+            ),
+        );
+    }
+    responses.insert(
+        "405".into(),
+        error("known route, wrong method", &["method_not_allowed"]),
+    );
+    op.insert("responses".into(), Value::Object(responses));
+    Value::Object(op)
+}
+
+/// The document, built once per process.
+pub fn document() -> &'static Value {
+    static DOC: OnceLock<Value> = OnceLock::new();
+    DOC.get_or_init(build)
+}
+
+fn build() -> Value {
+    let mut paths = Map::new();
+    for route in routes::table() {
+        let item = paths
+            .entry(route.path.to_owned())
+            .or_insert_with(|| json!({}));
+        item[route.method.as_str().to_ascii_lowercase()] = operation(&route);
+    }
+    json!({
+        "openapi": "3.1.0",
+        "info": {
+            "title": "leasehold",
+            "version": env!("CARGO_PKG_VERSION"),
+            "description": "A durable, multi-replica job lease service for self-hosted runners. \
+                The binding contract is shared/PROTOCOL.md (v1.1); this document is generated \
+                from the server's route table and wire types. Every non-2xx answer is \
+                {\"error\":{\"code\",\"message\"}}; unknown routes are 404 not_found.",
+            "license": {"name": "Apache-2.0", "identifier": "Apache-2.0"},
+        },
+        "tags": [
+            {"name": "operators", "description": "Calls with an API key: dispatch, runners, keys"},
+            {"name": "runner", "description": "Calls with a runner token, and enrolment"},
+            {"name": "operations", "description": "Health, readiness, metrics, this document, the page"},
+        ],
+        "paths": paths,
+        "components": {
+            "schemas": serde_json::to_value(schemas()).unwrap_or_default(),
+            "securitySchemes": {
+                "apiKey": {"type": "http", "scheme": "bearer", "bearerFormat": "ak_<43 chars>",
+                    "description": "An API key; `admin` marks calls that need role admin"},
+                "runnerToken": {"type": "http", "scheme": "bearer", "bearerFormat": "rnr_<43 chars>",
+                    "description": "A runner token, from pairing or enrolment"},
+            },
+        },
+    })
+}
+
+/// `GET /openapi.json`, no credential.
+pub async fn serve() -> impl IntoResponse {
+    static TEXT: OnceLock<String> = OnceLock::new();
+    let text: &'static str = TEXT.get_or_init(|| document().to_string());
+    ([(header::CONTENT_TYPE, "application/json")], text)
+}

@@ -1,0 +1,169 @@
+//! The route table: every route of the router, with what the OpenAPI document says about it.
+//!
+//! Invariant: the router ([`super::router`]) and `/openapi.json` ([`super::openapi`]) are both
+//! built from [`table`], so a route cannot be served undocumented or documented unserved. A
+//! route of the contract whose handler is not written yet carries no handler: it is documented
+//! and answers the router's 404 until one is added here.
+
+use std::sync::Arc;
+
+use axum::http::Method;
+use axum::routing::{delete, get, post, MethodRouter};
+
+use super::{jobs, operators, ops, runner, ui, AppState};
+
+/// Who may call a route.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Auth {
+    /// No credential (health, metrics, enrolment by join code, the page's files).
+    Open,
+    /// An API key of any role.
+    Member,
+    /// An API key with role `admin`.
+    Admin,
+    /// A runner token.
+    Runner,
+}
+
+/// A query parameter: name, JSON type, description.
+pub type Query = (&'static str, &'static str, &'static str);
+
+/// What the document says about one route.
+#[derive(Debug, Clone)]
+pub struct Doc {
+    pub summary: &'static str,
+    pub auth: Auth,
+    /// Schema name of the JSON body, if it takes one.
+    pub body: Option<&'static str>,
+    /// Status of the success answer.
+    pub ok: u16,
+    /// Schema name of the success answer (`None`: no body, or not JSON).
+    pub answer: Option<&'static str>,
+    /// Media type of a non-JSON success answer.
+    pub media: Option<&'static str>,
+    pub query: &'static [Query],
+    /// Contract codes of the 4xx answers this route gives beyond the common ones.
+    pub errors: &'static [&'static str],
+}
+
+impl Doc {
+    const fn new(summary: &'static str, auth: Auth) -> Self {
+        Self {
+            summary,
+            auth,
+            body: None,
+            ok: 200,
+            answer: None,
+            media: None,
+            query: &[],
+            errors: &[],
+        }
+    }
+    const fn body(mut self, schema: &'static str) -> Self {
+        self.body = Some(schema);
+        self
+    }
+    const fn answer(mut self, ok: u16, schema: &'static str) -> Self {
+        self.ok = ok;
+        self.answer = Some(schema);
+        self
+    }
+    const fn empty(mut self, ok: u16) -> Self {
+        self.ok = ok;
+        self
+    }
+    const fn media(mut self, media: &'static str) -> Self {
+        self.media = Some(media);
+        self
+    }
+    const fn query(mut self, query: &'static [Query]) -> Self {
+        self.query = query;
+        self
+    }
+    const fn errors(mut self, errors: &'static [&'static str]) -> Self {
+        self.errors = errors;
+        self
+    }
+}
+
+/// One route: method and path template (axum's `{param}` form, which is also OpenAPI's).
+pub struct Route {
+    pub method: Method,
+    pub path: &'static str,
+    pub doc: Doc,
+    /// `None` while the handler is written elsewhere (documented from the contract).
+    pub handler: Option<MethodRouter<Arc<AppState>>>,
+}
+
+fn route(
+    method: Method,
+    path: &'static str,
+    handler: MethodRouter<Arc<AppState>>,
+    doc: Doc,
+) -> Route {
+    Route {
+        method,
+        path,
+        doc,
+        handler: Some(handler),
+    }
+}
+
+fn planned(method: Method, path: &'static str, doc: Doc) -> Route {
+    Route {
+        method,
+        path,
+        doc,
+        handler: None,
+    }
+}
+
+const FENCE: &[&str] = &["job_terminal", "lease_superseded"];
+const JOB_ID: &str = "/v1/jobs/{id}";
+
+/// Every route, in the contract's order.
+pub fn table() -> Vec<Route> {
+    use Auth::*;
+    use Method as M;
+    vec![
+        // ---- operations
+        route(M::GET, "/healthz", get(ops::healthz), Doc::new("Liveness: 200 while the process runs", Open).media("application/json")),
+        route(M::GET, "/readyz", get(ops::readyz), Doc::new("Readiness: 200 while the database answers and LISTEN is up, else 503", Open).media("application/json")),
+        route(M::GET, "/metrics", get(ops::metrics), Doc::new("Prometheus metrics (OpenMetrics text); see docs/operations.md", Open).media("application/openmetrics-text")),
+        route(M::GET, "/openapi.json", get(super::openapi::serve), Doc::new("This document", Open).media("application/json")),
+        route(M::GET, "/ui", get(ui::index), Doc::new("The runners page", Open).media("text/html")),
+        route(M::GET, "/ui/{file}", get(ui::asset), Doc::new("A static file of the runners page", Open).media("text/css, text/javascript, image/svg+xml")),
+        // ---- operators and dispatchers
+        route(M::POST, "/v1/runners", post(operators::create_personal_runner), Doc::new("Pair a personal runner (owner = caller's subject); the token is shown once", Member).body("CreateRunner").answer(201, "RunnerWithToken")),
+        route(M::GET, "/v1/runners", get(operators::list_personal_runners), Doc::new("The caller's personal runners in this workspace", Member).answer(200, "RunnerList")),
+        route(M::DELETE, "/v1/runners/{id}", delete(operators::revoke_personal_runner), Doc::new("Revoke a personal runner: its token dies at once", Member).empty(204)),
+        route(M::POST, "/v1/workspace/runners", post(operators::create_workspace_runner), Doc::new("Pair a workspace runner (owner = ws:<workspace>)", Admin).body("CreateRunner").answer(201, "RunnerWithToken")),
+        route(M::GET, "/v1/workspace/runners", get(operators::list_workspace_runners), Doc::new("Roster: every runner paired in this workspace, both tiers", Member).answer(200, "RunnerList")),
+        route(M::DELETE, "/v1/workspace/runners/{id}", delete(operators::revoke_workspace_runner), Doc::new("Revoke a workspace runner", Admin).empty(204)),
+        planned(M::POST, "/v1/runners/{id}/repo-targets/{target_id}/approve", Doc::new("Approve a repository target a runner advertised (v1.1)", Member).answer(200, "Runner").errors(&["forbidden"])),
+        planned(M::POST, "/v1/runners/{id}/repo-targets/{target_id}/revoke", Doc::new("Revoke a repository target (v1.1)", Member).answer(200, "Runner").errors(&["forbidden"])),
+        route(M::POST, "/v1/join-codes", post(operators::create_join_code), Doc::new("Mint a join code (workspace tier needs admin); shown once", Member).body("CreateJoinCode").answer(201, "JoinCode").errors(&["forbidden"])),
+        route(M::POST, "/v1/keys", post(operators::create_key), Doc::new("Issue an API key; shown once", Admin).body("CreateKey").answer(201, "CreatedKey")),
+        route(M::DELETE, "/v1/keys/{id}", delete(operators::revoke_key), Doc::new("Revoke an API key", Admin).empty(204)),
+        route(M::POST, "/v1/jobs", post(jobs::dispatch), Doc::new("Dispatch a job; header Idempotency-Key optional (a repeat answers 200 with the first job)", Member).body("Dispatch").answer(201, "Job").errors(&["capability_mismatch"])),
+        route(M::GET, "/v1/jobs", get(jobs::list), Doc::new("The workspace's jobs by id", Member).answer(200, "JobList").query(&[("state", "string", "parked|leased|completed|failed|cancelled|rejected"), ("limit", "integer", "1..500, default 100"), ("after", "string", "a job id, exclusive"), ("order", "string", "asc (default) or desc (v1.1)")])),
+        route(M::POST, "/v1/jobs/batch", post(jobs::dispatch_batch), Doc::new("Dispatch 1..1000 jobs in one transaction, all or none (v1.1)", Member).body("DispatchBatch").answer(201, "Jobs").errors(&["capability_mismatch"])),
+        route(M::GET, JOB_ID, get(jobs::get), Doc::new("A job; with wait_ms, answers once it is terminal or the wait ends", Member).answer(200, "Job").query(&[("wait_ms", "integer", "0..60000, default 0")])),
+        route(M::POST, "/v1/jobs/{id}/cancel", post(jobs::cancel), Doc::new("Cancel a live job; a terminal job is returned unchanged", Member).answer(200, "Job")),
+        route(M::GET, "/v1/jobs/{id}/events", get(jobs::events), Doc::new("A job's events after a seq", Member).answer(200, "EventList").query(&[("after", "integer", "a seq, exclusive, default 0"), ("limit", "integer", "1..1000, default 1000"), ("wait_ms", "integer", "0..60000, default 0")])),
+        route(M::POST, "/v1/preflight", post(operators::preflight), Doc::new("Would a dispatch find a runner?", Member).body("Preflight").answer(200, "PreflightReport")),
+        route(M::GET, "/v1/pool", get(operators::pool), Doc::new("Runners, slots and jobs of the runners the caller may target", Member).answer(200, "Pool")),
+        planned(M::PUT, "/v1/secrets/{name}", Doc::new("Create or replace a workspace secret (v1.1); the value is never shown again", Admin).body("SecretValue").empty(204)),
+        planned(M::GET, "/v1/secrets", Doc::new("The workspace's secret names, by name (v1.1); never a value", Member).answer(200, "SecretList")),
+        planned(M::DELETE, "/v1/secrets/{name}", Doc::new("Delete a workspace secret (v1.1)", Admin).empty(204)),
+        // ---- runners
+        route(M::POST, "/v1/enroll", post(runner::enroll), Doc::new("Enrol a runner with a join code (the code is the credential and is burned)", Open).body("Enroll").answer(201, "RunnerWithToken")),
+        route(M::POST, "/v1/runner/heartbeat", post(runner::heartbeat), Doc::new("A runner's heartbeat: advertise, and learn which running jobs to stop", Runner).body("RunnerHeartbeat").answer(200, "RunnerHeartbeatReply")),
+        route(M::POST, "/v1/runner/lease", post(runner::lease), Doc::new("Long-poll for jobs: answers with jobs, or empty when the wait ends", Runner).body("Lease").answer(200, "Leased").errors(&["runner_outdated"])),
+        route(M::POST, "/v1/runner/jobs/{id}/heartbeat", post(runner::job_heartbeat), Doc::new("Extend a lease, fenced by epoch", Runner).body("Fence").answer(200, "LeaseExtended").errors(FENCE)),
+        route(M::POST, "/v1/runner/jobs/{id}/events", post(runner::append_events), Doc::new("Append events, fenced by epoch", Runner).body("AppendEvents").answer(202, "Appended").errors(FENCE)),
+        route(M::POST, "/v1/runner/jobs/{id}/complete", post(runner::complete), Doc::new("Report success, fenced; the first terminal report wins", Runner).body("Complete").answer(200, "Job").errors(FENCE)),
+        route(M::POST, "/v1/runner/jobs/{id}/fail", post(runner::fail), Doc::new("Report that the job could not run, fenced", Runner).body("Fail").answer(200, "Job").errors(FENCE)),
+        route(M::POST, "/v1/runner/jobs/{id}/release", post(runner::release), Doc::new("Give the lease back (draining); the job is parked again", Runner).body("Fence").answer(200, "Job").errors(FENCE)),
+    ]
+}

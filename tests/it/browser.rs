@@ -1,0 +1,390 @@
+//! The runners page in a real headless Chromium, driven over the DevTools protocol: a person
+//! signs in with an API key using the keyboard alone, sees a runner come online, and watches a
+//! job dispatched through the API complete, with its events; the page stays readable at phone
+//! width. Screenshots are saved under `target/ui-screenshots/` and their paths printed.
+//!
+//! Skips, saying why, only where no Chromium can be started (`LEASEHOLD_CHROMIUM` names
+//! another binary).
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use base64::Engine;
+use futures_util::{SinkExt, StreamExt};
+use leasehold::wire;
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::net::TcpStream;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+
+use crate::support::*;
+
+/// A headless Chromium of this test, killed when dropped.
+struct Browser {
+    child: tokio::process::Child,
+    _profile: tempfile_dir::Dir,
+    port: u16,
+}
+
+/// A throwaway profile directory (removed on drop).
+mod tempfile_dir {
+    pub struct Dir(pub std::path::PathBuf);
+    impl Drop for Dir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+fn chromium_binary() -> Option<String> {
+    if let Ok(b) = std::env::var("LEASEHOLD_CHROMIUM") {
+        return Some(b);
+    }
+    [
+        "chromium",
+        "chromium-browser",
+        "google-chrome",
+        "google-chrome-stable",
+    ]
+    .into_iter()
+    .find(|b| {
+        std::process::Command::new("sh")
+            .args(["-c", &format!("command -v {b}")])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    })
+    .map(str::to_owned)
+}
+
+impl Browser {
+    /// Start Chromium, or say why it cannot start.
+    async fn start() -> Result<Self, String> {
+        let binary = chromium_binary().ok_or("no chromium on PATH (apt-get install chromium)")?;
+        let profile =
+            std::env::temp_dir().join(format!("leasehold-chromium-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&profile).map_err(|e| e.to_string())?;
+        let mut cmd = tokio::process::Command::new(&binary);
+        cmd.args([
+            "--headless=new",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--no-first-run",
+            "--no-default-browser-check",
+            "--disable-extensions",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--remote-debugging-address=127.0.0.1",
+            "--remote-debugging-port=0",
+            "--window-size=1280,900",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()));
+        if nix::unistd::Uid::effective().is_root() {
+            // Chromium's sandbox refuses to run as root.
+            cmd.arg("--no-sandbox");
+        }
+        cmd.arg("about:blank")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| format!("{binary} does not start: {e}"))?;
+        let stderr = child.stderr.take().expect("piped");
+        let mut lines = BufReader::new(stderr).lines();
+        let mut seen = Vec::new();
+        let found = tokio::time::timeout(Duration::from_secs(30), async {
+            while let Ok(Some(line)) = lines.next_line().await {
+                if let Some(rest) = line.strip_prefix("DevTools listening on ws://127.0.0.1:") {
+                    return rest.split('/').next().and_then(|p| p.parse::<u16>().ok());
+                }
+                seen.push(line);
+            }
+            None
+        })
+        .await;
+        let port = match found {
+            Ok(Some(port)) => port,
+            _ => {
+                let _ = child.kill().await;
+                return Err(format!(
+                    "{binary} did not open its DevTools port: {}",
+                    seen.join(" | ")
+                ));
+            }
+        };
+        // Keep draining stderr so Chromium never blocks on a full pipe.
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        Ok(Self {
+            child,
+            _profile: tempfile_dir::Dir(profile),
+            port,
+        })
+    }
+
+    /// Attach to the first page target.
+    async fn page(&self) -> Page {
+        let targets: Vec<Value> = reqwest::get(format!("http://127.0.0.1:{}/json/list", self.port))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let ws = targets
+            .iter()
+            .find(|t| t["type"] == "page")
+            .and_then(|t| t["webSocketDebuggerUrl"].as_str())
+            .expect("a page target")
+            .to_owned();
+        let (socket, _) = tokio_tungstenite::connect_async(ws).await.unwrap();
+        let mut page = Page { socket, next: 0 };
+        page.call("Page.enable", json!({})).await;
+        page.call("Runtime.enable", json!({})).await;
+        page
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        let _ = self.child.start_kill();
+    }
+}
+
+/// One page over the DevTools protocol: commands and their answers; events are skipped.
+struct Page {
+    socket: WebSocketStream<MaybeTlsStream<TcpStream>>,
+    next: u64,
+}
+
+impl Page {
+    async fn call(&mut self, method: &str, params: Value) -> Value {
+        self.next += 1;
+        let id = self.next;
+        let msg = json!({"id": id, "method": method, "params": params}).to_string();
+        self.socket.send(Message::text(msg)).await.unwrap();
+        loop {
+            let frame = tokio::time::timeout(Duration::from_secs(30), self.socket.next())
+                .await
+                .unwrap_or_else(|_| panic!("{method}: no answer"))
+                .expect("socket open")
+                .unwrap();
+            let Message::Text(text) = frame else { continue };
+            let v: Value = serde_json::from_str(&text).unwrap();
+            if v["id"] == id {
+                assert!(v.get("error").is_none(), "{method}: {v}");
+                return v["result"].clone();
+            }
+        }
+    }
+
+    /// Evaluate `expr` in the page and return its value.
+    async fn eval(&mut self, expr: &str) -> Value {
+        let r = self
+            .call(
+                "Runtime.evaluate",
+                json!({"expression": expr, "returnByValue": true, "awaitPromise": true}),
+            )
+            .await;
+        assert!(r.get("exceptionDetails").is_none(), "{expr}: {r}");
+        r["result"]["value"].clone()
+    }
+
+    /// Wait until `expr` is true in the page.
+    async fn until(&mut self, expr: &str, what: &str) {
+        let end = tokio::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            if self.eval(expr).await == json!(true) {
+                return;
+            }
+            assert!(
+                tokio::time::Instant::now() < end,
+                "page never showed: {what}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    async fn key(&mut self, key: &str, code: &str, vk: u32, text: &str) {
+        for kind in ["keyDown", "keyUp"] {
+            let mut p = json!({"type": kind, "key": key, "code": code,
+                               "windowsVirtualKeyCode": vk, "nativeVirtualKeyCode": vk});
+            if kind == "keyDown" && !text.is_empty() {
+                p["text"] = json!(text);
+            }
+            self.call("Input.dispatchKeyEvent", p).await;
+        }
+    }
+
+    async fn screenshot(&mut self, name: &str) -> PathBuf {
+        let shot = self
+            .call(
+                "Page.captureScreenshot",
+                json!({"format": "png", "captureBeyondViewport": true}),
+            )
+            .await;
+        let png = base64::engine::general_purpose::STANDARD
+            .decode(shot["data"].as_str().unwrap())
+            .unwrap();
+        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/ui-screenshots");
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(name);
+        std::fs::write(&path, png).unwrap();
+        println!("screenshot: {}", path.display());
+        path
+    }
+}
+
+#[tokio::test]
+async fn runners_page_signs_in_and_follows_a_job_to_completion() {
+    let browser = match Browser::start().await {
+        Ok(b) => b,
+        Err(why) => {
+            eprintln!("SKIP runners_page test: Chromium cannot start: {why}");
+            return;
+        }
+    };
+    let app = TestApp::spawn().await;
+    let url = app.url(0);
+    let key = app.key("acme", "alice", false).await;
+    let operator = leasehold::client::Client::new(url.clone(), Some(key.clone()));
+    let (runner, runner_client) =
+        pair(&operator, wire::Tier::Personal, &["linux", "docker"], 2).await;
+
+    let mut page = browser.page().await;
+    page.call("Page.navigate", json!({"url": format!("{url}/ui")}))
+        .await;
+    page.until(
+        "document.readyState === 'complete' && !document.getElementById('sign-in').hidden",
+        "the sign-in form",
+    )
+    .await;
+    // Keyboard only: the key field has focus; type the key and press Enter.
+    assert_eq!(page.eval("document.activeElement.id").await, json!("key"));
+    page.call("Input.insertText", json!({"text": key})).await;
+    page.key("Enter", "Enter", 13, "\r").await;
+    page.until(
+        "document.body.dataset.ready === 'true'",
+        "the board after sign-in",
+    )
+    .await;
+    assert_eq!(
+        page.eval(&format!(
+            "sessionStorage.getItem('leasehold.key') === '{key}'"
+        ))
+        .await,
+        json!(true),
+        "the key is kept in this tab's session storage"
+    );
+
+    // The paired runner shows, never seen; once it calls in it is online.
+    let row = format!(
+        "document.querySelector('tr[data-runner=\"{}\"]')",
+        runner.id
+    );
+    page.until(
+        &format!("{row} !== null && {row}.dataset.presence === 'never'"),
+        "the paired runner",
+    )
+    .await;
+    runner_client
+        .runner_heartbeat(&wire::RunnerHeartbeat {
+            version: Some("0.1.0".into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    page.until(
+        &format!("{row}.dataset.presence === 'online'"),
+        "the runner online",
+    )
+    .await;
+    assert_eq!(
+        page.eval(&format!("{row}.textContent.includes('docker')"))
+            .await,
+        json!(true)
+    );
+    page.until(
+        "document.getElementById('pool-online').textContent === '1'",
+        "one runner online in the pool",
+    )
+    .await;
+
+    // A job dispatched through the API appears parked, then completes once the runner runs it.
+    let job = dispatch(&operator, personal(), json!({"argv": ["true"]})).await;
+    let job_row = format!("document.querySelector('tr[data-job=\"{}\"]')", job.id);
+    page.until(&format!("{job_row} !== null"), "the dispatched job")
+        .await;
+    let leased = lease(&runner_client, 5_000, 1).await;
+    assert_eq!(leased.len(), 1);
+    page.until(
+        &format!("{job_row}.dataset.state === 'leased'"),
+        "the job leased",
+    )
+    .await;
+    runner_client
+        .append_events(
+            job.id,
+            leased[0].epoch,
+            vec![wire::NewEvent {
+                kind: "log".into(),
+                data: Some(json!({"line": "hello from the runner"})),
+            }],
+        )
+        .await
+        .unwrap();
+    runner_client
+        .complete(job.id, leased[0].epoch, json!({"exit_code": 0}))
+        .await
+        .unwrap();
+    page.until(
+        &format!("{job_row}.dataset.state === 'completed'"),
+        "the job completed",
+    )
+    .await;
+
+    // Open the job from the keyboard: its events list the state changes and the runner's log.
+    page.eval(&format!("{job_row}.querySelector('button').focus()"))
+        .await;
+    page.key("Enter", "Enter", 13, "\r").await;
+    page.until(
+        "!document.getElementById('job').hidden && document.getElementById('job-facts').dataset.state === 'completed'",
+        "the job's details",
+    )
+    .await;
+    page.until(
+        "document.getElementById('events').textContent.includes('hello from the runner')",
+        "the runner's event",
+    )
+    .await;
+    assert_eq!(
+        page.eval("document.getElementById('events').children.length >= 4")
+            .await,
+        json!(true)
+    );
+    let desktop = page.screenshot("runners-page.png").await;
+    assert!(desktop.exists());
+
+    // Phone width: nothing overflows the page sideways (wide tables scroll inside their box).
+    page.call(
+        "Emulation.setDeviceMetricsOverride",
+        json!({"width": 390, "height": 844, "deviceScaleFactor": 2, "mobile": true}),
+    )
+    .await;
+    page.until(
+        "document.documentElement.scrollWidth <= window.innerWidth",
+        "no sideways overflow at 390 px",
+    )
+    .await;
+    page.screenshot("runners-page-phone.png").await;
+
+    // The page made no request outside this server.
+    let foreign = page
+        .eval(&format!(
+            "performance.getEntriesByType('resource').map(e => e.name).filter(n => !n.startsWith('{url}'))"
+        ))
+        .await;
+    assert_eq!(foreign, json!([]), "requests outside the replica");
+}

@@ -1,0 +1,203 @@
+//! `/metrics` speaks the Prometheus text format (parsed here by a real parser, not by string
+//! search), carries every family docs/operations.md names, and the families move when the
+//! service does what they count. Labels stay bounded: no job or runner id, no owner, no raw
+//! path ever becomes a label value.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use prometheus_parse::{Scrape, Value};
+use serde_json::json;
+
+use crate::support::*;
+
+/// One scrape of a replica, as text.
+async fn exposition(url: &str) -> String {
+    reqwest::get(format!("{url}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
+/// One scrape of a replica, parsed.
+async fn scrape(url: &str) -> Scrape {
+    let text = exposition(url).await;
+    Scrape::parse(text.lines().map(|l| Ok(l.to_owned()))).expect("the exposition parses")
+}
+
+fn number(v: &Value) -> f64 {
+    match v {
+        Value::Counter(n) | Value::Gauge(n) | Value::Untyped(n) => *n,
+        Value::Histogram(b) => b.last().map_or(0.0, |c| c.count),
+        Value::Summary(_) => f64::NAN,
+    }
+}
+
+/// The sum of `metric`'s samples whose labels include every pair of `labels`.
+fn value(s: &Scrape, metric: &str, labels: &[(&str, &str)]) -> f64 {
+    s.samples
+        .iter()
+        .filter(|x| x.metric == metric)
+        .filter(|x| labels.iter().all(|(k, v)| x.labels.get(k) == Some(*v)))
+        .map(|x| number(&x.value))
+        .sum()
+}
+
+#[tokio::test]
+async fn families_exist_move_and_stay_bounded() {
+    let app = TestApp::spawn_with(1, |c| c.metrics_interval_ms = 50).await;
+    let url = app.url(0);
+    let before = scrape(&url).await;
+    let operator = app.operator("acme", "alice", false).await;
+    let (_runner, runner) = pair(&operator, leasehold::wire::Tier::Personal, &[], 1).await;
+    // A long-poll parks first, so the dispatch wakes it.
+    let waiting = tokio::spawn({
+        let runner = runner.clone();
+        async move { lease(&runner, 10_000, 1).await }
+    });
+    until_waiters(&url, 1, Duration::from_secs(10)).await;
+    eventually(Duration::from_secs(10), "one long-poll open", || async {
+        (value(&scrape(&url).await, "leasehold_long_polls", &[]) == 1.0).then_some(())
+    })
+    .await;
+    let job = dispatch(&operator, personal(), json!({"n": 1})).await;
+    let leased = waiting.await.unwrap();
+    assert_eq!(leased.len(), 1);
+    runner
+        .complete(job.id, leased[0].epoch, json!({"ok": true}))
+        .await
+        .unwrap();
+    // A late report of a settled job is refused as stale.
+    let late = runner.complete(job.id, leased[0].epoch, json!({})).await;
+    assert_eq!(code(late), "job_terminal");
+    // A parked job shows in the periodic depth count.
+    dispatch(&operator, personal(), json!({"n": 2})).await;
+
+    let after = eventually(Duration::from_secs(10), "depth counted", || async {
+        let s = scrape(&url).await;
+        (value(&s, "leasehold_jobs", &[("state", "parked")]) == 1.0).then_some(s)
+    })
+    .await;
+    assert!(value(&after, "leasehold_leases_total", &[]) >= 1.0);
+    assert_eq!(
+        value(&after, "leasehold_lease_wait_seconds_count", &[]),
+        1.0
+    );
+    assert_eq!(
+        value(&after, "leasehold_wake_latency_seconds_count", &[]),
+        1.0
+    );
+    assert_eq!(value(&after, "leasehold_long_polls", &[]), 0.0);
+    assert_eq!(
+        value(
+            &after,
+            "leasehold_stale_reports_total",
+            &[("reason", "job_terminal")]
+        ),
+        1.0
+    );
+    let dispatches = [("route", "/v1/jobs"), ("method", "POST"), ("status", "201")];
+    assert_eq!(
+        value(
+            &after,
+            "leasehold_http_request_duration_seconds_count",
+            &dispatches
+        ),
+        2.0
+    );
+    // prometheus-parse drops samples whose label values hold a `}`, as route templates do
+    // (`/v1/jobs/{id}`; valid in the format, and Prometheus reads them): read that one raw.
+    let text = exposition(&url).await;
+    assert!(
+        text.lines().any(
+            |l| l.starts_with("leasehold_http_request_duration_seconds_count{")
+                && l.contains(r#"route="/v1/runner/jobs/{id}/complete""#)
+                && l.contains(r#"status="409""#)
+                && l.ends_with(" 1")
+        ),
+        "the stale complete is counted under its route template"
+    );
+    assert!(
+        value(
+            &after,
+            "leasehold_sweeper_batches_total",
+            &[("sweep", "lapsed_leases")]
+        ) >= 1.0
+    );
+    assert!(value(&after, "leasehold_sweep_duration_seconds_count", &[]) >= 1.0);
+    assert!(
+        value(&after, "leasehold_db_statements_total", &[])
+            > value(&before, "leasehold_db_statements_total", &[])
+    );
+    assert!(value(&after, "leasehold_pool_connections", &[]) >= 1.0);
+
+    // An unknown path is counted under one label, whatever the path.
+    reqwest::get(format!("{url}/no/such/{}", job.id))
+        .await
+        .unwrap();
+    let last = scrape(&url).await;
+    assert_eq!(
+        value(
+            &last,
+            "leasehold_http_request_duration_seconds_count",
+            &[("route", "unmatched"), ("status", "404")]
+        ),
+        1.0
+    );
+    // Every family shows once it has a sample (db_errors shows from the first error).
+    let families: Vec<&str> = last.docs.keys().map(String::as_str).collect();
+    for family in [
+        "leasehold_http_request_duration_seconds",
+        "leasehold_lease_wait_seconds",
+        "leasehold_wake_latency_seconds",
+        "leasehold_leases",
+        "leasehold_redeliveries",
+        "leasehold_stale_reports",
+        "leasehold_sweeper_batches",
+        "leasehold_sweep_duration_seconds",
+        "leasehold_notifications_sent",
+        "leasehold_notifications_heard",
+        "leasehold_long_polls",
+        "leasehold_waiters",
+        "leasehold_pool_connections_in_use",
+        "leasehold_pool_waiting",
+        "leasehold_db_statements",
+        "leasehold_background_failures",
+        "leasehold_jobs",
+    ] {
+        assert!(families.contains(&family), "{family} missing: {families:?}");
+    }
+
+    // The dashboard and the alerts under deploy/ read only families this server writes.
+    for file in [
+        "deploy/grafana/dashboards/leasehold.json",
+        "deploy/alerts.yml",
+    ] {
+        let text =
+            std::fs::read_to_string(format!("{}/{file}", env!("CARGO_MANIFEST_DIR"))).unwrap();
+        let re = regex_lite::Regex::new(r"leasehold_[a-z_]+").unwrap();
+        for name in re.find_iter(&text).map(|m| m.as_str()) {
+            let family = ["_bucket", "_count", "_sum", "_total"]
+                .iter()
+                .fold(name, |n, suffix| n.strip_suffix(suffix).unwrap_or(n));
+            assert!(
+                last.docs.contains_key(family) || family == "leasehold_db_errors",
+                "{file} reads {name}, which /metrics does not write"
+            );
+        }
+    }
+    let mut label_values: HashMap<String, String> = HashMap::new();
+    for s in &last.samples {
+        for (k, v) in s.labels.iter() {
+            label_values.insert(v.clone(), k.clone());
+        }
+    }
+    for (v, k) in &label_values {
+        assert!(
+            !v.contains(&job.id.to_string()) && !v.contains("alice") && v.len() < 64,
+            "unbounded label {k}={v}"
+        );
+    }
+}
