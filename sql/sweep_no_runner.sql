@@ -1,6 +1,6 @@
 -- Parked jobs whose no-runner check is due. The deadline is no_runner_timeout after the later of
--- dispatch and the last moment a runner that could take the job (live, right owner or the named
--- runner, every required capability) was online. Past it: rejected no_runner. Otherwise the
+-- dispatch and the last moment a runner that could take the job (live, not outdated, right owner
+-- or the named runner, every required capability) was online. Past it: rejected no_runner. Otherwise the
 -- next check moves to the deadline. $1 batch size, $2 presence window ms.
 WITH due AS (
     SELECT id FROM jobs
@@ -14,7 +14,7 @@ judged AS (
            greatest(j.created_at,
                     (SELECT max(least(now(), r.last_seen_at + $2::bigint * interval '1 millisecond'))
                        FROM runners r
-                      WHERE r.revoked_at IS NULL
+                      WHERE r.revoked_at IS NULL AND NOT r.outdated
                         AND (r.id = j.runner_id OR (j.runner_id IS NULL AND r.owner = j.owner))
                         AND j.required_capabilities <@ r.capabilities))
            + j.no_runner_timeout_ms * interval '1 millisecond' AS deadline

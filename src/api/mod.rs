@@ -7,7 +7,9 @@ pub mod extract;
 mod jobs;
 mod operators;
 mod ops;
+mod placement;
 mod runner;
+mod secrets;
 pub mod validate;
 pub mod views;
 
@@ -20,7 +22,7 @@ use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::header;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{delete, get, post};
+use axum::routing::{delete, get, post, put};
 use axum::Router;
 use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
@@ -28,6 +30,7 @@ use tokio_util::sync::CancellationToken;
 use tower_http::catch_panic::CatchPanicLayer;
 
 use crate::domain::capabilities::Vocabulary;
+use crate::domain::sealing::Sealer;
 use crate::hub::Hub;
 use error::ApiError;
 
@@ -40,6 +43,8 @@ pub struct AppState {
     pub limiter: DefaultKeyedRateLimiter<IpAddr>,
     /// Fires on SIGTERM: open long-polls answer at once.
     pub shutdown: CancellationToken,
+    /// Seals and opens workspace secrets; `None` without `LEASEHOLD_SECRETS_KEY`.
+    pub sealer: Option<Sealer>,
 }
 
 impl AppState {
@@ -52,6 +57,7 @@ impl AppState {
         Self {
             vocabulary: Vocabulary::parse(config.capability_vocabulary.as_deref()),
             limiter: RateLimiter::keyed(quota),
+            sealer: config.sealer(),
             hub,
             shutdown,
         }
@@ -113,6 +119,15 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/jobs/{id}/cancel", post(jobs::cancel))
         .route("/v1/jobs/{id}/events", get(jobs::events))
         .route("/v1/preflight", post(operators::preflight))
+        .route("/v1/secrets", get(secrets::list))
+        .route(
+            "/v1/secrets/{name}",
+            put(secrets::put).delete(secrets::delete),
+        )
+        .route(
+            "/v1/runners/{id}/repo-targets/{target_id}/{action}",
+            post(placement::set_repo_target_status),
+        )
         .route("/v1/pool", get(operators::pool))
         .route("/v1/runner/heartbeat", post(runner::heartbeat))
         .route("/v1/runner/lease", post(runner::lease))

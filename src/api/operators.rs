@@ -14,7 +14,7 @@ use super::validate;
 use super::views;
 use super::AppState;
 use crate::domain::credentials::{Kind, Secret};
-use crate::domain::owner;
+use crate::domain::{owner, version};
 use crate::store::NewRunner;
 use crate::wire::{self, CreateRunner, Role, Target, Tier};
 
@@ -45,12 +45,18 @@ async fn pair(
 ) -> ApiResult<(StatusCode, Json<wire::RunnerWithToken>)> {
     validate::text("label", &req.label, 128)?;
     validate::opt_text("os", req.os.as_deref(), 64)?;
+    validate::opt_text("version", req.version.as_deref(), 64)?;
     let capacity = validate::range("capacity", req.capacity, 1, 256, 1)? as i32;
     let capabilities = st
         .vocabulary
         .advertised(req.capabilities.as_deref().unwrap_or(&[]));
+    let targets = validate::repo_targets(req.repo_targets.as_deref())?;
+    let outdated = version::is_outdated(
+        req.version.as_deref(),
+        st.hub.config.min_runner_version.as_ref(),
+    );
     let token = Secret::generate(Kind::Runner);
-    let runner = st
+    let mut runner = st
         .hub
         .store
         .insert_runner(&NewRunner {
@@ -59,14 +65,20 @@ async fn pair(
             workspace: key.workspace.clone(),
             label: req.label,
             os: req.os,
-            version: None,
+            version: req.version,
             capabilities,
             capacity,
             token_hash: token.hash().to_vec(),
             approved_by: key.subject.clone(),
             ephemeral: false,
             seen: false,
+            outdated,
         })
+        .await?;
+    runner.repo_targets = st
+        .hub
+        .store
+        .advertise_repo_targets(runner.id, &targets)
         .await?;
     Ok((
         StatusCode::CREATED,
@@ -281,19 +293,32 @@ pub async fn preflight(
     let (owner, runner) = resolve_target(&st, &key, &req.target).await?;
     let runner_id = runner.as_ref().map(|r| r.id);
     let owner_filter = runner_id.is_none().then_some(owner.as_str());
-    let (matching, online) = st
+    let (matching, usable, online) = st
         .hub
         .store
         .preflight(owner_filter, runner_id, &required)
         .await?;
     let mut blockers = Vec::new();
     let mut warnings = Vec::new();
-    if matching == 0 {
+    if usable == 0 {
         blockers.push(wire::Finding {
             code: "no_matching_runner".into(),
             message: "no paired runner of this target advertises the required capabilities".into(),
         });
-    } else if online == 0 {
+    }
+    if matching > 0 && usable == 0 {
+        warnings.push(wire::Finding {
+            code: "runners_outdated".into(),
+            message: format!(
+                "{matching} matching runner(s), all below the minimum version {}; upgrade them",
+                st.hub
+                    .config
+                    .min_runner_version
+                    .as_ref()
+                    .map_or_else(|| "?".to_owned(), ToString::to_string)
+            ),
+        });
+    } else if usable > 0 && online == 0 {
         warnings.push(wire::Finding {
             code: "runners_offline".into(),
             message: format!("{matching} matching runner(s), none online now"),

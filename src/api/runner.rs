@@ -19,6 +19,7 @@ use super::views;
 use super::AppState;
 use crate::domain::credentials::{self, Kind, Secret};
 use crate::domain::records::RunnerIdentity;
+use crate::domain::version;
 use crate::hub::LeaseAnswer;
 use crate::store::{FenceMiss, NewRunner};
 use crate::wire;
@@ -40,9 +41,14 @@ pub async fn enroll(
     let capabilities = st
         .vocabulary
         .advertised(req.capabilities.as_deref().unwrap_or(&[]));
+    let targets = validate::repo_targets(req.repo_targets.as_deref())?;
+    let outdated = version::is_outdated(
+        req.version.as_deref(),
+        st.hub.config.min_runner_version.as_ref(),
+    );
     let code = credentials::parse(Kind::JoinCode, &req.code).ok_or(ApiError::Unauthorized)?;
     let token = Secret::generate(Kind::Runner);
-    let runner = st
+    let mut runner = st
         .hub
         .store
         .enroll(&code, |grant| NewRunner {
@@ -58,9 +64,15 @@ pub async fn enroll(
             approved_by: grant.approved_by.clone(),
             ephemeral: grant.ephemeral,
             seen: true,
+            outdated,
         })
         .await?
         .ok_or(ApiError::Unauthorized)?;
+    runner.repo_targets = st
+        .hub
+        .store
+        .advertise_repo_targets(runner.id, &targets)
+        .await?;
     Ok((
         StatusCode::CREATED,
         Json(wire::RunnerWithToken {
@@ -85,13 +97,20 @@ pub async fn heartbeat(
     if running.len() > 10_000 {
         return Err(ApiError::bad("running: at most 10000 entries"));
     }
+    let targets = validate::repo_targets(req.repo_targets.as_deref())?;
+    let outdated = version::is_outdated(
+        req.version.as_deref(),
+        st.hub.config.min_runner_version.as_ref(),
+    );
     let store = &st.hub.store;
+    store.advertise_repo_targets(me.id, &targets).await?;
     let runner = store
         .runner_heartbeat(
             me.id,
             req.version.as_deref(),
             capabilities.as_deref(),
             capacity,
+            outdated,
         )
         .await?
         .ok_or(ApiError::Unauthorized)?;
@@ -114,6 +133,9 @@ pub async fn lease(
         .capabilities
         .as_deref()
         .map(|c| st.vocabulary.advertised(c));
+    validate::opt_text("version", req.version.as_deref(), 64)?;
+    let targets = validate::repo_targets(req.repo_targets.as_deref())?;
+    placement_check(&st, &token, req.version.as_deref(), &targets).await?;
     let wait = Duration::from_millis((wait_ms as u64).min(st.hub.config.max_wait_ms));
     match st
         .hub
@@ -127,6 +149,34 @@ pub async fn lease(
                 .collect(),
         })),
         LeaseAnswer::RunnerGone => Err(st.auth_failed(token.ip)),
+    }
+}
+
+/// Before a lease: record what the call advertises (version, repository targets), then refuse
+/// an outdated runner with 409 `runner_outdated`. Costs a statement only when the call
+/// advertises something or a minimum version is set.
+async fn placement_check(
+    st: &AppState,
+    token: &RunnerToken,
+    version: Option<&str>,
+    targets: &crate::store::Advertised,
+) -> ApiResult<()> {
+    let min = st.hub.config.min_runner_version.as_ref();
+    if version.is_none() && targets.is_empty() && min.is_none() {
+        return Ok(());
+    }
+    let outdated = version::is_outdated(version, min);
+    let caller = st
+        .hub
+        .store
+        .advertise_for_lease(&token.hash, version, outdated, targets)
+        .await?
+        .ok_or_else(|| st.auth_failed(token.ip))?;
+    match min {
+        Some(min) if caller.outdated => Err(ApiError::RunnerOutdated {
+            min_version: min.to_string(),
+        }),
+        _ => Ok(()),
     }
 }
 

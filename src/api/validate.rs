@@ -5,6 +5,9 @@ use std::sync::LazyLock;
 use regex_lite::Regex;
 
 use super::error::ApiError;
+use crate::domain::sealing;
+use crate::store::Advertised;
+use crate::wire::{AdvertisedTarget, Source};
 
 static JOB_KIND: LazyLock<Regex> =
     LazyLock::new(|| Regex::new(r"^[a-z][a-z0-9_.-]{0,63}$").expect("regex"));
@@ -106,4 +109,76 @@ pub fn no_nul(field: &str, value: &serde_json::Value) -> Result<(), ApiError> {
     } else {
         Ok(())
     }
+}
+
+static PROVIDER: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"^[a-z][a-z0-9_-]{0,31}$").expect("regex"));
+
+/// Most repository targets one runner may advertise in a call.
+pub const MAX_REPO_TARGETS: usize = 100;
+
+/// Repository targets a runner advertises: at most [`MAX_REPO_TARGETS`], each a provider name
+/// and a repository of 1..2048 printable characters; repeats are recorded once.
+///
+/// # Errors
+/// 400 naming the field (`repo_targets[3].repository`).
+pub fn repo_targets(targets: Option<&[AdvertisedTarget]>) -> Result<Advertised, ApiError> {
+    let mut out = Advertised::default();
+    let Some(targets) = targets else {
+        return Ok(out);
+    };
+    if targets.len() > MAX_REPO_TARGETS {
+        return Err(ApiError::bad(format!(
+            "repo_targets: at most {MAX_REPO_TARGETS} targets"
+        )));
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for (i, t) in targets.iter().enumerate() {
+        if !PROVIDER.is_match(&t.provider) {
+            return Err(ApiError::bad(format!(
+                "repo_targets[{i}].provider: must match ^[a-z][a-z0-9_-]{{0,31}}$ (e.g. git)"
+            )));
+        }
+        text(
+            &format!("repo_targets[{i}].repository"),
+            &t.repository,
+            2048,
+        )?;
+        opt_text(&format!("repo_targets[{i}].label"), t.label.as_deref(), 128)?;
+        if seen.insert((t.provider.clone(), t.repository.clone())) {
+            out.push(t.provider.clone(), t.repository.clone(), t.label.clone());
+        }
+    }
+    Ok(out)
+}
+
+/// A job's repository source: provider `git`, a repository, a full commit (40 lowercase hex),
+/// an optional ref (metadata) and an optional credential secret name.
+///
+/// # Errors
+/// 400 naming the field (`source.commit_sha`).
+pub fn source(source: &Source) -> Result<(), ApiError> {
+    if source.provider != "git" {
+        return Err(ApiError::bad("source.provider: must be \"git\""));
+    }
+    text("source.repository", &source.repository, 2048)?;
+    let sha = source.commit_sha.as_bytes();
+    if sha.len() != 40
+        || !sha
+            .iter()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(b))
+    {
+        return Err(ApiError::bad(
+            "source.commit_sha: must be a full commit id, 40 lowercase hexadecimal characters",
+        ));
+    }
+    opt_text("source.ref", source.git_ref.as_deref(), 255)?;
+    if let Some(name) = &source.credential_secret {
+        if !sealing::is_valid_name(name) {
+            return Err(ApiError::bad(
+                "source.credential_secret: must match ^[A-Z_][A-Z0-9_]{0,63}$",
+            ));
+        }
+    }
+    Ok(())
 }

@@ -1,7 +1,7 @@
 //! Store records shaped for the wire.
 
 use crate::config::Config;
-use crate::domain::records::{Claimed, Event, Job, Runner};
+use crate::domain::records::{Claimed, Event, Job, RepoTarget, Runner, SecretInfo};
 use crate::wire;
 
 pub fn runner(r: Runner) -> wire::Runner {
@@ -20,6 +20,26 @@ pub fn runner(r: Runner) -> wire::Runner {
         created_at: r.created_at,
         approved_by: Some(r.approved_by),
         ephemeral: r.ephemeral,
+        outdated: r.outdated,
+        repo_targets: r.repo_targets.into_iter().map(repo_target).collect(),
+    }
+}
+
+pub fn repo_target(t: RepoTarget) -> wire::RepoTarget {
+    wire::RepoTarget {
+        id: t.id,
+        provider: t.provider,
+        repository: t.repository,
+        label: t.label,
+        status: t.status,
+    }
+}
+
+pub fn secret(s: SecretInfo) -> wire::SecretInfo {
+    wire::SecretInfo {
+        name: s.name,
+        created_at: s.created_at,
+        updated_at: s.updated_at,
     }
 }
 
@@ -61,6 +81,8 @@ pub fn leased(c: Claimed, config: &Config) -> wire::LeasedJob {
         lease_expires_at: c.lease_expires_at,
         lease_ttl_ms: config.lease_ttl_ms,
         heartbeat_interval_ms: config.lease_ttl_ms / 3,
+        secrets: wire::SecretValues::default(),
+        source: None,
     }
 }
 

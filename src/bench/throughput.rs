@@ -141,6 +141,7 @@ async fn end_to_end(
                         wait_ms: Some(1000),
                         max_jobs: Some(max_jobs),
                         capabilities: None,
+                        ..Default::default()
                     })
                     .await
                 else {

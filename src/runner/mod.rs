@@ -13,6 +13,7 @@
 //! - [`executor`]: runs a command in its own process group and classifies how it ended.
 //! - [`output`]: output lines to batched job events, bounded; the result's tails.
 //! - [`sandbox`]: direct execution or bubblewrap.
+//! - [`source`]: a job's repository commit, checked out exactly.
 //! - [`workdir`]: one locked directory per runner, one fresh directory per job.
 //!
 //! # Invariants
@@ -29,6 +30,7 @@ pub mod output;
 pub mod payload;
 pub mod sandbox;
 pub mod servers;
+pub mod source;
 pub mod workdir;
 
 use std::collections::HashMap;
@@ -70,6 +72,11 @@ pub struct Options {
     pub capacity: Option<i64>,
     /// `wait_ms` of each lease long-poll.
     pub poll_wait: Duration,
+    /// Repository URLs this runner offers to build (`--repo-target`), advertised as git
+    /// targets for an operator to approve.
+    pub repo_targets: Vec<String>,
+    /// Hosts a job's git credential may be sent to (`--git-credential-host`).
+    pub git_credential_hosts: Vec<String>,
 }
 
 impl Options {
@@ -84,6 +91,8 @@ impl Options {
             drain_timeout: Duration::from_secs(600),
             capacity: None,
             poll_wait: Duration::from_secs(30),
+            repo_targets: Vec::new(),
+            git_credential_hosts: Vec::new(),
         }
     }
 }
@@ -120,6 +129,7 @@ pub struct Shared {
     pub(crate) work: WorkRoot,
     pub(crate) sandbox: Sandbox,
     pub(crate) runner_id: Uuid,
+    pub(crate) git_credential_hosts: Vec<String>,
     /// Jobs held now: epoch, and the token that stops the job when the service takes it back.
     running: Mutex<HashMap<Uuid, (i64, CancellationToken)>>,
 }
@@ -181,12 +191,24 @@ impl Summary {
     }
 }
 
+/// The version this runner reports on every heartbeat and lease call.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// How long a runner the service calls outdated waits before asking for a lease again.
+const OUTDATED_PAUSE: Duration = Duration::from_secs(60);
+
 fn heartbeat_body(opts: &Options, capacity: i64) -> wire::RunnerHeartbeat {
     wire::RunnerHeartbeat {
-        version: Some(env!("CARGO_PKG_VERSION").to_owned()),
+        version: Some(VERSION.to_owned()),
         capabilities: Some(opts.config.capabilities.clone()),
         capacity: Some(capacity),
         running: None,
+        repo_targets: Some(
+            opts.repo_targets
+                .iter()
+                .map(wire::AdvertisedTarget::git)
+                .collect(),
+        ),
     }
 }
 
@@ -198,6 +220,7 @@ async fn runner_heartbeat(shared: Arc<Shared>) {
     loop {
         tick.tick().await;
         let body = wire::RunnerHeartbeat {
+            version: Some(VERSION.to_owned()),
             running: Some(shared.held()),
             ..Default::default()
         };
@@ -270,6 +293,7 @@ pub async fn run(opts: Options, stopper: Stopper) -> anyhow::Result<Summary> {
         work,
         sandbox: opts.sandbox.clone(),
         runner_id: config.runner_id,
+        git_credential_hosts: opts.git_credential_hosts.clone(),
         running: Mutex::new(HashMap::new()),
     });
     let _presence = AbortOnDropHandle::new(tokio::spawn(runner_heartbeat(shared.clone())));
@@ -311,6 +335,8 @@ pub async fn run(opts: Options, stopper: Stopper) -> anyhow::Result<Summary> {
             continue;
         }
         let req = wire::Lease {
+            version: Some(VERSION.to_owned()),
+            repo_targets: None,
             wait_ms: Some(poll_wait_ms),
             max_jobs: Some(if once { 1 } else { free }),
             capabilities: None,
@@ -341,6 +367,17 @@ pub async fn run(opts: Options, stopper: Stopper) -> anyhow::Result<Summary> {
                 break Err(anyhow::anyhow!(
                     "the service refused this runner's token (revoked?); stopping"
                 ));
+            }
+            Err(CallError::Api(e)) if e.code() == Some("runner_outdated") => {
+                // Running jobs keep heartbeating and report as usual; no new lease until the
+                // runner is upgraded (or the minimum lowered).
+                if let crate::client::ClientError::Api { message, .. } = &e {
+                    tracing::error!(version = VERSION, running = jobs.len(), "{message}");
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(OUTDATED_PAUSE) => {}
+                    _ = stopper.drain.cancelled() => {}
+                }
             }
             Err(e) => {
                 let pause = servers::backoff(failures);

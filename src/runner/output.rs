@@ -6,7 +6,10 @@
 //! is slow); when the pending buffer is full, or the job has streamed its allowance, lines are
 //! dropped and counted, and one `output.dropped` event says how many. Every event fits the
 //! contract's 64 KiB: a line longer than [`MAX_LINE_BYTES`] is split. Lines keep their order
-//! within the job, across both streams, as the runner read them.
+//! within the job, across both streams, as the runner read them. Every value the job was
+//! given as a secret, and its base64 forms, is replaced by `***` in every line shipped and in
+//! the tails (a value split across an 8 KiB line cut or the start of a tail cannot be seen
+//! whole there, and is not masked).
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -66,14 +69,56 @@ struct Pending {
 pub struct Output {
     pending: Mutex<Pending>,
     wake: Notify,
+    /// Texts replaced by `***`, longest first.
+    masks: Vec<String>,
 }
+
+/// What stands in for a secret in output.
+pub const MASK: &str = "***";
 
 impl Output {
     pub fn new() -> Arc<Self> {
         Arc::new(Self::default())
     }
 
+    /// A buffer that masks each of `secrets`, and its standard and URL-safe base64 forms (with
+    /// and without padding), wherever they appear.
+    pub fn masking<'a>(secrets: impl IntoIterator<Item = &'a str>) -> Arc<Self> {
+        use base64::engine::general_purpose::{
+            STANDARD, STANDARD_NO_PAD, URL_SAFE, URL_SAFE_NO_PAD,
+        };
+        use base64::Engine;
+        let mut masks: Vec<String> = Vec::new();
+        for s in secrets.into_iter().filter(|s| !s.is_empty()) {
+            masks.push(s.to_owned());
+            for engine in [STANDARD, STANDARD_NO_PAD, URL_SAFE, URL_SAFE_NO_PAD] {
+                masks.push(engine.encode(s));
+            }
+        }
+        masks.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
+        masks.dedup();
+        Arc::new(Self {
+            masks,
+            ..Self::default()
+        })
+    }
+
+    /// `text` with every mask replaced.
+    fn mask(&self, text: String) -> String {
+        if self.masks.iter().all(|m| !text.contains(m.as_str())) {
+            return text;
+        }
+        let mut text = text;
+        for m in &self.masks {
+            if text.contains(m.as_str()) {
+                text = text.replace(m.as_str(), MASK);
+            }
+        }
+        text
+    }
+
     fn push_line(&self, stream: Stream, line: String) {
+        let line = self.mask(line);
         let mut p = self.pending.lock().expect("output lock");
         let n = line.len();
         if p.bytes + n > MAX_PENDING_BYTES || p.streamed + n as u64 > MAX_STREAMED_BYTES {
@@ -110,13 +155,15 @@ impl Output {
     /// The last [`TAIL_BYTES`] of a stream, as text (invalid UTF-8 replaced).
     pub fn tail(&self, stream: Stream) -> String {
         let p = self.pending.lock().expect("output lock");
-        let t = &p.tails[stream as usize];
-        let mut start = t.len().saturating_sub(TAIL_BYTES);
+        // Mask the whole kept buffer before cutting, so a secret near the cut is still seen.
+        let text = self.mask(String::from_utf8_lossy(&p.tails[stream as usize]).into_owned());
+        drop(p);
+        let mut start = text.len().saturating_sub(TAIL_BYTES);
         // Do not begin in the middle of a character.
-        while start < t.len() && start > 0 && (t[start] & 0xC0) == 0x80 && t.len() - start > 1 {
+        while !text.is_char_boundary(start) {
             start += 1;
         }
-        String::from_utf8_lossy(&t[start..]).into_owned()
+        text[start..].to_owned()
     }
 
     /// Take the next batch to ship: whole lines up to the batch limits, plus an
@@ -312,6 +359,22 @@ mod tests {
         assert!(tail.len() <= TAIL_BYTES);
         assert!(tail.ends_with("end\n"));
         assert_eq!(out.tail(Stream::Stdout), "");
+    }
+
+    #[tokio::test]
+    async fn secrets_and_their_base64_forms_are_masked_in_lines_and_tails() {
+        use base64::Engine;
+        let b64 = base64::engine::general_purpose::STANDARD.encode("s3cr3t?");
+        let out = Output::masking(["s3cr3t?"]);
+        let input = format!("token=s3cr3t? encoded={b64}\nplain\n");
+        pump(input.as_bytes(), Stream::Stdout, out.clone()).await;
+        let batch = out.take_batch();
+        let lines: Vec<&str> = batch
+            .iter()
+            .map(|e| e.data.as_ref().unwrap()["line"].as_str().unwrap())
+            .collect();
+        assert_eq!(lines, ["token=*** encoded=***", "plain"]);
+        assert_eq!(out.tail(Stream::Stdout), "token=*** encoded=***\nplain\n");
     }
 
     #[test]

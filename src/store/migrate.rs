@@ -22,6 +22,8 @@ macro_rules! migrations {
 
 migrations! {
     1 => "0001_schema.sql",
+    4 => "0004_secrets.sql",
+    5 => "0005_placement.sql",
 }
 
 /// Apply every pending migration.

@@ -8,6 +8,8 @@
 pub mod error;
 pub mod listener;
 pub mod migrate;
+mod placement;
+mod secrets;
 pub mod sql;
 
 use std::str::FromStr;
@@ -21,6 +23,7 @@ use tokio_postgres::{NoTls, Row};
 use uuid::Uuid;
 
 pub use error::StoreError;
+pub use placement::{Advertised, LeaseCaller};
 
 use crate::domain::records::{
     ApiKey, Claimed, Event, Job, JoinGrant, Moved, PoolCounts, Runner, RunnerIdentity,
@@ -72,6 +75,8 @@ pub struct NewRunner {
     pub ephemeral: bool,
     /// Enrolment counts as being seen; pairing by key does not.
     pub seen: bool,
+    /// Its version is outdated against the replica's minimum.
+    pub outdated: bool,
 }
 
 impl NewRunner {
@@ -79,7 +84,7 @@ impl NewRunner {
     fn params<'a>(
         &'a self,
         presence_window_ms: &'a i64,
-    ) -> [&'a (dyn tokio_postgres::types::ToSql + Sync); 13] {
+    ) -> [&'a (dyn tokio_postgres::types::ToSql + Sync); 14] {
         [
             &self.id,
             &self.owner,
@@ -94,6 +99,7 @@ impl NewRunner {
             &self.ephemeral,
             &self.seen,
             presence_window_ms,
+            &self.outdated,
         ]
     }
 }
@@ -380,6 +386,7 @@ impl Store {
         version: Option<&str>,
         capabilities: Option<&[String]>,
         capacity: Option<i32>,
+        outdated: bool,
     ) -> Result<Option<Runner>> {
         Ok(self
             .query_opt(
@@ -390,6 +397,7 @@ impl Store {
                     &capabilities,
                     &capacity,
                     &self.presence_window_ms,
+                    &outdated,
                 ],
             )
             .await?
@@ -699,20 +707,25 @@ impl Store {
         })
     }
 
-    /// (matching, online matching) runners of a target for the required capabilities.
+    /// (matching, of those not outdated, of those online) runners of a target for the
+    /// required capabilities.
     pub async fn preflight(
         &self,
         owner: Option<&str>,
         runner_id: Option<Uuid>,
         required: &[String],
-    ) -> Result<(i64, i64)> {
+    ) -> Result<(i64, i64, i64)> {
         let rows = self
             .query(
                 sql::PREFLIGHT_RUNNERS,
                 &[&owner, &runner_id, &required, &self.presence_window_ms],
             )
             .await?;
-        Ok((rows[0].get("matching"), rows[0].get("online")))
+        Ok((
+            rows[0].get("matching"),
+            rows[0].get("usable"),
+            rows[0].get("online"),
+        ))
     }
 
     /// Of the given queues, those with a parked job: (owner, runner_id).
@@ -754,23 +767,8 @@ impl Store {
 
     /// Purge ephemeral runners unseen for `unseen_ms`, re-parking or rejecting their jobs.
     pub async fn sweep_ephemeral_runners(&self, batch: i64, unseen_ms: i64) -> Result<Vec<Moved>> {
-        let mut client = self.client().await?;
-        self.count(3);
-        let tx = client.transaction().await?;
-        let purge = tx.prepare_cached(sql::SWEEP_EPHEMERAL_RUNNERS).await?;
-        let ids: Vec<Uuid> = tx
-            .query(&purge, &[&batch, &unseen_ms])
-            .await?
-            .iter()
-            .map(|r| r.get(0))
-            .collect();
-        let jobs = tx.prepare_cached(sql::RUNNER_REVOKE_JOBS).await?;
-        let mut out = Vec::new();
-        for id in ids {
-            out.extend(tx.query(&jobs, &[&id]).await?.iter().map(moved));
-        }
-        tx.commit().await?;
-        Ok(out)
+        self.reap_runners(sql::SWEEP_EPHEMERAL_RUNNERS, batch, unseen_ms)
+            .await
     }
 }
 
@@ -790,6 +788,8 @@ fn runner(r: &Row) -> Runner {
         created_at: r.get("created_at"),
         approved_by: r.get("approved_by"),
         ephemeral: r.get("ephemeral"),
+        outdated: r.get("outdated"),
+        repo_targets: placement::repo_targets(&r.get::<_, Value>("repo_targets")),
     }
 }
 
