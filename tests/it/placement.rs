@@ -1,0 +1,544 @@
+//! Placement and trust (shared/PROTOCOL.md v1.1 "Placement", "Repository sources"): runner
+//! versions, the dormancy ceiling and repository targets, over real HTTP on PostgreSQL.
+//!
+//! Invariants defended: an outdated runner (below the minimum by semver precedence, or with no
+//! or a non-semver version) is refused leases with 409 `runner_outdated` and `min_version`
+//! after its lease call's version is recorded, while its other calls keep working; it stops no
+//! no-runner clock and counts for no preflight match (`runners_outdated` says why); a replica
+//! started with a new minimum re-judges every runner. A runner unseen (or never seen) past the
+//! dormancy ceiling is revoked with a revocation's effect on its jobs; a dormant one within it
+//! keeps its pairing. Repository targets a runner advertises are recorded `pending`; only an
+//! admin of its workspace or a personal runner's owner approves or revokes one; a revoked
+//! target stays revoked when advertised again.
+
+use std::time::Duration;
+
+use leasehold::client::Client;
+use leasehold::domain::version;
+use leasehold::wire::{self, Tier};
+use reqwest::Method;
+use serde_json::{json, Value};
+
+use crate::secrets::call;
+use crate::support::{
+    code, connect, dispatch, eventually, lease, pair, personal, start_replica, workspace_pool,
+    TestApp,
+};
+
+const WAIT: Duration = Duration::from_secs(20);
+
+async fn heartbeat(runner: &Client, version: Option<&str>) -> wire::Runner {
+    runner
+        .runner_heartbeat(&wire::RunnerHeartbeat {
+            version: version.map(str::to_owned),
+            ..Default::default()
+        })
+        .await
+        .expect("runner heartbeat")
+        .runner
+}
+
+fn lease_body(version: Option<&str>) -> Value {
+    json!({"wait_ms": 0, "max_jobs": 1, "version": version})
+}
+
+#[tokio::test]
+async fn an_outdated_runner_is_refused_leases_but_finishes_and_reports_what_it_holds() {
+    let app = TestApp::spawn_with(1, |c| c.min_runner_version = version::parse("1.10.0")).await;
+    let alice = app.operator("acme", "alice", false).await;
+    let (paired, runner) = pair(&alice, Tier::Personal, &[], 2).await;
+    assert!(
+        paired.outdated,
+        "no version yet: outdated while a minimum is set"
+    );
+    let token = runner.token().unwrap().to_owned();
+
+    // 1.10.0 is not below 1.10.0 by precedence (as text it would sort below 1.9.0).
+    let (status, body) = call(
+        &app.url(0),
+        &token,
+        Method::POST,
+        "/v1/runner/lease",
+        Some(lease_body(Some("1.10.0"))),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let job = dispatch(&alice, personal(), json!("held")).await;
+    let held = lease(&runner, 1000, 1).await;
+    assert_eq!(held.len(), 1);
+    assert_eq!(held[0].id, job.id);
+
+    for v in ["1.9.0", "1.10.0-rc.1", "v1.10.0", "1.10"] {
+        let (status, body) = call(
+            &app.url(0),
+            &token,
+            Method::POST,
+            "/v1/runner/lease",
+            Some(lease_body(Some(v))),
+        )
+        .await;
+        assert_eq!(status, 409, "{v}: {body}");
+        assert_eq!(body["error"]["code"], json!("runner_outdated"), "{v}");
+        assert_eq!(body["error"]["min_version"], json!("1.10.0"));
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains("upgrade") && message.contains("1.10.0"),
+            "{message}"
+        );
+        // The lease call's version was recorded before the check.
+        let me = alice
+            .runners(Tier::Personal)
+            .await
+            .unwrap()
+            .into_iter()
+            .find(|r| r.id == paired.id)
+            .unwrap();
+        assert_eq!(me.version.as_deref(), Some(v));
+        assert!(me.outdated);
+    }
+    // Everything else still works: heartbeats, the held job's heartbeat, events, complete.
+    let hb = heartbeat(&runner, None).await;
+    assert!(
+        hb.outdated,
+        "a heartbeat without a version keeps the verdict"
+    );
+    runner.heartbeat_job(job.id, held[0].epoch).await.unwrap();
+    runner
+        .append_events(
+            job.id,
+            held[0].epoch,
+            vec![wire::NewEvent {
+                kind: "log".into(),
+                data: Some(json!("x")),
+            }],
+        )
+        .await
+        .unwrap();
+    let done = runner
+        .complete(job.id, held[0].epoch, json!({"ok": true}))
+        .await
+        .unwrap();
+    assert_eq!(done.state, "completed");
+
+    // Upgraded: a heartbeat with a good version lifts the verdict, and leases work again.
+    let hb = heartbeat(&runner, Some("1.10.1+build.5")).await;
+    assert!(!hb.outdated);
+    let (status, _) = call(
+        &app.url(0),
+        &token,
+        Method::POST,
+        "/v1/runner/lease",
+        Some(lease_body(None)),
+    )
+    .await;
+    assert_eq!(status, 200);
+}
+
+#[tokio::test]
+async fn outdated_runners_stop_no_clock_and_preflight_says_why() {
+    let app = TestApp::spawn_with(1, |c| c.min_runner_version = version::parse("2.0.0")).await;
+    let alice = app.operator("acme", "alice", false).await;
+    let (_, runner) = pair(&alice, Tier::Personal, &["docker"], 1).await;
+    let hb = heartbeat(&runner, Some("1.99.0")).await;
+    assert_eq!(hb.presence, "online");
+    assert!(hb.outdated);
+
+    let pre = wire::Preflight {
+        target: personal(),
+        required_capabilities: Some(vec!["docker".into()]),
+        source: None,
+    };
+    let report = alice.preflight(&pre).await.unwrap();
+    assert!(!report.ok);
+    assert_eq!(report.blockers[0].code, "no_matching_runner");
+    assert_eq!(report.warnings.len(), 1);
+    assert_eq!(report.warnings[0].code, "runners_outdated");
+
+    // Online but outdated: it does not keep a job waiting.
+    let mut d = wire::Dispatch::new(personal(), json!("x"));
+    d.required_capabilities = Some(vec!["docker".into()]);
+    d.no_runner_timeout_ms = Some(1000);
+    let job = alice.dispatch(&d).await.unwrap();
+    let rejected = eventually(WAIT, "rejected no_runner", || async {
+        let j = alice.job(job.id).await.ok()?;
+        (j.state == "rejected").then_some(j)
+    })
+    .await;
+    assert_eq!(rejected.error.unwrap()["reason"], json!("no_runner"));
+
+    // Upgraded, it counts again.
+    heartbeat(&runner, Some("2.0.0")).await;
+    let report = alice.preflight(&pre).await.unwrap();
+    assert!(report.ok, "{report:?}");
+    assert!(report.warnings.is_empty());
+}
+
+#[tokio::test]
+async fn a_replica_with_a_new_minimum_re_judges_every_runner() {
+    let app = TestApp::spawn().await;
+    let alice = app.operator("acme", "alice", false).await;
+    let (_, runner) = pair(&alice, Tier::Personal, &[], 1).await;
+    assert!(
+        !heartbeat(&runner, Some("1.2.0")).await.outdated,
+        "no minimum set"
+    );
+    let mut config = app.config.clone();
+    config.min_runner_version = version::parse("1.10.0");
+    let strict = start_replica(config).await;
+    let strict_alice = Client::new(
+        format!("http://{}", strict.addr),
+        alice.token().map(str::to_owned),
+    );
+    eventually(WAIT, "re-judged outdated", || async {
+        let rs = strict_alice.runners(Tier::Personal).await.ok()?;
+        rs[0].outdated.then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn the_dormancy_ceiling_revokes_gone_runners_and_keeps_dormant_ones() {
+    let app = TestApp::spawn_with(1, |c| {
+        c.dormancy_ceiling_ms = 60_000;
+        c.presence_window_ms = 1_000;
+    })
+    .await;
+    let admin = app.operator("acme", "root", true).await;
+    let (gone, gone_client) = pair(&admin, Tier::Workspace, &[], 2).await;
+    let (asleep, asleep_client) = pair(&admin, Tier::Workspace, &[], 1).await;
+    let (never, _) = pair(&admin, Tier::Workspace, &[], 1).await;
+    let (fresh, _) = pair(&admin, Tier::Workspace, &[], 1).await;
+
+    let pool_job = dispatch(&admin, workspace_pool(), json!("pool")).await;
+    let named = dispatch(
+        &admin,
+        wire::Target::Runner { runner_id: gone.id },
+        json!("named"),
+    )
+    .await;
+    let held = lease(&gone_client, 1000, 2).await;
+    assert_eq!(held.len(), 2);
+    heartbeat(&asleep_client, None).await;
+
+    let db = connect(&app.database_url).await;
+    db.execute(
+        "UPDATE runners SET last_seen_at = now() - interval '2 minutes' WHERE id = $1",
+        &[&gone.id],
+    )
+    .await
+    .unwrap();
+    db.execute(
+        "UPDATE runners SET last_seen_at = now() - interval '30 seconds' WHERE id = $1",
+        &[&asleep.id],
+    )
+    .await
+    .unwrap();
+    db.execute(
+        "UPDATE runners SET created_at = now() - interval '2 minutes' WHERE id = $1",
+        &[&never.id],
+    )
+    .await
+    .unwrap();
+
+    let roster = eventually(
+        WAIT,
+        "the gone and never-seen runners are reaped",
+        || async {
+            let rs = admin.runners(Tier::Workspace).await.ok()?;
+            (rs.len() == 2).then_some(rs)
+        },
+    )
+    .await;
+    let ids: Vec<_> = roster.iter().map(|r| r.id).collect();
+    assert!(
+        ids.contains(&asleep.id) && ids.contains(&fresh.id),
+        "{roster:?}"
+    );
+    let kept = roster.iter().find(|r| r.id == asleep.id).unwrap();
+    assert_eq!(
+        kept.presence, "dormant",
+        "dormant within the ceiling keeps its pairing"
+    );
+    assert_eq!(
+        code(
+            gone_client
+                .runner_heartbeat(&wire::RunnerHeartbeat::default())
+                .await
+        ),
+        "unauthorized"
+    );
+    heartbeat(&asleep_client, None).await;
+
+    // A revocation's effect: the named job is rejected, the pool job parked for another runner.
+    let named = admin.job(named.id).await.unwrap();
+    assert_eq!(named.state, "rejected");
+    assert_eq!(named.error.unwrap()["reason"], json!("runner_revoked"));
+    let pool_job = admin.job(pool_job.id).await.unwrap();
+    assert_eq!(pool_job.state, "parked");
+    let again = lease(&asleep_client, 1000, 1).await;
+    assert_eq!(again[0].id, pool_job.id);
+    assert!(again[0].epoch > held.iter().find(|j| j.id == pool_job.id).unwrap().epoch);
+}
+
+fn target(repository: &str) -> wire::AdvertisedTarget {
+    wire::AdvertisedTarget::git(repository)
+}
+
+fn status_of(runner: &wire::Runner, repository: &str) -> String {
+    runner
+        .repo_targets
+        .iter()
+        .find(|t| t.repository == repository)
+        .unwrap_or_else(|| panic!("{repository} not in {:?}", runner.repo_targets))
+        .status
+        .clone()
+}
+
+#[tokio::test]
+async fn repository_targets_are_advertised_pending_and_only_operators_change_them() {
+    let app = TestApp::spawn().await;
+    let admin = app.operator("acme", "root", true).await;
+    let alice = app.operator("acme", "alice", false).await;
+    let bob = app.operator("acme", "bob", false).await;
+    const A: &str = "https://git.example.com/acme/a.git";
+    const B: &str = "https://git.example.com/acme/b.git";
+    const C: &str = "file:///srv/git/c.git";
+
+    let created = admin
+        .pair_runner(
+            Tier::Workspace,
+            &wire::CreateRunner {
+                label: "builder".into(),
+                repo_targets: Some(vec![target(A), target(B), target(A)]),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let ws_runner = admin.with_token(created.token);
+    assert_eq!(
+        created.runner.repo_targets.len(),
+        2,
+        "a repeat is recorded once"
+    );
+    assert!(created
+        .runner
+        .repo_targets
+        .iter()
+        .all(|t| t.status == "pending" && t.provider == "git"));
+    let a_id = created
+        .runner
+        .repo_targets
+        .iter()
+        .find(|t| t.repository == A)
+        .unwrap()
+        .id;
+
+    // The runner's own calls only add pending targets.
+    let hb = ws_runner
+        .runner_heartbeat(&wire::RunnerHeartbeat {
+            repo_targets: Some(vec![target(A), target(C)]),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .runner;
+    assert_eq!(
+        hb.repo_targets.len(),
+        3,
+        "a target no longer advertised keeps its record"
+    );
+    assert_eq!(status_of(&hb, C), "pending");
+
+    assert_eq!(
+        code(alice.set_repo_target(hb.id, a_id, true).await),
+        "forbidden",
+        "member, workspace runner"
+    );
+    let approved = admin.set_repo_target(hb.id, a_id, true).await.unwrap();
+    assert_eq!(status_of(&approved, A), "approved");
+    assert_eq!(status_of(&approved, B), "pending");
+    let hb = ws_runner
+        .runner_heartbeat(&wire::RunnerHeartbeat {
+            repo_targets: Some(vec![target(A)]),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .runner;
+    assert_eq!(
+        status_of(&hb, A),
+        "approved",
+        "re-advertising changes no status"
+    );
+    let revoked = admin.set_repo_target(hb.id, a_id, false).await.unwrap();
+    assert_eq!(status_of(&revoked, A), "revoked");
+    // A lease call advertises too: A stays revoked, D arrives pending.
+    const D: &str = "https://git.example.com/acme/d.git";
+    let (status, body) = call(
+        &app.url(0),
+        ws_runner.token().unwrap(),
+        Method::POST,
+        "/v1/runner/lease",
+        Some(json!({"wait_ms": 0, "repo_targets": [{"provider": "git", "repository": A}, {"provider": "git", "repository": D, "label": "d"}]})),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let listed = alice.runners(Tier::Workspace).await.unwrap();
+    let seen = listed.iter().find(|r| r.id == hb.id).unwrap();
+    assert_eq!(
+        status_of(seen, A),
+        "revoked",
+        "revoked stays revoked when advertised again"
+    );
+    assert_eq!(status_of(seen, D), "pending");
+    assert_eq!(
+        seen.repo_targets
+            .iter()
+            .find(|t| t.repository == D)
+            .unwrap()
+            .label
+            .as_deref(),
+        Some("d")
+    );
+    let again = admin.set_repo_target(hb.id, a_id, true).await.unwrap();
+    assert_eq!(
+        status_of(&again, A),
+        "approved",
+        "an admin may approve again"
+    );
+
+    // Personal runners: the owner or an admin; another member sees nothing (404).
+    let code_text = alice
+        .create_join_code(&wire::CreateJoinCode {
+            tier: Tier::Personal,
+            ttl_s: None,
+            ephemeral: None,
+        })
+        .await
+        .unwrap()
+        .code;
+    let enrolled = Client::new(app.url(0), None)
+        .enroll(&wire::Enroll {
+            code: code_text,
+            label: "laptop".into(),
+            repo_targets: Some(vec![target(B)]),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .runner;
+    let b_id = enrolled.repo_targets[0].id;
+    assert_eq!(enrolled.repo_targets[0].status, "pending");
+    assert_eq!(
+        code(bob.set_repo_target(enrolled.id, b_id, true).await),
+        "not_found"
+    );
+    assert_eq!(
+        status_of(
+            &alice
+                .set_repo_target(enrolled.id, b_id, true)
+                .await
+                .unwrap(),
+            B
+        ),
+        "approved"
+    );
+    assert_eq!(
+        status_of(
+            &admin
+                .set_repo_target(enrolled.id, b_id, false)
+                .await
+                .unwrap(),
+            B
+        ),
+        "revoked"
+    );
+    // Another workspace's admin, an unknown target, a malformed id.
+    let globex = app.operator("globex", "root", true).await;
+    assert_eq!(
+        code(globex.set_repo_target(enrolled.id, b_id, true).await),
+        "not_found"
+    );
+    assert_eq!(
+        code(admin.set_repo_target(enrolled.id, a_id, true).await),
+        "not_found"
+    );
+    let (status, _) = call(
+        &app.url(0),
+        admin.token().unwrap(),
+        Method::POST,
+        &format!("/v1/runners/{}/repo-targets/nope/approve", enrolled.id),
+        None,
+    )
+    .await;
+    assert_eq!(status, 400);
+}
+
+#[tokio::test]
+async fn more_than_a_hundred_targets_or_a_malformed_one_is_400_naming_it() {
+    let app = TestApp::spawn().await;
+    let alice = app.operator("acme", "alice", false).await;
+    let (_, runner) = pair(&alice, Tier::Personal, &[], 1).await;
+    let many: Vec<Value> = (0..101)
+        .map(|i| json!({"provider": "git", "repository": format!("https://h/r{i}.git")}))
+        .collect();
+    let hundred: Vec<Value> = many[..100].to_vec();
+    let token = runner.token().unwrap();
+    for path in ["/v1/runner/heartbeat", "/v1/runner/lease"] {
+        let (status, body) = call(
+            &app.url(0),
+            token,
+            Method::POST,
+            path,
+            Some(json!({"wait_ms": 0, "repo_targets": many})),
+        )
+        .await;
+        assert_eq!(status, 400, "{path}");
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .unwrap()
+                .starts_with("repo_targets"),
+            "{body}"
+        );
+        let (status, body) = call(
+            &app.url(0),
+            token,
+            Method::POST,
+            path,
+            Some(json!({"wait_ms": 0, "repo_targets": [{"provider": "Git!", "repository": "x"}]})),
+        )
+        .await;
+        assert_eq!(status, 400, "{path}");
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .unwrap()
+                .starts_with("repo_targets[0].provider"),
+            "{body}"
+        );
+    }
+    let (status, body) = call(
+        &app.url(0),
+        token,
+        Method::POST,
+        "/v1/runner/heartbeat",
+        Some(json!({"repo_targets": hundred})),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        body["runner"]["repo_targets"].as_array().unwrap().len(),
+        100
+    );
+    let (status, _) = call(
+        &app.url(0),
+        alice.token().unwrap(),
+        Method::POST,
+        "/v1/runners",
+        Some(json!({"label": "x", "repo_targets": many})),
+    )
+    .await;
+    assert_eq!(status, 400);
+}
