@@ -14,3 +14,4 @@ mod runner_e2e;
 mod schema;
 mod secrets;
 mod security;
+mod sources;
