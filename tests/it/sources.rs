@@ -251,7 +251,7 @@ async fn a_credential_goes_only_to_allowed_hosts_only_as_a_header_and_into_no_fi
         &source(&url, &first, Some(token)),
         &work,
         &home,
-        &[host.clone()],
+        std::slice::from_ref(&host),
     )
     .await
     .unwrap();
