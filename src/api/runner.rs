@@ -154,7 +154,8 @@ pub async fn lease(
 
 /// Before a lease: record what the call advertises (version, repository targets), then refuse
 /// an outdated runner with 409 `runner_outdated`. Costs a statement only when the call
-/// advertises something or a minimum version is set.
+/// advertises targets, or a version this replica has not yet recorded for this token, or when
+/// the runner is (or may be) outdated; a current runner repeating its version costs nothing.
 async fn placement_check(
     st: &AppState,
     token: &RunnerToken,
@@ -166,6 +167,11 @@ async fn placement_check(
         return Ok(());
     }
     let outdated = version::is_outdated(version, min);
+    if let Some(v) = version {
+        if targets.is_empty() && !outdated && st.versions.already_recorded(&token.hash, v) {
+            return Ok(());
+        }
+    }
     let caller = st
         .hub
         .store
@@ -176,7 +182,12 @@ async fn placement_check(
         Some(min) if caller.outdated => Err(ApiError::RunnerOutdated {
             min_version: min.to_string(),
         }),
-        _ => Ok(()),
+        _ => {
+            if let Some(v) = version {
+                st.versions.recorded(&token.hash, v);
+            }
+            Ok(())
+        }
     }
 }
 
