@@ -1,9 +1,20 @@
--- A runner appends events, fenced: $1 id, $2 epoch, $3 runner id, $4 kinds, $5 data.
--- Returns the seq of the last event appended, or NULL when the fence did not match.
-WITH fenced AS (
-    UPDATE jobs SET event_seq = event_seq + cardinality($4::text[])
-     WHERE id = $1 AND epoch = $2 AND leased_by = $3 AND state = 'leased'
-    RETURNING id, event_seq - cardinality($4::text[]) AS base
+-- A runner appends events, fenced and authenticated in one statement: $1 id, $2 epoch,
+-- $3 sha256(runner token), $4 kinds, $5 data, $6 how stale (ms) last_seen_at may get.
+-- Returns the seq of the last event appended; no row when the fence missed.
+WITH me AS (
+    SELECT r.id, r.last_seen_at FROM runners r
+     WHERE r.token_hash = $3 AND r.revoked_at IS NULL
+       AND NOT runner_spent(r.ephemeral, r.ephemeral_job)
+),
+fenced AS (
+    UPDATE jobs j SET event_seq = j.event_seq + cardinality($4::text[])
+      FROM me
+     WHERE j.id = $1 AND j.epoch = $2 AND j.leased_by = me.id AND j.state = 'leased'
+    RETURNING j.id, j.event_seq - cardinality($4::text[]) AS base
+),
+seen AS (
+    UPDATE runners r SET last_seen_at = now()
+      FROM me WHERE r.id = me.id AND me.last_seen_at < now() - $6::bigint * interval '1 millisecond'
 ),
 appended AS (
     INSERT INTO job_events (job_id, seq, kind, data)
@@ -11,4 +22,4 @@ appended AS (
       FROM fenced, unnest($4::text[], $5::jsonb[]) WITH ORDINALITY AS e (kind, data, ord)
     RETURNING seq
 )
-SELECT max(seq) AS next FROM appended
+SELECT max(seq) AS next FROM appended HAVING count(*) > 0

@@ -1,17 +1,41 @@
--- Park a job and append its first event. On an Idempotency-Key already used in the workspace
--- it inserts nothing and returns no row (the caller then reads the first job).
--- $1 id, $2 workspace, $3 owner, $4 runner id or NULL (pool), $5 kind, $6 payload,
--- $7 required capabilities, $8 priority, $9 max_attempts, $10 no_runner_timeout_ms,
--- $11 queue_timeout_ms or NULL, $12 idempotency key or NULL, $13 billing tenant or NULL.
-WITH inserted AS (
-    INSERT INTO jobs (id, workspace, owner, runner_id, state, kind, payload,
+-- Park jobs, authenticated in the same statement: each item carries the SHA-256 of its caller's
+-- API key and is parked only while that key is live. One statement parks one dispatch, a batch
+-- dispatch, or dispatches of several callers coalesced by the replica (hub::combine); every
+-- parked job gets its first `state` event. Items are inserted in array order.
+-- $1 a JSON array of items: {ord (position), id, key (hex sha256), pool ('personal'|'workspace'|'any', or null
+-- for a named runner), runner_id, owner (named runners only: the runner's owner), kind,
+-- payload, required_capabilities, priority, max_attempts, no_runner_timeout_ms,
+-- queue_timeout_ms, idempotency_key, secrets, source, source_key}.
+-- No row for an item: its key is not live, or its idempotency key was already used in the
+-- workspace (earlier, or by an earlier item of this statement); the caller then reads the first.
+WITH items AS (
+    SELECT x.*, k.workspace,
+           CASE x.pool WHEN 'workspace' THEN 'ws:' || k.workspace
+                       WHEN 'personal' THEN k.subject
+                       WHEN 'any' THEN k.subject
+                       ELSE x.owner END AS queue_owner
+      FROM jsonb_to_recordset($1::jsonb) AS x (
+               ord bigint, id uuid, key text, pool text, runner_id uuid, owner text, kind text,
+               payload jsonb, required_capabilities text[], priority integer, max_attempts integer,
+               no_runner_timeout_ms bigint, queue_timeout_ms bigint, idempotency_key text,
+               secrets text[], source jsonb, source_key text)
+      JOIN api_keys k ON k.token_hash = decode(x.key, 'hex') AND k.revoked_at IS NULL
+),
+inserted AS (
+    INSERT INTO jobs (id, workspace, owner, runner_id, pool, state, kind, payload,
                       required_capabilities, priority, max_attempts, no_runner_timeout_ms,
                       no_runner_check_at, queue_deadline, idempotency_key, billing_tenant,
-                      event_seq)
-    VALUES ($1, $2, $3, $4, 'parked', $5, $6, $7, $8, $9, $10,
-            now() + $10::bigint * interval '1 millisecond',
-            now() + $11::bigint * interval '1 millisecond',
-            $12, $13, 1)
+                      secrets, source, source_key, event_seq)
+    SELECT id, workspace, queue_owner, runner_id, pool, 'parked', kind,
+           COALESCE(payload, 'null'::jsonb),  -- a JSON null reads as SQL NULL here
+           required_capabilities, priority, max_attempts, no_runner_timeout_ms,
+           now() + no_runner_timeout_ms * interval '1 millisecond',
+           now() + queue_timeout_ms * interval '1 millisecond',
+           idempotency_key,
+           CASE WHEN queue_owner LIKE 'ws:%' THEN workspace END,
+           secrets, source, source_key, 1
+      FROM items
+     ORDER BY ord
     ON CONFLICT (workspace, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING *
 ),

@@ -1,16 +1,27 @@
--- Give a lease back (draining), fenced: $1 id, $2 epoch, $3 runner id. The job is parked again
--- with its epoch unchanged; the next lease bumps it. Never fails the job.
-WITH released AS (
-    UPDATE jobs
+-- Give a lease back (draining), fenced and authenticated in one statement: $1 id, $2 epoch,
+-- $3 sha256(runner token), $4 how stale (ms) last_seen_at may get. The job is parked again with
+-- its epoch unchanged; the next lease bumps it. Never fails the job.
+WITH me AS (
+    SELECT r.id, r.last_seen_at FROM runners r
+     WHERE r.token_hash = $3 AND r.revoked_at IS NULL
+       AND NOT runner_spent(r.ephemeral, r.ephemeral_job)
+),
+released AS (
+    UPDATE jobs j
        SET state = 'parked', leased_by = NULL, lease_expires_at = NULL,
-           event_seq = event_seq + 1
-     WHERE id = $1 AND epoch = $2 AND leased_by = $3 AND state = 'leased'
-    RETURNING *
+           event_seq = j.event_seq + 1
+      FROM me
+     WHERE j.id = $1 AND j.epoch = $2 AND j.leased_by = me.id AND j.state = 'leased'
+    RETURNING j.*, me.id AS releaser
+),
+seen AS (
+    UPDATE runners r SET last_seen_at = now()
+      FROM me WHERE r.id = me.id AND me.last_seen_at < now() - $4::bigint * interval '1 millisecond'
 ),
 events AS (
     INSERT INTO job_events (job_id, seq, kind, data)
     SELECT id, event_seq, 'state',
-           jsonb_build_object('state', 'parked', 'reason', 'released', 'runner', $3::uuid,
+           jsonb_build_object('state', 'parked', 'reason', 'released', 'runner', releaser,
                               'epoch', epoch)
       FROM released
 )

@@ -1,83 +1,138 @@
--- The claim: one statement, on the database clock. Run inside the lease transaction after
--- runner_lock_for_lease, so its snapshot sees every lease a concurrent lease call of the same
--- runner committed, and "never more than capacity - active leases" holds.
--- $1 runner id, $2 runner's owner, $3 runner's capabilities, $4 most jobs wanted,
--- $5 lease ttl ms, $6 the runner's capacity.
+-- The claim: one statement, on the database clock, second in the lease transaction after
+-- runner_lock_for_lease (the two are sent together, pipelined, with BEGIN and COMMIT: one round
+-- trip). Its own snapshot is taken after the lock was granted, so it sees every lease that a
+-- concurrent lease call of the same runner committed, and "never more than capacity - active
+-- leases" holds.
+-- $1 sha256(token), $2 runner id, $3 its workspace, $4 its owner (id, workspace and owner never
+-- change for a runner, so a replica may know them before the lock answers; the runner row is
+-- still matched on the token, so a wrong guess claims nothing), $5 most jobs wanted, $6 lease ttl
+-- ms, $7 whether to report 'more' (only a woken waiter passes its wake on).
 --
--- In order: jobs named for this runner that need a capability it lacks are rejected (never run
--- in the wrong environment); jobs named for it are taken, then the owner's pool, skipping pool
--- jobs it cannot run; highest priority first, FIFO by id. CTE form with LIMIT and
--- FOR UPDATE SKIP LOCKED, so no more than $4 rows are ever locked or updated.
+-- In order: jobs named for this runner that it cannot run (a required capability it does not
+-- advertise, an exclusive name they do not require, a source it holds no approved target for)
+-- are rejected; jobs named for it are taken, then its pool (for a workspace runner also the
+-- workspace's 'any' jobs), skipping pool jobs it cannot run; highest priority first, FIFO by id.
+-- Each candidate scan is ordered by its partial index and limited, with FOR UPDATE SKIP LOCKED.
+-- The rejection has no limit: it takes every unrunnable job named for the runner at once.
 -- Rows out: outcome 'leased' (one per job taken), 'rejected' (one per job rejected), one 'free'
--- row whose epoch column is how many this call could take, and at most one 'more' row when pool
--- jobs this call did not take are still parked (the wake is passed on).
-WITH slots AS (
-    SELECT greatest(least($4::bigint,
-                          $6::bigint - (SELECT count(*) FROM jobs
-                                         WHERE leased_by = $1 AND state = 'leased')), 0) AS take
+-- row whose epoch column is how many this call could take, and a 'more' row when $7 and pool
+-- jobs this call did not take are still parked.
+WITH r AS (
+    SELECT r.id, r.capabilities, r.exclusive, r.capacity, r.ephemeral, r.ephemeral_job,
+           ARRAY(SELECT t.provider || ' ' || t.repository FROM runner_repo_targets t
+                  WHERE t.runner_id = r.id AND t.status = 'approved') AS sources
+      FROM runners r
+     WHERE r.id = $2 AND r.token_hash = $1 AND r.revoked_at IS NULL
+       AND NOT runner_spent(r.ephemeral, r.ephemeral_job)
+),
+slots AS (
+    SELECT greatest(least(CASE WHEN r.ephemeral THEN (r.ephemeral_job IS NULL)::integer
+                               ELSE $5::bigint END,
+                          r.capacity - (SELECT count(*) FROM jobs
+                                         WHERE leased_by = $2 AND state = 'leased')), 0) AS take
+      FROM r
 ),
 rejected AS (
-    UPDATE jobs
-       SET state = 'rejected', finished_at = now(), event_seq = event_seq + 1,
-           error = jsonb_build_object('reason', 'capability_mismatch',
-                                      'message', 'the named runner does not advertise every required capability')
-     WHERE runner_id = $1 AND state = 'parked' AND NOT (required_capabilities <@ $3::text[])
-    RETURNING id, workspace, epoch, event_seq
+    UPDATE jobs j
+       SET state = 'rejected', finished_at = now(), event_seq = j.event_seq + 1,
+           error = jsonb_build_object('reason', 'capability_mismatch', 'message',
+                       'the named runner does not advertise every required capability, requires '
+                       || 'an exclusive capability the job does not, or holds no approved '
+                       || 'repository target for its source')
+      FROM r
+     WHERE j.runner_id = $2 AND j.state = 'parked'
+       AND NOT (j.required_capabilities <@ r.capabilities
+                AND r.exclusive <@ j.required_capabilities
+                AND (j.source_key IS NULL OR j.source_key = ANY (r.sources)))
+    RETURNING j.id, j.epoch, j.event_seq
 ),
 named AS (
-    SELECT id FROM jobs
-     WHERE runner_id = $1 AND state = 'parked' AND required_capabilities <@ $3::text[]
-     ORDER BY priority DESC, id
+    SELECT j.id, j.priority FROM jobs j, r
+     WHERE j.runner_id = $2 AND j.state = 'parked'
+       AND j.required_capabilities <@ r.capabilities
+       AND r.exclusive <@ j.required_capabilities
+       AND (j.source_key IS NULL OR j.source_key = ANY (r.sources))
+     ORDER BY j.priority DESC, j.id
      LIMIT (SELECT take FROM slots)
-       FOR UPDATE SKIP LOCKED
+       FOR UPDATE OF j SKIP LOCKED
+),
+own_pool AS (
+    SELECT j.id, j.priority FROM jobs j, r
+     WHERE j.workspace = $3 AND j.owner = $4 AND j.runner_id IS NULL AND j.state = 'parked'
+       AND j.required_capabilities <@ r.capabilities
+       AND r.exclusive <@ j.required_capabilities
+       AND (j.source_key IS NULL OR j.source_key = ANY (r.sources))
+     ORDER BY j.priority DESC, j.id
+     LIMIT greatest((SELECT take FROM slots) - (SELECT count(*) FROM named), 0)
+       FOR UPDATE OF j SKIP LOCKED
+),
+-- A workspace runner also serves the workspace's 'any' jobs (owned by their subjects).
+any_pool AS (
+    SELECT j.id, j.priority FROM jobs j, r
+     WHERE $4 LIKE 'ws:%' AND j.workspace = $3 AND j.pool = 'any' AND j.state = 'parked'
+       AND j.required_capabilities <@ r.capabilities
+       AND r.exclusive <@ j.required_capabilities
+       AND (j.source_key IS NULL OR j.source_key = ANY (r.sources))
+     ORDER BY j.priority DESC, j.id
+     LIMIT greatest((SELECT take FROM slots) - (SELECT count(*) FROM named), 0)
+       FOR UPDATE OF j SKIP LOCKED
 ),
 pool AS (
-    SELECT id FROM jobs
-     WHERE owner = $2 AND runner_id IS NULL AND state = 'parked'
-       AND required_capabilities <@ $3::text[]
+    SELECT id FROM (SELECT * FROM own_pool UNION ALL SELECT * FROM any_pool) AS candidates
      ORDER BY priority DESC, id
      LIMIT greatest((SELECT take FROM slots) - (SELECT count(*) FROM named), 0)
-       FOR UPDATE SKIP LOCKED
 ),
 picked AS (
     SELECT id FROM named UNION ALL SELECT id FROM pool
 ),
 leased AS (
     UPDATE jobs j
-       SET state = 'leased', epoch = j.epoch + 1, attempts = j.attempts + 1, leased_by = $1,
-           leased_at = now(), lease_expires_at = now() + $5::bigint * interval '1 millisecond',
-           event_seq = j.event_seq + 1
+       SET state = 'leased', epoch = j.epoch + 1, attempts = j.attempts + 1, leased_by = $2,
+           leased_at = now(), lease_expires_at = now() + $6::bigint * interval '1 millisecond',
+           lease_check_at = now() + $6::bigint * interval '1 millisecond',
+           event_seq = j.event_seq + 1,
+           -- An 'any' job is billed to whoever holds its lease.
+           billing_tenant = CASE WHEN j.pool = 'any'
+                                 THEN CASE WHEN $4 LIKE 'ws:%' THEN j.workspace END
+                                 ELSE j.billing_tenant END
       FROM picked
      WHERE j.id = picked.id
     RETURNING j.id, j.workspace, j.epoch, j.attempts, j.kind, j.payload, j.required_capabilities,
-              j.priority, j.runner_id IS NOT NULL AS named, j.lease_expires_at, j.event_seq
+              j.priority, j.runner_id IS NOT NULL AS named, j.lease_expires_at, j.event_seq,
+              j.secrets, j.source
+),
+-- An ephemeral runner takes one job in its life: remember which.
+ephemeral AS (
+    UPDATE runners SET ephemeral_job = (SELECT id FROM leased ORDER BY id LIMIT 1)
+     WHERE id = $2 AND ephemeral AND ephemeral_job IS NULL AND EXISTS (SELECT 1 FROM leased)
 ),
 events AS (
     INSERT INTO job_events (job_id, seq, kind, data)
     SELECT id, event_seq, 'state',
-           jsonb_build_object('state', 'leased', 'reason', NULL, 'runner', $1::uuid, 'epoch', epoch)
+           jsonb_build_object('state', 'leased', 'reason', NULL, 'runner', $2::uuid, 'epoch', epoch)
       FROM leased
     UNION ALL
     SELECT id, event_seq, 'state',
            jsonb_build_object('state', 'rejected', 'reason', 'capability_mismatch',
-                              'runner', $1::uuid, 'epoch', epoch)
+                              'runner', $2::uuid, 'epoch', epoch)
       FROM rejected
 )
 SELECT 'leased' AS outcome, id, workspace, epoch, attempts, kind, payload, required_capabilities,
-       priority, named, lease_expires_at
+       priority, named, lease_expires_at, secrets, source
   FROM leased
 UNION ALL
-SELECT 'rejected', id, workspace, epoch, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+SELECT 'rejected', id, NULL, epoch, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
   FROM rejected
 UNION ALL
-SELECT 'free', NULL, NULL, take, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+SELECT 'free', NULL, NULL, take, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
   FROM slots
 UNION ALL
--- Parked pool jobs this call did not take: count up to take + 1 of them on the claim index (the
--- ones taken here still look parked to this statement's snapshot) and compare.
-SELECT 'more', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
- WHERE (SELECT count(*) FROM (SELECT 1 FROM jobs
-                               WHERE owner = $2 AND runner_id IS NULL AND state = 'parked'
-                               ORDER BY priority DESC, id
-                               LIMIT (SELECT take FROM slots) + 1) AS visible)
-       > (SELECT count(*) FROM pool)
+-- Pool jobs this call did not take (the ones it took still look parked to its snapshot).
+SELECT 'more', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+ WHERE $7::boolean
+   AND (EXISTS (SELECT 1 FROM jobs j
+                 WHERE j.workspace = $3 AND j.owner = $4 AND j.runner_id IS NULL
+                   AND j.state = 'parked' AND j.id NOT IN (SELECT id FROM pool))
+        OR ($4 LIKE 'ws:%' AND EXISTS (SELECT 1 FROM jobs j
+                 WHERE j.workspace = $3 AND j.pool = 'any'
+                   AND j.state = 'parked' AND j.id NOT IN (SELECT id FROM pool))))

@@ -6,7 +6,7 @@ WITH reparked AS (
        SET state = 'parked', leased_by = NULL, lease_expires_at = NULL,
            event_seq = j.event_seq + 1
      WHERE j.leased_by = $1 AND j.state = 'leased' AND j.runner_id IS NULL
-    RETURNING j.id, j.owner, j.runner_id, j.epoch, j.event_seq, j.state
+    RETURNING j.id, j.workspace, j.owner, j.runner_id, j.pool, j.epoch, j.event_seq, j.state
 ),
 rejected AS (
     UPDATE jobs j
@@ -15,7 +15,7 @@ rejected AS (
                                       'message', 'the runner this job was named for was revoked'),
            event_seq = j.event_seq + 1
      WHERE j.runner_id = $1 AND j.state IN ('parked', 'leased')
-    RETURNING j.id, j.owner, j.runner_id, j.epoch, j.event_seq, j.state
+    RETURNING j.id, j.workspace, j.owner, j.runner_id, j.pool, j.epoch, j.event_seq, j.state
 ),
 moved AS (
     SELECT * FROM reparked UNION ALL SELECT * FROM rejected
@@ -29,4 +29,4 @@ events AS (
                               'runner', $1::uuid, 'epoch', epoch)
       FROM moved
 )
-SELECT id, owner, runner_id, state FROM moved
+SELECT id, workspace, owner, runner_id, pool, state FROM moved

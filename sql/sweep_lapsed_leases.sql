@@ -1,28 +1,39 @@
--- Leases not renewed in time: back to parked (re-delivery; the next lease bumps the epoch), or
--- failed lease_lost once attempts reached max_attempts. $1 batch size. Safe on every replica at
--- once: SKIP LOCKED, and a row a heartbeat just renewed no longer matches.
-WITH lapsed AS (
+-- Leases whose check is due: $1 batch size. A lease whose holder kept heartbeating (its
+-- lease_expires_at is still ahead) only has its next check moved to that expiry; a lapsed one
+-- goes back to parked (re-delivery; the next lease bumps the epoch), or fails lease_lost once
+-- attempts reached max_attempts. Safe on every replica at once: SKIP LOCKED, and each row is
+-- judged on the values it has when locked. Rows out: the jobs that moved.
+WITH due AS (
     SELECT id, leased_by AS holder
       FROM jobs
-     WHERE state = 'leased' AND lease_expires_at < now()
-     ORDER BY lease_expires_at
+     WHERE state = 'leased' AND lease_check_at <= now()
+     ORDER BY lease_check_at
      LIMIT $1
        FOR UPDATE SKIP LOCKED
 ),
-moved AS (
+judged AS (
     UPDATE jobs j
-       SET state = CASE WHEN j.attempts >= j.max_attempts THEN 'failed' ELSE 'parked' END,
-           finished_at = CASE WHEN j.attempts >= j.max_attempts THEN now() END,
-           error = CASE WHEN j.attempts >= j.max_attempts THEN
+       SET state = CASE WHEN j.lease_expires_at > now() THEN 'leased'
+                        WHEN j.attempts >= j.max_attempts THEN 'failed'
+                        ELSE 'parked' END,
+           lease_check_at = CASE WHEN j.lease_expires_at > now() THEN j.lease_expires_at END,
+           finished_at = CASE WHEN j.lease_expires_at <= now() AND j.attempts >= j.max_attempts
+                              THEN now() END,
+           error = CASE WHEN j.lease_expires_at <= now() AND j.attempts >= j.max_attempts THEN
                        jsonb_build_object('reason', 'lease_lost', 'message',
                            'the lease lapsed without a report after ' || j.attempts || ' attempts')
                    END,
-           leased_by = CASE WHEN j.attempts >= j.max_attempts THEN j.leased_by END,
-           lease_expires_at = NULL,
-           event_seq = j.event_seq + 1
-      FROM lapsed
-     WHERE j.id = lapsed.id
-    RETURNING j.id, j.owner, j.runner_id, j.state, j.epoch, j.event_seq, lapsed.holder
+           leased_by = CASE WHEN j.lease_expires_at > now() OR j.attempts >= j.max_attempts
+                            THEN j.leased_by END,
+           lease_expires_at = CASE WHEN j.lease_expires_at > now() THEN j.lease_expires_at END,
+           event_seq = j.event_seq + CASE WHEN j.lease_expires_at > now() THEN 0 ELSE 1 END
+      FROM due
+     WHERE j.id = due.id
+    RETURNING j.id, j.workspace, j.owner, j.runner_id, j.pool, j.state, j.epoch, j.event_seq,
+              due.holder
+),
+moved AS (
+    SELECT * FROM judged WHERE state <> 'leased'
 ),
 events AS (
     INSERT INTO job_events (job_id, seq, kind, data)
@@ -32,4 +43,4 @@ events AS (
                               'runner', holder, 'epoch', epoch)
       FROM moved
 )
-SELECT id, owner, runner_id, state FROM moved
+SELECT id, workspace, owner, runner_id, pool, state FROM moved

@@ -1,7 +1,11 @@
 -- Parked jobs whose no-runner check is due. The deadline is no_runner_timeout after the later of
--- dispatch and the last moment a runner that could take the job (live, not outdated, right owner
--- or the named runner, every required capability) was online. Past it: rejected no_runner. Otherwise the
--- next check moves to the deadline. $1 batch size, $2 presence window ms.
+-- dispatch and the last moment a runner that could take the job was online: live, not outdated,
+-- in the job's workspace, the named runner or one serving its queue (for an 'any' job also the
+-- workspace's runners), advertising every required capability, requiring no exclusive name the
+-- job does not, and holding an approved repository target for its source, if it has one. A
+-- runner never seen was never online (and greatest() ignores the NULL of no runner). Past the
+-- deadline: rejected no_runner; otherwise the next check moves to the deadline. $1 batch size,
+-- $2 presence window ms. Rows out: the jobs rejected.
 WITH due AS (
     SELECT id FROM jobs
      WHERE state = 'parked' AND no_runner_check_at <= now()
@@ -14,9 +18,18 @@ judged AS (
            greatest(j.created_at,
                     (SELECT max(least(now(), r.last_seen_at + $2::bigint * interval '1 millisecond'))
                        FROM runners r
-                      WHERE r.revoked_at IS NULL AND NOT r.outdated
-                        AND (r.id = j.runner_id OR (j.runner_id IS NULL AND r.owner = j.owner))
-                        AND j.required_capabilities <@ r.capabilities))
+                      WHERE r.revoked_at IS NULL AND r.last_seen_at IS NOT NULL
+                        AND NOT r.outdated
+                        AND r.workspace = j.workspace
+                        AND (r.id = j.runner_id
+                             OR (j.runner_id IS NULL AND r.owner = j.owner)
+                             OR (j.pool = 'any' AND r.owner = 'ws:' || j.workspace))
+                        AND j.required_capabilities <@ r.capabilities
+                        AND r.exclusive <@ j.required_capabilities
+                        AND (j.source_key IS NULL OR EXISTS (
+                                SELECT 1 FROM runner_repo_targets t
+                                 WHERE t.runner_id = r.id AND t.status = 'approved'
+                                   AND t.provider || ' ' || t.repository = j.source_key))))
            + j.no_runner_timeout_ms * interval '1 millisecond' AS deadline
       FROM jobs j JOIN due ON due.id = j.id
 ),
@@ -33,7 +46,7 @@ moved AS (
            event_seq = j.event_seq + CASE WHEN judged.deadline <= now() THEN 1 ELSE 0 END
       FROM judged
      WHERE j.id = judged.id
-    RETURNING j.id, j.owner, j.runner_id, j.state, j.epoch, j.event_seq
+    RETURNING j.id, j.workspace, j.owner, j.runner_id, j.pool, j.state, j.epoch, j.event_seq
 ),
 events AS (
     INSERT INTO job_events (job_id, seq, kind, data)
@@ -41,4 +54,4 @@ events AS (
            jsonb_build_object('state', 'rejected', 'reason', 'no_runner', 'runner', NULL, 'epoch', epoch)
       FROM moved WHERE state = 'rejected'
 )
-SELECT id, owner, runner_id, state FROM moved WHERE state = 'rejected'
+SELECT id, workspace, owner, runner_id, pool, state FROM moved WHERE state = 'rejected'

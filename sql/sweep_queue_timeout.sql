@@ -15,7 +15,7 @@ moved AS (
            event_seq = j.event_seq + 1
       FROM due
      WHERE j.id = due.id
-    RETURNING j.id, j.owner, j.runner_id, j.state, j.epoch, j.event_seq
+    RETURNING j.id, j.workspace, j.owner, j.runner_id, j.pool, j.state, j.epoch, j.event_seq
 ),
 events AS (
     INSERT INTO job_events (job_id, seq, kind, data)
@@ -23,4 +23,4 @@ events AS (
            jsonb_build_object('state', 'rejected', 'reason', 'queue_timeout', 'runner', NULL, 'epoch', epoch)
       FROM moved
 )
-SELECT id, owner, runner_id, state FROM moved
+SELECT id, workspace, owner, runner_id, pool, state FROM moved

@@ -44,6 +44,9 @@ pub struct Runner {
     /// v1.1: the version is below the server's minimum (or absent, or not semver).
     #[serde(default)]
     pub outdated: bool,
+    /// v1.1: canary names; the runner takes only jobs requiring all of them.
+    #[serde(default)]
+    pub exclusive: Vec<String>,
     /// v1.1: repositories this runner advertised, and whether each is approved for it.
     #[serde(default)]
     pub repo_targets: Vec<RepoTarget>,
@@ -149,6 +152,15 @@ pub struct Job {
     pub error: Option<Value>,
     pub provenance: Option<Value>,
     pub billing_tenant: Option<String>,
+    /// `personal`, `workspace` or `any` for a pool job; null for a job named for a runner.
+    #[serde(default)]
+    pub pool: Option<String>,
+    /// Names of the workspace secrets the job's lease carries (never their values).
+    #[serde(default)]
+    pub secrets: Vec<String>,
+    /// The repository source, without any credential.
+    #[serde(default)]
+    pub source: Option<Value>,
 }
 
 impl Job {
@@ -206,6 +218,8 @@ pub struct CreateRunner {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capabilities: Option<Vec<String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exclusive: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capacity: Option<i64>,
 }
 
@@ -247,12 +261,32 @@ pub enum Tier {
     Workspace,
 }
 
+/// The pool a job is dispatched to: the caller's personal runners, the workspace's, or (v1.1)
+/// either, whichever leases first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PoolName {
+    Personal,
+    Workspace,
+    Any,
+}
+
+impl PoolName {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PoolName::Personal => "personal",
+            PoolName::Workspace => "workspace",
+            PoolName::Any => "any",
+        }
+    }
+}
+
 /// Where a job goes: exactly one of the two shapes; anything else is 400.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(untagged, deny_unknown_fields)]
 pub enum Target {
     Runner { runner_id: Uuid },
-    Pool { pool: Tier },
+    Pool { pool: PoolName },
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -272,12 +306,33 @@ pub struct Dispatch {
     pub no_runner_timeout_ms: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue_timeout_ms: Option<i64>,
-    /// v1.1: names of workspace secrets the job receives as environment variables.
+    /// Names of workspace secrets the lease carries (v1.1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secrets: Option<Vec<String>>,
-    /// v1.1: the repository commit the job runs in.
+    /// A repository source (v1.1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub source: Option<Source>,
+    pub source: Option<Value>,
+}
+
+/// One item of `POST /v1/jobs/batch`: a dispatch body and its own idempotency key.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct BatchItem {
+    #[serde(flatten)]
+    pub dispatch: Dispatch,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotency_key: Option<String>,
+}
+
+/// `POST /v1/jobs/batch` (v1.1): 1..1000 items, all parked in one transaction or none.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DispatchBatch {
+    pub jobs: Vec<BatchItem>,
+}
+
+/// The answer of a batch dispatch: the jobs in request order.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Jobs {
+    pub jobs: Vec<Job>,
 }
 
 impl Dispatch {
@@ -332,7 +387,7 @@ pub struct Preflight {
     pub required_capabilities: Option<Vec<String>>,
     /// v1.1: the job's repository source (blocker `no_approved_target`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub source: Option<Source>,
+    pub source: Option<Value>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -387,6 +442,8 @@ pub struct Enroll {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capabilities: Option<Vec<String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exclusive: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capacity: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub repo_targets: Option<Vec<AdvertisedTarget>>,
@@ -404,6 +461,8 @@ pub struct RunnerHeartbeat {
     pub version: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capabilities: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exclusive: Option<Vec<String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capacity: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -430,6 +489,8 @@ pub struct Lease {
     pub max_jobs: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capabilities: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exclusive: Option<Vec<String>>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

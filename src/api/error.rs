@@ -8,7 +8,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 
 use crate::domain::state::JobState;
-use crate::store::StoreError;
+use crate::store::{FenceMiss, StoreError};
 use crate::wire::{ErrorBody, ErrorDetail};
 
 #[derive(Debug)]
@@ -124,10 +124,30 @@ impl From<StoreError> for ApiError {
                 tracing::warn!(error = %msg, "database unavailable");
                 ApiError::Unavailable
             }
-            StoreError::Db(err) => {
-                tracing::error!(error = ?err, "database error");
+            // By SQLSTATE and statement only: the server's message may quote request data.
+            StoreError::Db {
+                sqlstate,
+                statement,
+                ..
+            } => {
+                tracing::error!(%sqlstate, %statement, "database error");
                 ApiError::Internal
             }
+            StoreError::Invalid(what) => {
+                tracing::error!(%what, "the database returned what the schema rules out");
+                ApiError::Internal
+            }
+        }
+    }
+}
+
+impl From<FenceMiss> for ApiError {
+    fn from(miss: FenceMiss) -> Self {
+        match miss {
+            FenceMiss::Unauthorized => ApiError::Unauthorized,
+            FenceMiss::NotFound => ApiError::NotFound,
+            FenceMiss::Terminal(state) => ApiError::JobTerminal(state),
+            FenceMiss::Superseded => ApiError::LeaseSuperseded,
         }
     }
 }

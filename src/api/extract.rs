@@ -226,9 +226,8 @@ impl FromRequestParts<Arc<AppState>> for RunnerCaller {
         state: &Arc<AppState>,
     ) -> Result<Self, Self::Rejection> {
         let hash = bearer(parts).and_then(|t| credentials::parse(Kind::Runner, t));
-        let refresh = state.hub.config.presence_refresh().as_millis() as i64;
         let runner = match hash {
-            Some(h) => state.hub.store.runner_by_token(&h, refresh).await?,
+            Some(h) => state.hub.store.runner_by_token(&h).await?,
             None => None,
         };
         match runner {
@@ -246,8 +245,8 @@ impl FromRequestParts<Arc<AppState>> for RunnerCaller {
     }
 }
 
-/// A well-formed runner token, not yet checked: the lease call authenticates it inside its own
-/// transaction (the runner-row lock), saving a round trip on the hottest route.
+/// A well-formed runner token, not yet checked: the lease call and every fenced job call
+/// authenticate it inside the statement that does the work, saving a round trip.
 pub struct RunnerToken {
     pub hash: Vec<u8>,
     pub ip: IpAddr,
@@ -263,6 +262,42 @@ impl FromRequestParts<Arc<AppState>> for RunnerToken {
         let ip = client_ip(parts);
         match bearer(parts).and_then(|t| credentials::parse(Kind::Runner, t)) {
             Some(hash) => Ok(RunnerToken { hash, ip }),
+            None => Err(state.auth_failed(ip)),
+        }
+    }
+}
+
+/// A well-formed API key, not yet checked: a dispatch authenticates it inside the statement
+/// that parks the job. [`ApiKeyHash::check`] authenticates it on its own where a call needs the
+/// caller first.
+pub struct ApiKeyHash {
+    pub hash: Vec<u8>,
+    pub ip: IpAddr,
+}
+
+impl ApiKeyHash {
+    /// The live key, or the contract's 401 (or 429 once the address's bucket is empty).
+    ///
+    /// # Errors
+    /// Not a live key; the database failed.
+    pub async fn check(&self, state: &AppState) -> Result<ApiKey, ApiError> {
+        match state.hub.store.key_by_hash(&self.hash).await? {
+            Some(k) => Ok(k),
+            None => Err(state.auth_failed(self.ip)),
+        }
+    }
+}
+
+impl FromRequestParts<Arc<AppState>> for ApiKeyHash {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &Arc<AppState>,
+    ) -> Result<Self, Self::Rejection> {
+        let ip = client_ip(parts);
+        match bearer(parts).and_then(|t| credentials::parse(Kind::ApiKey, t)) {
+            Some(hash) => Ok(ApiKeyHash { hash, ip }),
             None => Err(state.auth_failed(ip)),
         }
     }

@@ -10,12 +10,11 @@ use axum::Json;
 use uuid::Uuid;
 
 use super::error::{ApiError, ApiResult};
-use super::extract::{Body, Operator, PathId, QueryMap};
+use super::extract::{ApiKeyHash, Body, Operator, PathId, QueryMap};
 use super::operators::resolve_target;
 use super::validate;
 use super::views;
 use super::AppState;
-use crate::domain::owner;
 use crate::domain::state::JobState;
 use crate::store::NewJob;
 use crate::wire;
@@ -27,92 +26,354 @@ fn wait_duration(st: &AppState, query: &QueryMap, default_ms: i64) -> ApiResult<
     ))
 }
 
-pub async fn dispatch(
-    State(st): State<Arc<AppState>>,
-    Operator(key): Operator,
-    headers: HeaderMap,
-    Body(req): Body<wire::Dispatch>,
-) -> ApiResult<(StatusCode, Json<wire::Job>)> {
-    // Validation first: a 4xx never uses an idempotency key up.
+/// A dispatch body that passed validation, before its target is resolved.
+struct Checked {
+    target: wire::Target,
+    kind: String,
+    payload: serde_json::Value,
+    required: Vec<String>,
+    priority: i32,
+    max_attempts: i32,
+    no_runner_timeout_ms: i64,
+    queue_timeout_ms: Option<i64>,
+    secrets: Vec<String>,
+    source: Option<serde_json::Value>,
+    source_key: Option<String>,
+}
+
+/// Validate a dispatch body; `at` prefixes field names (`jobs[3].` in a batch).
+fn check(st: &AppState, req: wire::Dispatch, at: &str) -> ApiResult<Checked> {
+    let field = |name: &str| format!("{at}{name}");
     let payload = req
         .payload
-        .ok_or_else(|| ApiError::bad("payload: required"))?;
-    let kind = validate::job_kind(req.kind.as_deref())?;
+        .ok_or_else(|| ApiError::bad(format!("{}: required", field("payload"))))?;
+    validate::no_nul(&field("payload"), &payload)?;
+    let kind = validate::job_kind(req.kind.as_deref()).map_err(|e| prefixed(e, at))?;
     let required = st
         .vocabulary
         .required(req.required_capabilities.as_deref().unwrap_or(&[]))
         .map_err(|bad| {
             ApiError::bad(format!(
-                "required_capabilities: '{bad}' is not a known capability name"
+                "{}: '{bad}' is not a known capability name",
+                field("required_capabilities")
             ))
         })?;
-    let priority = validate::range("priority", req.priority, -1000, 1000, 0)? as i32;
-    let max_attempts = validate::range("max_attempts", req.max_attempts, 1, 100, 3)? as i32;
-    let default_no_runner = st.hub.config.no_runner_timeout_ms as i64;
+    let priority = validate::range(&field("priority"), req.priority, -1000, 1000, 0)? as i32;
+    let max_attempts = validate::range(&field("max_attempts"), req.max_attempts, 1, 100, 3)? as i32;
     let no_runner_timeout_ms = validate::range(
-        "no_runner_timeout_ms",
+        &field("no_runner_timeout_ms"),
         req.no_runner_timeout_ms,
         1000,
         86_400_000,
-        default_no_runner,
+        st.hub.config.no_runner_timeout_ms as i64,
     )?;
-    let queue_timeout_ms =
-        validate::opt_range("queue_timeout_ms", req.queue_timeout_ms, 1000, 604_800_000)?;
-    let idempotency_key = match headers.get("idempotency-key") {
-        None => None,
+    let queue_timeout_ms = validate::opt_range(
+        &field("queue_timeout_ms"),
+        req.queue_timeout_ms,
+        1000,
+        604_800_000,
+    )?;
+    let secrets = validate::secret_names(&field("secrets"), req.secrets.unwrap_or_default())?;
+    let (source, source_key) = match req.source {
+        None => (None, None),
+        Some(s) => {
+            let (source, key) = validate::source(&field("source"), s)?;
+            (Some(source), Some(key))
+        }
+    };
+    Ok(Checked {
+        target: req.target,
+        kind,
+        payload,
+        required,
+        priority,
+        max_attempts,
+        no_runner_timeout_ms,
+        queue_timeout_ms,
+        secrets,
+        source,
+        source_key,
+    })
+}
+
+/// A validation error of a batch item, its field names prefixed.
+fn prefixed(e: ApiError, at: &str) -> ApiError {
+    match e {
+        ApiError::BadRequest(m) if !at.is_empty() => ApiError::BadRequest(format!("{at}{m}")),
+        other => other,
+    }
+}
+
+/// The job to park for a checked body. A named runner must already be resolved (`runner`).
+fn new_job(
+    key_hash: &[u8],
+    c: Checked,
+    runner: Option<&crate::domain::records::Runner>,
+    idempotency_key: Option<String>,
+) -> NewJob {
+    let pool = match &c.target {
+        wire::Target::Pool { pool } => Some(pool.as_str()),
+        wire::Target::Runner { .. } => None,
+    };
+    NewJob {
+        id: Uuid::now_v7(),
+        key_hash: key_hash.to_vec(),
+        pool,
+        runner_id: runner.map(|r| r.id),
+        owner: runner.map(|r| r.owner.clone()),
+        kind: c.kind,
+        payload: c.payload,
+        required_capabilities: c.required,
+        priority: c.priority,
+        max_attempts: c.max_attempts,
+        no_runner_timeout_ms: c.no_runner_timeout_ms,
+        queue_timeout_ms: c.queue_timeout_ms,
+        idempotency_key,
+        secrets: c.secrets,
+        source: c.source,
+        source_key: c.source_key,
+    }
+}
+
+/// A named runner's 422: it cannot run a job with these requirements (a capability it lacks,
+/// an exclusive name the job does not require, no approved target for the job's source).
+fn named_mismatch(r: &crate::domain::records::Runner, c: &Checked) -> ApiResult<()> {
+    if let Some(missing) = c.required.iter().find(|cap| !r.capabilities.contains(cap)) {
+        return Err(ApiError::CapabilityMismatch(format!(
+            "runner {} does not advertise required capability '{missing}'",
+            r.id
+        )));
+    }
+    if let Some(canary) = r.exclusive.iter().find(|x| !c.required.contains(x)) {
+        return Err(ApiError::CapabilityMismatch(format!(
+            "runner {} takes only jobs that require its exclusive capability '{canary}'",
+            r.id
+        )));
+    }
+    if let Some(key) = &c.source_key {
+        let approved = r
+            .repo_targets
+            .iter()
+            .any(|t| t.status == "approved" && format!("{} {}", t.provider, t.repository) == *key);
+        if !approved {
+            return Err(ApiError::CapabilityMismatch(format!(
+                "runner {} holds no approved repository target for this job's source",
+                r.id
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The secret a checked job's source names as its credential.
+fn credential_secret(c: &Checked) -> Option<&str> {
+    c.source
+        .as_ref()
+        .and_then(|s| s.get("credential_secret"))
+        .and_then(serde_json::Value::as_str)
+}
+
+/// The secret names a checked job needs to exist: those it names, and its source's credential.
+fn needed_secrets(c: &Checked) -> Vec<String> {
+    let mut names = c.secrets.clone();
+    names.extend(credential_secret(c).map(str::to_owned));
+    names
+}
+
+/// 400 naming the field when a secret the job needs does not exist in the workspace
+/// (`existing` holds the names that do); `at` prefixes the field (`jobs[3].`).
+fn require_secrets(c: &Checked, existing: &[String], at: &str) -> ApiResult<()> {
+    if let Some(missing) = c.secrets.iter().find(|n| !existing.contains(n)) {
+        return Err(ApiError::bad(format!(
+            "{at}secrets: '{missing}' is not a secret of this workspace"
+        )));
+    }
+    if let Some(cred) = credential_secret(c).filter(|n| !existing.iter().any(|e| e == n)) {
+        return Err(ApiError::bad(format!(
+            "{at}source.credential_secret: '{cred}' is not a secret of this workspace"
+        )));
+    }
+    Ok(())
+}
+
+fn idempotency_header(headers: &HeaderMap) -> ApiResult<Option<String>> {
+    match headers.get("idempotency-key") {
+        None => Ok(None),
         Some(v) => {
             let k = v
                 .to_str()
                 .map_err(|_| ApiError::bad("Idempotency-Key: must be visible ASCII"))?;
             validate::text("Idempotency-Key", k, 255)?;
-            Some(k.to_owned())
+            Ok(Some(k.to_owned()))
+        }
+    }
+}
+
+/// `POST /v1/jobs`. The common case (a pool target, no idempotency key) is one statement: the
+/// insert authenticates the key itself and is coalesced with other callers' dispatches. A
+/// named target or an idempotency key authenticates first (the target is resolved and the key
+/// looked up for the caller).
+pub async fn dispatch(
+    State(st): State<Arc<AppState>>,
+    key: ApiKeyHash,
+    headers: HeaderMap,
+    Body(req): Body<wire::Dispatch>,
+) -> ApiResult<(StatusCode, Json<wire::Job>)> {
+    // Validation first (a 4xx never uses an idempotency key up), but an unauthenticated caller
+    // learns nothing from it: a bad body with a bad key is 401.
+    let checked = match check(&st, req, "").and_then(|c| Ok((c, idempotency_header(&headers)?))) {
+        Ok(c) => c,
+        Err(e) => {
+            key.check(&st).await?;
+            return Err(e);
         }
     };
+    let (checked, idempotency_key) = checked;
     let store = &st.hub.store;
+    let names = needed_secrets(&checked);
+    if idempotency_key.is_none()
+        && names.is_empty()
+        && matches!(checked.target, wire::Target::Pool { .. })
+    {
+        return match store.park(new_job(&key.hash, checked, None, None)).await? {
+            Some(parked) => {
+                st.hub.job_parked(&parked.queue());
+                Ok((StatusCode::CREATED, Json(views::job(parked))))
+            }
+            None => Err(st.auth_failed(key.ip)),
+        };
+    }
+    let caller = key.check(&st).await?;
     if let Some(k) = &idempotency_key {
-        if let Some(first) = store.job_by_idempotency_key(&key.workspace, k).await? {
+        if let Some(first) = store.job_by_idempotency_key(&caller.workspace, k).await? {
             return Ok((StatusCode::OK, Json(views::job(first))));
         }
     }
-    let (queue_owner, runner) = resolve_target(&st, &key, &req.target).await?;
+    let runner = resolve_target(&st, &caller, &checked.target).await?;
     if let Some(r) = &runner {
-        if let Some(missing) = required.iter().find(|c| !r.capabilities.contains(c)) {
-            return Err(ApiError::CapabilityMismatch(format!(
-                "runner {} does not advertise required capability '{missing}'",
-                r.id
-            )));
-        }
+        named_mismatch(r, &checked)?;
     }
-    let job = NewJob {
-        id: Uuid::now_v7(),
-        workspace: key.workspace.clone(),
-        billing_tenant: owner::billing_tenant(&queue_owner),
-        owner: queue_owner,
-        runner_id: runner.map(|r| r.id),
-        kind,
-        payload,
-        required_capabilities: required,
-        priority,
-        max_attempts,
-        no_runner_timeout_ms,
-        queue_timeout_ms,
-        idempotency_key,
-    };
-    match store.insert_job(&job).await? {
+    if !names.is_empty() {
+        let existing = store.existing_secrets(&caller.workspace, &names).await?;
+        require_secrets(&checked, &existing, "")?;
+    }
+    let job = new_job(&key.hash, checked, runner.as_ref(), idempotency_key);
+    match store.park(job.clone()).await? {
         Some(parked) => {
-            st.hub.job_parked(&parked.owner, parked.runner_id);
+            st.hub.job_parked(&parked.queue());
             Ok((StatusCode::CREATED, Json(views::job(parked))))
         }
-        // A concurrent dispatch with the same key won the insert.
-        None => {
-            let k = job.idempotency_key.as_deref().unwrap_or_default();
-            let first = store
-                .job_by_idempotency_key(&key.workspace, k)
-                .await?
-                .ok_or(ApiError::Internal)?;
-            Ok((StatusCode::OK, Json(views::job(first))))
+        None => match &job.idempotency_key {
+            // A concurrent dispatch with the same key won the insert.
+            Some(k) => {
+                let first = store
+                    .job_by_idempotency_key(&caller.workspace, k)
+                    .await?
+                    .ok_or(ApiError::Internal)?;
+                Ok((StatusCode::OK, Json(views::job(first))))
+            }
+            // The key was revoked between the check and the insert.
+            None => Err(st.auth_failed(key.ip)),
+        },
+    }
+}
+
+/// Batch body: items are kept as JSON until each is validated under its own index.
+#[derive(serde::Deserialize)]
+pub struct BatchBody {
+    jobs: Vec<serde_json::Value>,
+}
+
+/// `POST /v1/jobs/batch` (v1.1): every item validated and every target resolved before
+/// anything is written; then all parked in one statement, in request order.
+pub async fn dispatch_batch(
+    State(st): State<Arc<AppState>>,
+    key: ApiKeyHash,
+    Body(req): Body<BatchBody>,
+) -> ApiResult<(StatusCode, Json<wire::Jobs>)> {
+    let caller = key.check(&st).await?;
+    if req.jobs.is_empty() || req.jobs.len() > 1000 {
+        return Err(ApiError::bad("jobs: 1..1000 items"));
+    }
+    let mut checked = Vec::with_capacity(req.jobs.len());
+    for (i, raw) in req.jobs.into_iter().enumerate() {
+        let at = format!("jobs[{i}].");
+        let item: wire::BatchItem = serde_path_to_error::deserialize(raw).map_err(|e| {
+            let path = e.path().to_string();
+            let what = e.into_inner().to_string();
+            if path == "." || path.is_empty() {
+                ApiError::bad(format!("jobs[{i}]: {what}"))
+            } else {
+                ApiError::bad(format!("{at}{path}: {what}"))
+            }
+        })?;
+        if let Some(k) = &item.idempotency_key {
+            validate::text(&format!("{at}idempotency_key"), k, 255)?;
+        }
+        checked.push((check(&st, item.dispatch, &at)?, item.idempotency_key));
+    }
+    // Targets next: an invisible named runner is 404, a mismatch 422, a secret that does not
+    // exist 400; nothing is parked yet.
+    let mut names: Vec<String> = checked
+        .iter()
+        .flat_map(|(c, _)| needed_secrets(c))
+        .collect();
+    names.sort();
+    names.dedup();
+    let existing = st
+        .hub
+        .store
+        .existing_secrets(&caller.workspace, &names)
+        .await?;
+    let mut jobs = Vec::with_capacity(checked.len());
+    let mut resolved: std::collections::HashMap<Uuid, crate::domain::records::Runner> =
+        std::collections::HashMap::new();
+    for (i, (c, idempotency_key)) in checked.into_iter().enumerate() {
+        let runner = match &c.target {
+            wire::Target::Runner { runner_id } => match resolved.get(runner_id) {
+                Some(r) => Some(r.clone()),
+                None => {
+                    let r = resolve_target(&st, &caller, &c.target)
+                        .await?
+                        .ok_or(ApiError::NotFound)?;
+                    resolved.insert(r.id, r.clone());
+                    Some(r)
+                }
+            },
+            wire::Target::Pool { .. } => None,
+        };
+        if let Some(r) = &runner {
+            named_mismatch(r, &c)?;
+        }
+        require_secrets(&c, &existing, &format!("jobs[{i}]."))?;
+        jobs.push(new_job(&key.hash, c, runner.as_ref(), idempotency_key));
+    }
+    let store = &st.hub.store;
+    let parked = store.insert_jobs(&jobs).await?;
+    let mut out = Vec::with_capacity(jobs.len());
+    let mut fresh = Vec::new();
+    for (job, parked) in jobs.iter().zip(parked) {
+        match (parked, &job.idempotency_key) {
+            (Some(p), _) => {
+                fresh.push(p.queue());
+                out.push(views::job(p));
+            }
+            // Used before (earlier, or by an earlier item of this batch): the first job.
+            (None, Some(k)) => {
+                let first = store
+                    .job_by_idempotency_key(&caller.workspace, k)
+                    .await?
+                    .ok_or(ApiError::Internal)?;
+                out.push(views::job(first));
+            }
+            // The key was revoked between the check and the insert: nothing was parked.
+            (None, None) => return Err(st.auth_failed(key.ip)),
         }
     }
+    for q in &fresh {
+        st.hub.job_parked(q);
+    }
+    Ok((StatusCode::CREATED, Json(wire::Jobs { jobs: out })))
 }
 
 pub async fn get(
@@ -154,10 +415,15 @@ pub async fn list(
         None => None,
         Some(a) => Some(Uuid::try_parse(a).map_err(|_| ApiError::bad("after: must be a job id"))?),
     };
+    let descending = match query.get("order") {
+        None | Some("asc") => false,
+        Some("desc") => true,
+        Some(_) => return Err(ApiError::bad("order: must be asc or desc")),
+    };
     let jobs = st
         .hub
         .store
-        .jobs(&key.workspace, state, after, limit)
+        .jobs(&key.workspace, state, after, limit, descending)
         .await?;
     let next = (jobs.len() as i64 == limit)
         .then(|| jobs.last().map(|j| j.id))

@@ -144,6 +144,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/keys", post(operators::create_key))
         .route("/v1/keys/{id}", delete(operators::revoke_key))
         .route("/v1/jobs", post(jobs::dispatch).get(jobs::list))
+        .route("/v1/jobs/batch", post(jobs::dispatch_batch))
         .route("/v1/jobs/{id}", get(jobs::get))
         .route("/v1/jobs/{id}/cancel", post(jobs::cancel))
         .route("/v1/jobs/{id}/events", get(jobs::events))

@@ -14,6 +14,7 @@ use super::validate;
 use super::views;
 use super::AppState;
 use crate::domain::credentials::{Kind, Secret};
+use crate::domain::records::JoinGrant;
 use crate::domain::{owner, version};
 use crate::store::NewRunner;
 use crate::wire::{self, CreateRunner, Role, Target, Tier};
@@ -47,9 +48,10 @@ async fn pair(
     validate::opt_text("os", req.os.as_deref(), 64)?;
     validate::opt_text("version", req.version.as_deref(), 64)?;
     let capacity = validate::range("capacity", req.capacity, 1, 256, 1)? as i32;
-    let capabilities = st
-        .vocabulary
-        .advertised(req.capabilities.as_deref().unwrap_or(&[]));
+    let (capabilities, exclusive) = st.vocabulary.advertised_with_exclusive(
+        req.capabilities.as_deref().unwrap_or(&[]),
+        req.exclusive.as_deref().unwrap_or(&[]),
+    );
     let targets = validate::repo_targets(req.repo_targets.as_deref())?;
     let outdated = version::is_outdated(
         req.version.as_deref(),
@@ -73,6 +75,7 @@ async fn pair(
             ephemeral: false,
             seen: false,
             outdated,
+            exclusive,
         })
         .await?;
     runner.repo_targets = st
@@ -93,7 +96,11 @@ pub async fn list_personal_runners(
     State(st): State<Arc<AppState>>,
     Operator(key): Operator,
 ) -> ApiResult<Json<wire::RunnerList>> {
-    let runners = st.hub.store.runners_by_owner(&key.subject).await?;
+    let runners = st
+        .hub
+        .store
+        .runners_by_owner(&key.workspace, &key.subject)
+        .await?;
     Ok(Json(wire::RunnerList {
         runners: runners.into_iter().map(views::runner).collect(),
     }))
@@ -114,7 +121,7 @@ pub async fn revoke_personal_runner(
     Operator(key): Operator,
     PathId(id): PathId,
 ) -> ApiResult<StatusCode> {
-    revoke(&st, id, &key.subject).await
+    revoke(&st, id, &key.subject, &key.workspace).await
 }
 
 pub async fn revoke_workspace_runner(
@@ -123,14 +130,20 @@ pub async fn revoke_workspace_runner(
     PathId(id): PathId,
 ) -> ApiResult<StatusCode> {
     op.require_admin()?;
-    revoke(&st, id, &owner::workspace_owner(&op.0.workspace)).await
+    revoke(
+        &st,
+        id,
+        &owner::workspace_owner(&op.0.workspace),
+        &op.0.workspace,
+    )
+    .await
 }
 
-async fn revoke(st: &AppState, id: Uuid, owner: &str) -> ApiResult<StatusCode> {
+async fn revoke(st: &AppState, id: Uuid, owner: &str, workspace: &str) -> ApiResult<StatusCode> {
     let moved = st
         .hub
         .store
-        .revoke_runner(id, owner)
+        .revoke_runner(id, owner, workspace)
         .await?
         .ok_or(ApiError::NotFound)?;
     st.hub.after_moves(&moved);
@@ -196,17 +209,16 @@ pub async fn create_join_code(
         }
     };
     let code = Secret::generate(Kind::JoinCode);
+    let grant = JoinGrant {
+        workspace: op.0.workspace.clone(),
+        owner,
+        approved_by: op.0.subject.clone(),
+        ephemeral: req.ephemeral.unwrap_or(false),
+    };
     let expires_at = st
         .hub
         .store
-        .insert_join_code(
-            code.hash(),
-            &op.0.workspace,
-            &owner,
-            &op.0.subject,
-            req.ephemeral.unwrap_or(false),
-            ttl_s,
-        )
+        .insert_join_code(code.hash(), &grant, ttl_s)
         .await?;
     Ok((
         StatusCode::CREATED,
@@ -247,20 +259,15 @@ pub async fn pool(
     }))
 }
 
-/// Where a target points: the queue owner and, for a named runner, the runner. A runner the
-/// caller may not target is 404.
+/// The named runner a target points at (`None` for a pool). A runner the caller may not target
+/// (another workspace's, or another subject's personal runner) is 404.
 pub(crate) async fn resolve_target(
     st: &AppState,
     key: &crate::domain::records::ApiKey,
     target: &Target,
-) -> ApiResult<(String, Option<crate::domain::records::Runner>)> {
+) -> ApiResult<Option<crate::domain::records::Runner>> {
     match target {
-        Target::Pool {
-            pool: Tier::Personal,
-        } => Ok((key.subject.clone(), None)),
-        Target::Pool {
-            pool: Tier::Workspace,
-        } => Ok((owner::workspace_owner(&key.workspace), None)),
+        Target::Pool { .. } => Ok(None),
         Target::Runner { runner_id } => {
             let runner = st
                 .hub
@@ -268,11 +275,12 @@ pub(crate) async fn resolve_target(
                 .runner(*runner_id)
                 .await?
                 .ok_or(ApiError::NotFound)?;
-            if runner.owner != key.subject && runner.owner != owner::workspace_owner(&key.workspace)
-            {
+            let mine = runner.owner == key.subject
+                || runner.owner == owner::workspace_owner(&key.workspace);
+            if runner.workspace != key.workspace || !mine {
                 return Err(ApiError::NotFound);
             }
-            Ok((runner.owner.clone(), Some(runner)))
+            Ok(Some(runner))
         }
     }
 }
@@ -290,39 +298,87 @@ pub async fn preflight(
                 "required_capabilities: '{bad}' is not a known capability name"
             ))
         })?;
-    let (owner, runner) = resolve_target(&st, &key, &req.target).await?;
+    let runner = resolve_target(&st, &key, &req.target).await?;
     let runner_id = runner.as_ref().map(|r| r.id);
-    let owner_filter = runner_id.is_none().then_some(owner.as_str());
-    let (matching, usable, online) = st
+    let (owner, any) = match &req.target {
+        Target::Pool {
+            pool: wire::PoolName::Workspace,
+        } => (Some(owner::workspace_owner(&key.workspace)), false),
+        Target::Pool {
+            pool: wire::PoolName::Personal,
+        } => (Some(key.subject.clone()), false),
+        Target::Pool {
+            pool: wire::PoolName::Any,
+        } => (Some(key.subject.clone()), true),
+        Target::Runner { .. } => (None, false),
+    };
+    let source_key = match req.source {
+        None => None,
+        Some(v) => Some(validate::source("source", v)?.1),
+    };
+    let c = st
         .hub
         .store
-        .preflight(owner_filter, runner_id, &required)
+        .preflight(
+            &key.workspace,
+            owner.as_deref(),
+            runner_id,
+            any,
+            &required,
+            source_key.as_deref(),
+        )
         .await?;
+    let min = || {
+        st.hub
+            .config
+            .min_runner_version
+            .as_ref()
+            .map_or_else(|| "?".to_owned(), ToString::to_string)
+    };
+    let finding = |code: &str, message: String| wire::Finding {
+        code: code.into(),
+        message,
+    };
     let mut blockers = Vec::new();
     let mut warnings = Vec::new();
-    if usable == 0 {
-        blockers.push(wire::Finding {
-            code: "no_matching_runner".into(),
-            message: "no paired runner of this target advertises the required capabilities".into(),
-        });
-    }
-    if matching > 0 && usable == 0 {
-        warnings.push(wire::Finding {
-            code: "runners_outdated".into(),
-            message: format!(
-                "{matching} matching runner(s), all below the minimum version {}; upgrade them",
-                st.hub
-                    .config
-                    .min_runner_version
-                    .as_ref()
-                    .map_or_else(|| "?".to_owned(), ToString::to_string)
-            ),
-        });
-    } else if usable > 0 && online == 0 {
-        warnings.push(wire::Finding {
-            code: "runners_offline".into(),
-            message: format!("{matching} matching runner(s), none online now"),
-        });
+    if c.current == 0 {
+        blockers.push(finding(
+            "no_matching_runner",
+            "no paired, up-to-date runner of this target advertises the required capabilities"
+                .into(),
+        ));
+        if c.matching > 0 {
+            warnings.push(finding(
+                "runners_outdated",
+                format!(
+                    "{} matching runner(s), all below the minimum version {}; upgrade them",
+                    c.matching,
+                    min()
+                ),
+            ));
+        }
+    } else if source_key.is_some() && c.usable == 0 {
+        blockers.push(finding(
+            "no_approved_target",
+            "no up-to-date matching runner of this target holds an approved repository target \
+             for this source; approve one with `leasehold runners approve`"
+                .into(),
+        ));
+        if c.sourced > 0 {
+            warnings.push(finding(
+                "runners_outdated",
+                format!(
+                    "{} runner(s) approved for this source, all below the minimum version {}",
+                    c.sourced,
+                    min()
+                ),
+            ));
+        }
+    } else if c.online == 0 {
+        warnings.push(finding(
+            "runners_offline",
+            format!("{} matching runner(s), none online now", c.usable),
+        ));
     }
     Ok(Json(wire::PreflightReport {
         ok: blockers.is_empty(),

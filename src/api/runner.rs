@@ -14,14 +14,16 @@ use uuid::Uuid;
 
 use super::error::{ApiError, ApiResult};
 use super::extract::{Body, PathId, RunnerCaller, RunnerToken};
+use super::secrets;
 use super::validate;
 use super::views;
 use super::AppState;
 use crate::domain::credentials::{self, Kind, Secret};
-use crate::domain::records::RunnerIdentity;
 use crate::domain::version;
 use crate::hub::LeaseAnswer;
-use crate::store::{FenceMiss, NewRunner};
+use crate::store::jobs::Fenced;
+use crate::store::lease::Advertised;
+use crate::store::{FenceMiss, NewRunner, Report};
 use crate::wire;
 
 /// Largest serialised `data` of one runner event, and of a failure message.
@@ -38,9 +40,10 @@ pub async fn enroll(
     validate::opt_text("os", req.os.as_deref(), 64)?;
     validate::opt_text("version", req.version.as_deref(), 64)?;
     let capacity = validate::range("capacity", req.capacity, 1, 256, 1)? as i32;
-    let capabilities = st
-        .vocabulary
-        .advertised(req.capabilities.as_deref().unwrap_or(&[]));
+    let (capabilities, exclusive) = st.vocabulary.advertised_with_exclusive(
+        req.capabilities.as_deref().unwrap_or(&[]),
+        req.exclusive.as_deref().unwrap_or(&[]),
+    );
     let targets = validate::repo_targets(req.repo_targets.as_deref())?;
     let outdated = version::is_outdated(
         req.version.as_deref(),
@@ -59,6 +62,7 @@ pub async fn enroll(
             os: req.os.clone(),
             version: req.version.clone(),
             capabilities,
+            exclusive,
             capacity,
             token_hash: token.hash().to_vec(),
             approved_by: grant.approved_by.clone(),
@@ -93,6 +97,10 @@ pub async fn heartbeat(
         .capabilities
         .as_deref()
         .map(|c| st.vocabulary.advertised(c));
+    let exclusive = req
+        .exclusive
+        .as_deref()
+        .map(|c| st.vocabulary.advertised(c));
     let running = req.running.unwrap_or_default();
     if running.len() > 10_000 {
         return Err(ApiError::bad("running: at most 10000 entries"));
@@ -109,6 +117,7 @@ pub async fn heartbeat(
             me.id,
             req.version.as_deref(),
             capabilities.as_deref(),
+            exclusive.as_deref(),
             capacity,
             outdated,
         )
@@ -129,27 +138,84 @@ pub async fn lease(
 ) -> ApiResult<Json<wire::Leased>> {
     let wait_ms = validate::range("wait_ms", req.wait_ms, 0, 60_000, 30_000)?;
     let max_jobs = validate::range("max_jobs", req.max_jobs, 1, 100, 1)?;
-    let capabilities = req
-        .capabilities
-        .as_deref()
-        .map(|c| st.vocabulary.advertised(c));
     validate::opt_text("version", req.version.as_deref(), 64)?;
     let targets = validate::repo_targets(req.repo_targets.as_deref())?;
     placement_check(&st, &token, req.version.as_deref(), &targets).await?;
+    let advertised = Advertised {
+        capabilities: req
+            .capabilities
+            .as_deref()
+            .map(|c| st.vocabulary.advertised(c)),
+        exclusive: req
+            .exclusive
+            .as_deref()
+            .map(|c| st.vocabulary.advertised(c)),
+        version: req.version.clone(),
+    };
     let wait = Duration::from_millis((wait_ms as u64).min(st.hub.config.max_wait_ms));
     match st
         .hub
-        .lease(&token.hash, capabilities, max_jobs, wait, &st.shutdown)
+        .lease(&token.hash, advertised, max_jobs, wait, &st.shutdown)
         .await?
     {
         LeaseAnswer::Jobs(jobs) => Ok(Json(wire::Leased {
-            jobs: jobs
-                .into_iter()
-                .map(|c| views::leased(c, &st.hub.config))
-                .collect(),
+            jobs: hand_over(&st, &token, jobs).await?,
         })),
         LeaseAnswer::RunnerGone => Err(st.auth_failed(token.ip)),
     }
+}
+
+/// The lease answer for the jobs a call took, with the values of the secrets each names, read
+/// now. A job whose named secret is gone is rejected `secret_missing` (its attempt not
+/// counted) and left out. When secrets cannot be opened on this replica (no key, or a key that
+/// does not open them), every job of the call is parked again, attempts given back, and the
+/// call answers 503 naming the variable: nothing is half-done.
+async fn hand_over(
+    st: &AppState,
+    token: &RunnerToken,
+    jobs: Vec<crate::domain::records::Claimed>,
+) -> ApiResult<Vec<wire::LeasedJob>> {
+    let mut out = Vec::with_capacity(jobs.len());
+    let mut refused = None;
+    let mut pending = jobs.into_iter();
+    for c in pending.by_ref() {
+        let credential = c
+            .source
+            .as_ref()
+            .and_then(|s| s.get("credential_secret"))
+            .and_then(serde_json::Value::as_str)
+            .map(str::to_owned);
+        match secrets::for_lease(st, &c.workspace, &c.secrets, credential.as_deref()).await {
+            Ok((secrets::ForLease::Values(values), credential)) => {
+                out.push((c, values, credential));
+            }
+            Ok((secrets::ForLease::Missing(name), _)) => {
+                let moved = st
+                    .hub
+                    .store
+                    .reject_secret_missing(c.id, c.epoch, &token.hash, &name)
+                    .await?;
+                st.hub.after_moves(&moved);
+            }
+            Err(e) => {
+                refused = Some((e, c));
+                break;
+            }
+        }
+    }
+    if let Some((e, first)) = refused {
+        let back: Vec<(Uuid, i64)> = std::iter::once((first.id, first.epoch))
+            .chain(out.iter().map(|(c, _, _)| (c.id, c.epoch)))
+            .chain(pending.map(|c| (c.id, c.epoch)))
+            .collect();
+        let moved = st.hub.store.give_back(&back, &token.hash).await?;
+        st.hub.after_moves(&moved);
+        return Err(e);
+    }
+    Ok(out
+        .into_iter()
+        .map(|(c, values, credential)| views::leased(c, &st.hub.config, values, credential))
+        .collect())
 }
 
 /// Before a lease: record what the call advertises (version, repository targets), then refuse
@@ -160,7 +226,7 @@ async fn placement_check(
     st: &AppState,
     token: &RunnerToken,
     version: Option<&str>,
-    targets: &crate::store::Advertised,
+    targets: &crate::store::AdvertisedTargets,
 ) -> ApiResult<()> {
     let min = st.hub.config.min_runner_version.as_ref();
     if version.is_none() && targets.is_empty() && min.is_none() {
@@ -191,37 +257,35 @@ async fn placement_check(
     }
 }
 
-/// The 404 / 409 answer of a fenced call that matched nothing.
-async fn fence_miss(st: &AppState, id: Uuid, me: &RunnerIdentity) -> ApiError {
-    match st.hub.store.fence_miss(id, &me.owner).await {
-        Ok(FenceMiss::NotFound) => ApiError::NotFound,
-        Ok(FenceMiss::Terminal(state)) => ApiError::JobTerminal(state),
-        Ok(FenceMiss::Superseded) => ApiError::LeaseSuperseded,
-        Err(e) => e.into(),
-    }
+/// A fenced call's answer: what it did, or the contract's 401 / 404 / 409 for why it matched
+/// nothing (a dead token spends the address's rate-limit bucket like any failed
+/// authentication).
+fn fenced<T>(st: &AppState, token: &RunnerToken, answer: Fenced<T>) -> ApiResult<T> {
+    answer.map_err(|miss| match miss {
+        FenceMiss::Unauthorized => st.auth_failed(token.ip),
+        other => other.into(),
+    })
 }
 
 pub async fn job_heartbeat(
     State(st): State<Arc<AppState>>,
-    RunnerCaller(me): RunnerCaller,
+    token: RunnerToken,
     PathId(id): PathId,
     Body(req): Body<wire::Fence>,
 ) -> ApiResult<Json<wire::LeaseExtended>> {
     let ttl = st.hub.config.lease_ttl_ms as i64;
-    match st
+    let answer = st
         .hub
         .store
-        .heartbeat_job(id, req.epoch, me.id, ttl)
-        .await?
-    {
-        Some(lease_expires_at) => Ok(Json(wire::LeaseExtended { lease_expires_at })),
-        None => Err(fence_miss(&st, id, &me).await),
-    }
+        .heartbeat_job(id, req.epoch, &token.hash, ttl)
+        .await?;
+    let lease_expires_at = fenced(&st, &token, answer)?;
+    Ok(Json(wire::LeaseExtended { lease_expires_at }))
 }
 
 pub async fn append_events(
     State(st): State<Arc<AppState>>,
-    RunnerCaller(me): RunnerCaller,
+    token: RunnerToken,
     PathId(id): PathId,
     Body(req): Body<wire::AppendEvents>,
 ) -> ApiResult<(StatusCode, Json<wire::Appended>)> {
@@ -246,50 +310,47 @@ pub async fn append_events(
         kinds.push(e.kind);
         data.push(d);
     }
-    match st
+    let answer = st
         .hub
         .store
-        .append_events(id, req.epoch, me.id, &kinds, &data)
-        .await?
-    {
-        Some(next) => {
-            st.hub.job_changed(id);
-            Ok((
-                StatusCode::ACCEPTED,
-                Json(wire::Appended {
-                    next: i64::from(next),
-                }),
-            ))
-        }
-        None => Err(fence_miss(&st, id, &me).await),
-    }
+        .append_events(id, req.epoch, &token.hash, &kinds, &data)
+        .await?;
+    let next = fenced(&st, &token, answer)?;
+    st.hub.job_changed(id);
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(wire::Appended {
+            next: i64::from(next),
+        }),
+    ))
 }
 
 pub async fn complete(
     State(st): State<Arc<AppState>>,
-    RunnerCaller(me): RunnerCaller,
+    token: RunnerToken,
     PathId(id): PathId,
     Body(req): Body<wire::Complete>,
 ) -> ApiResult<Json<wire::Job>> {
     let result = req.result.unwrap_or(Value::Null);
     validate::no_nul("result", &result)?;
-    match st
+    let answer = st
         .hub
         .store
-        .complete_job(id, req.epoch, me.id, &result)
-        .await?
-    {
-        Some(job) => {
-            st.hub.job_changed(id);
-            Ok(Json(views::job(job)))
-        }
-        None => Err(fence_miss(&st, id, &me).await),
-    }
+        .complete_job(Report {
+            id,
+            epoch: req.epoch,
+            token_hash: token.hash.clone(),
+            result,
+        })
+        .await?;
+    let job = fenced(&st, &token, answer)?;
+    st.hub.job_changed(id);
+    Ok(Json(views::job(job)))
 }
 
 pub async fn fail(
     State(st): State<Arc<AppState>>,
-    RunnerCaller(me): RunnerCaller,
+    token: RunnerToken,
     PathId(id): PathId,
     Body(req): Body<wire::Fail>,
 ) -> ApiResult<Json<wire::Job>> {
@@ -298,32 +359,25 @@ pub async fn fail(
             "message: at most 64 KiB, without NUL characters",
         ));
     }
-    match st
+    let answer = st
         .hub
         .store
-        .fail_job(id, req.epoch, me.id, &req.message)
-        .await?
-    {
-        Some(job) => {
-            st.hub.job_changed(id);
-            Ok(Json(views::job(job)))
-        }
-        None => Err(fence_miss(&st, id, &me).await),
-    }
+        .fail_job(id, req.epoch, &token.hash, &req.message)
+        .await?;
+    let job = fenced(&st, &token, answer)?;
+    st.hub.job_changed(id);
+    Ok(Json(views::job(job)))
 }
 
 pub async fn release(
     State(st): State<Arc<AppState>>,
-    RunnerCaller(me): RunnerCaller,
+    token: RunnerToken,
     PathId(id): PathId,
     Body(req): Body<wire::Fence>,
 ) -> ApiResult<Json<wire::Job>> {
-    match st.hub.store.release_job(id, req.epoch, me.id).await? {
-        Some(job) => {
-            st.hub.job_parked(&job.owner, job.runner_id);
-            st.hub.job_changed(id);
-            Ok(Json(views::job(job)))
-        }
-        None => Err(fence_miss(&st, id, &me).await),
-    }
+    let answer = st.hub.store.release_job(id, req.epoch, &token.hash).await?;
+    let job = fenced(&st, &token, answer)?;
+    st.hub.job_parked(&job.queue());
+    st.hub.job_changed(id);
+    Ok(Json(views::job(job)))
 }

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::Json;
+use std::collections::BTreeMap;
 
 use super::error::{ApiError, ApiResult};
 use super::extract::{Body, Operator};
@@ -86,4 +87,59 @@ pub async fn delete(
     } else {
         Err(ApiError::NotFound)
     }
+}
+
+/// What a lease finds for a job's named secrets.
+pub enum ForLease {
+    /// Every named secret, opened.
+    Values(BTreeMap<String, String>),
+    /// This named secret does not exist (the job is rejected `secret_missing`).
+    Missing(String),
+}
+
+/// Open the secrets `names` of `workspace` for a lease; `credential` is a `source`'s
+/// `credential_secret`, opened alongside and returned apart (it never goes in `secrets`).
+///
+/// # Errors
+/// 503 naming the variable when no key is configured or a value opens with no configured
+/// key; the database failed.
+pub async fn for_lease(
+    st: &AppState,
+    workspace: &str,
+    names: &[String],
+    credential: Option<&str>,
+) -> ApiResult<(ForLease, Option<String>)> {
+    let mut wanted: Vec<String> = names.to_vec();
+    if let Some(c) = credential {
+        wanted.push(c.to_owned());
+    }
+    if wanted.is_empty() {
+        return Ok((ForLease::Values(BTreeMap::new()), None));
+    }
+    let sealer = sealer(st)?;
+    let sealed = st.hub.store.sealed_secrets(workspace, &wanted).await?;
+    let mut opened = BTreeMap::new();
+    for (name, value) in &sealed {
+        let plain = sealer.open(workspace, name, value).map_err(|_| {
+            tracing::error!(%workspace, secret = %name, "a secret does not open with the configured key(s)");
+            ApiError::NotConfigured(
+                "a secret does not open with LEASEHOLD_SECRETS_KEY (or LEASEHOLD_SECRETS_OLD_KEY); \
+                 was the key rotated without keeping the old one?"
+                    .into(),
+            )
+        })?;
+        opened.insert(name.clone(), plain);
+    }
+    if let Some(missing) = wanted.iter().find(|n| !opened.contains_key(*n)) {
+        return Ok((ForLease::Missing(missing.clone()), None));
+    }
+    let credential = credential.and_then(|c| {
+        if names.iter().any(|n| n == c) {
+            opened.get(c).cloned()
+        } else {
+            opened.remove(c)
+        }
+    });
+    opened.retain(|k, _| names.contains(k));
+    Ok((ForLease::Values(opened), credential))
 }

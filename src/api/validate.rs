@@ -6,11 +6,13 @@ use regex_lite::Regex;
 
 use super::error::ApiError;
 use crate::domain::sealing;
-use crate::store::Advertised;
-use crate::wire::{AdvertisedTarget, Source};
+use crate::store::AdvertisedTargets;
+use crate::wire::AdvertisedTarget;
 
 static JOB_KIND: LazyLock<Regex> =
     LazyLock::new(|| Regex::new(r"^[a-z][a-z0-9_.-]{0,63}$").expect("regex"));
+static COMMIT_SHA: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"^[0-9a-f]{40}$").expect("regex"));
 static EVENT_KIND: LazyLock<Regex> =
     LazyLock::new(|| Regex::new(r"^[a-z][a-z0-9_.-]{0,31}$").expect("regex"));
 
@@ -122,8 +124,8 @@ pub const MAX_REPO_TARGETS: usize = 100;
 ///
 /// # Errors
 /// 400 naming the field (`repo_targets[3].repository`).
-pub fn repo_targets(targets: Option<&[AdvertisedTarget]>) -> Result<Advertised, ApiError> {
-    let mut out = Advertised::default();
+pub fn repo_targets(targets: Option<&[AdvertisedTarget]>) -> Result<AdvertisedTargets, ApiError> {
+    let mut out = AdvertisedTargets::default();
     let Some(targets) = targets else {
         return Ok(out);
     };
@@ -152,33 +154,78 @@ pub fn repo_targets(targets: Option<&[AdvertisedTarget]>) -> Result<Advertised, 
     Ok(out)
 }
 
-/// A job's repository source: provider `git`, a repository, a full commit (40 lowercase hex),
-/// an optional ref (metadata) and an optional credential secret name.
+/// A secret name: `^[A-Z_][A-Z0-9_]{0,63}$` (the rule lives in [`sealing::is_valid_name`]).
+pub fn is_secret_name(name: &str) -> bool {
+    sealing::is_valid_name(name)
+}
+
+/// The secrets a dispatch names: 0..32 valid names, duplicates dropped, order kept.
 ///
 /// # Errors
-/// 400 naming the field (`source.commit_sha`).
-pub fn source(source: &Source) -> Result<(), ApiError> {
-    if source.provider != "git" {
-        return Err(ApiError::bad("source.provider: must be \"git\""));
+/// 400 naming `field`.
+pub fn secret_names(field: &str, names: Vec<String>) -> Result<Vec<String>, ApiError> {
+    if names.len() > 32 {
+        return Err(ApiError::bad(format!("{field}: at most 32 names")));
     }
-    text("source.repository", &source.repository, 2048)?;
-    let sha = source.commit_sha.as_bytes();
-    if sha.len() != 40
-        || !sha
-            .iter()
-            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(b))
-    {
-        return Err(ApiError::bad(
-            "source.commit_sha: must be a full commit id, 40 lowercase hexadecimal characters",
-        ));
-    }
-    opt_text("source.ref", source.git_ref.as_deref(), 255)?;
-    if let Some(name) = &source.credential_secret {
-        if !sealing::is_valid_name(name) {
-            return Err(ApiError::bad(
-                "source.credential_secret: must match ^[A-Z_][A-Z0-9_]{0,63}$",
-            ));
+    let mut out: Vec<String> = Vec::with_capacity(names.len());
+    for n in names {
+        if !is_secret_name(&n) {
+            return Err(ApiError::bad(format!(
+                "{field}: '{}' must match ^[A-Z_][A-Z0-9_]{{0,63}}$",
+                super::extract::truncate(&n, 64)
+            )));
+        }
+        if !out.contains(&n) {
+            out.push(n);
         }
     }
-    Ok(())
+    Ok(out)
+}
+
+/// A repository source (v1.1): `{"provider":"git","repository":URL,"commit_sha":40 hex,
+/// "ref"?, "credential_secret"?}`. Returns it as stored (the same object) and its match key
+/// `provider repository`.
+///
+/// # Errors
+/// 400 naming the offending field.
+pub fn source(
+    field: &str,
+    value: serde_json::Value,
+) -> Result<(serde_json::Value, String), ApiError> {
+    use serde_json::Value;
+    let Value::Object(map) = &value else {
+        return Err(ApiError::bad(format!("{field}: must be an object")));
+    };
+    let text_field = |name: &str, required: bool, max: usize| -> Result<Option<String>, ApiError> {
+        match map.get(name) {
+            None | Some(Value::Null) if !required => Ok(None),
+            Some(Value::String(s)) if !s.is_empty() && s.len() <= max && !s.contains('\0') => {
+                Ok(Some(s.clone()))
+            }
+            _ => Err(ApiError::bad(format!(
+                "{field}.{name}: must be a string of 1..{max} characters"
+            ))),
+        }
+    };
+    let provider = text_field("provider", true, 32)?.unwrap_or_default();
+    if provider != "git" {
+        return Err(ApiError::bad(format!("{field}.provider: must be \"git\"")));
+    }
+    let repository = text_field("repository", true, 2048)?.unwrap_or_default();
+    let sha = text_field("commit_sha", true, 40)?.unwrap_or_default();
+    if !COMMIT_SHA.is_match(&sha) {
+        return Err(ApiError::bad(format!(
+            "{field}.commit_sha: must be 40 lowercase hexadecimal characters"
+        )));
+    }
+    text_field("ref", false, 255)?;
+    if let Some(name) = text_field("credential_secret", false, 64)? {
+        if !is_secret_name(&name) {
+            return Err(ApiError::bad(format!(
+                "{field}.credential_secret: must match ^[A-Z_][A-Z0-9_]{{0,63}}$"
+            )));
+        }
+    }
+    let key = format!("{provider} {repository}");
+    Ok((value, key))
 }

@@ -24,7 +24,7 @@ pub async fn run(
     let mut runners = setup::runners(&operator, 2, 10).await?;
     let (dead, heir) = (runners.remove(0), runners.remove(0));
     let target = wire::Target::Pool {
-        pool: wire::Tier::Workspace,
+        pool: wire::PoolName::Workspace,
     };
     for i in 0..10 {
         operator

@@ -115,7 +115,7 @@ async fn end_to_end(
         let stop = stop.clone();
         tasks.spawn(async move {
             let target = wire::Target::Pool {
-                pool: wire::Tier::Workspace,
+                pool: wire::PoolName::Workspace,
             };
             let mut n = 0u64;
             while !stop.load(Ordering::Relaxed) {

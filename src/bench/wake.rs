@@ -65,7 +65,7 @@ pub async fn run(
     // Let every runner park.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let target = wire::Target::Pool {
-        pool: wire::Tier::Workspace,
+        pool: wire::PoolName::Workspace,
     };
     let mut ids = Vec::with_capacity(args.wake_jobs);
     let mut rtts = Vec::with_capacity(args.wake_jobs);

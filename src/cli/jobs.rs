@@ -16,12 +16,14 @@ use uuid::Uuid;
 
 use super::{print_json, print_table, when, Conn};
 use crate::client::{Client, ClientError};
-use crate::wire::{self, Event, Job, Target, Tier};
+use crate::wire::{self, Event, Job, Target};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum PoolArg {
     Personal,
     Workspace,
+    /// Either tier, whichever leases first (v1.1).
+    Any,
 }
 
 /// Where a job goes: a pool (personal by default) or a named runner.
@@ -40,10 +42,13 @@ impl TargetArgs {
         match (self.runner, self.pool) {
             (Some(runner_id), _) => Target::Runner { runner_id },
             (None, Some(PoolArg::Workspace)) => Target::Pool {
-                pool: Tier::Workspace,
+                pool: crate::wire::PoolName::Workspace,
+            },
+            (None, Some(PoolArg::Any)) => Target::Pool {
+                pool: crate::wire::PoolName::Any,
             },
             (None, _) => Target::Pool {
-                pool: Tier::Personal,
+                pool: crate::wire::PoolName::Personal,
             },
         }
     }
@@ -263,7 +268,7 @@ async fn submit(client: &Client, json_out: bool, args: SubmitArgs) -> anyhow::Re
     if let Some(text) = &args.source {
         let mut source = parse_source(text).map_err(|e| anyhow::anyhow!("--source: {e}"))?;
         source.credential_secret = args.source_credential.clone();
-        req.source = Some(source);
+        req.source = Some(serde_json::to_value(source)?);
     }
     let job = match &args.idempotency_key {
         Some(key) => client.dispatch_idempotent(&req, key).await?.1,

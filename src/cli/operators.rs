@@ -228,6 +228,8 @@ pub async fn preflight(
 ) -> anyhow::Result<i32> {
     let source = source
         .map(|s| super::jobs::parse_source(&s).map_err(|e| anyhow::anyhow!("--source: {e}")))
+        .transpose()?
+        .map(serde_json::to_value)
         .transpose()?;
     let report = conn
         .client()?

@@ -42,6 +42,10 @@ pub enum RunnerCommand {
         /// A git repository URL this runner offers to build (repeatable); an operator approves it.
         #[arg(long = "repo-target", value_name = "URL")]
         repo_targets: Vec<String>,
+        /// A canary capability (repeatable): this runner then takes only jobs that require
+        /// every one of them.
+        #[arg(long = "exclusive", value_name = "CAP")]
+        exclusive: Vec<String>,
         /// Where to write the credentials.
         #[arg(long, value_name = "PATH")]
         config: Option<PathBuf>,
@@ -136,6 +140,7 @@ pub async fn run(command: RunnerCommand) -> anyhow::Result<i32> {
             capacity,
             capabilities,
             repo_targets,
+            exclusive,
             config,
         } => {
             let path = config_path(config);
@@ -145,6 +150,7 @@ pub async fn run(command: RunnerCommand) -> anyhow::Result<i32> {
                 os: Some(std::env::consts::OS.to_owned()),
                 version: Some(runner::VERSION.to_owned()),
                 capabilities: Some(capabilities),
+                exclusive: Some(exclusive),
                 capacity: Some(capacity),
                 repo_targets: (!repo_targets.is_empty()).then(|| {
                     repo_targets

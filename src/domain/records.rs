@@ -15,6 +15,15 @@ pub struct ApiKey {
     pub admin: bool,
 }
 
+/// Who a runner is: fixed for the runner's life, so a replica may remember it by token hash
+/// (authorisation is still checked by every statement).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseIdentity {
+    pub id: Uuid,
+    pub workspace: String,
+    pub owner: String,
+}
+
 /// An authenticated runner token.
 #[derive(Debug, Clone)]
 pub struct RunnerIdentity {
@@ -45,6 +54,8 @@ pub struct Runner {
     pub ephemeral: bool,
     /// Its version is below the minimum (or absent, or not semver) while one is set.
     pub outdated: bool,
+    /// Canary names: it takes only jobs requiring all of them.
+    pub exclusive: Vec<String>,
     pub repo_targets: Vec<RepoTarget>,
 }
 
@@ -89,6 +100,12 @@ pub struct Job {
     pub error: Option<Value>,
     pub provenance: Option<Value>,
     pub billing_tenant: Option<String>,
+    /// `personal`, `workspace` or `any` for a pool job; `None` for a job named for a runner.
+    pub pool: Option<String>,
+    /// Names of the workspace secrets the job's lease carries.
+    pub secrets: Vec<String>,
+    /// The repository source to build (never with a credential).
+    pub source: Option<Value>,
 }
 
 /// A job as the lease claim hands it to its runner.
@@ -104,14 +121,26 @@ pub struct Claimed {
     pub priority: i32,
     pub named: bool,
     pub lease_expires_at: DateTime<Utc>,
+    /// Names of the secrets it needs; their values are read for the lease answer.
+    pub secrets: Vec<String>,
+    pub source: Option<Value>,
 }
 
-/// A job a transition moved, for wake-ups: its queue key (`owner`, `runner_id`) and new state.
+/// A job's queue: `(workspace, owner, runner_id)` (PROTOCOL.md, Words), and for a pool job
+/// which pool (an `any` job is also on its workspace's `any` queue).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Queue {
+    pub workspace: String,
+    pub owner: String,
+    pub runner_id: Option<Uuid>,
+    pub pool: Option<String>,
+}
+
+/// A job a transition moved, for wake-ups: its queue and new state.
 #[derive(Debug, Clone)]
 pub struct Moved {
     pub id: Uuid,
-    pub owner: String,
-    pub runner_id: Option<Uuid>,
+    pub queue: Queue,
     pub state: JobState,
 }
 
@@ -141,4 +170,16 @@ pub struct PoolCounts {
     pub slot_active: i64,
     pub parked: i64,
     pub leased: i64,
+}
+
+impl Job {
+    /// The queue the job waits on while parked.
+    pub fn queue(&self) -> Queue {
+        Queue {
+            workspace: self.workspace.clone(),
+            owner: self.owner.clone(),
+            runner_id: self.runner_id,
+            pool: self.pool.clone(),
+        }
+    }
 }

@@ -24,10 +24,16 @@ pub use notifier::Notifier;
 pub use waiters::{Key, Waiters};
 
 use crate::config::Config;
-use crate::domain::records::{Claimed, Moved};
+use crate::domain::records::{Claimed, LeaseIdentity, Moved, Queue};
 use crate::domain::state::JobState;
+use crate::store::lease::Advertised;
 use crate::store::listener::ListenerEvent;
+use crate::store::pool::ParkedQueue;
 use crate::store::{Result, Store};
+
+/// Runner identities a replica remembers (token hash → id, workspace, owner); past this many it
+/// forgets them all and relearns (one extra round trip each).
+const MAX_KNOWN_RUNNERS: usize = 100_000;
 
 /// Counters for `/metrics`.
 #[derive(Default)]
@@ -36,6 +42,8 @@ pub struct Counters {
     pub wakes: AtomicU64,
     pub leases: AtomicU64,
     pub rechecks: AtomicU64,
+    /// Background work that failed (presence refresh, re-check, sweep, notify).
+    pub background_failures: AtomicU64,
 }
 
 pub struct Hub {
@@ -48,6 +56,8 @@ pub struct Hub {
     /// The LISTEN connection is up.
     pub listening: AtomicBool,
     pub counters: Counters,
+    /// Runner identities by token hash (never the token), see [`MAX_KNOWN_RUNNERS`].
+    identities: std::sync::Mutex<std::collections::HashMap<Vec<u8>, LeaseIdentity>>,
 }
 
 /// The end of a lease long-poll.
@@ -67,17 +77,22 @@ impl Hub {
             origin,
             listening: AtomicBool::new(false),
             counters: Counters::default(),
+            identities: std::sync::Mutex::default(),
         }
     }
 
-    /// A job was parked (dispatch, release, re-delivery, revoke): wake one local waiter on its
-    /// queue now and tell the other replicas.
-    pub fn job_parked(&self, owner: &str, runner_id: Option<Uuid>) {
-        let key = Key::queue(owner, runner_id);
-        if self.waiters.wake_one(&key, 0) {
+    /// A job was parked (dispatch, release, re-delivery, revoke): wake one local waiter that
+    /// can take it now; only when this replica has none, tell the other replicas (a local
+    /// waiter that then cannot take it passes the wake on, and tells them itself).
+    pub fn job_parked(&self, queue: &Queue) {
+        let keys = Key::for_queue(queue);
+        if keys.iter().any(|k| self.waiters.wake_one(k, 0, true)) {
             self.counters.wakes.fetch_add(1, Ordering::Relaxed);
+            return;
         }
-        self.notifier.send(key);
+        for key in keys {
+            self.notifier.send(key);
+        }
     }
 
     /// Something happened to a job (state change, events): wake its readers everywhere.
@@ -91,7 +106,7 @@ impl Hub {
     pub fn after_moves(&self, moved: &[Moved]) {
         for m in moved {
             if m.state == JobState::Parked {
-                self.job_parked(&m.owner, m.runner_id);
+                self.job_parked(&m.queue);
             }
             self.job_changed(m.id);
         }
@@ -120,7 +135,7 @@ impl Hub {
                     Some(k @ Key::Job(_)) => {
                         self.waiters.wake_all(&k);
                     }
-                    Some(k) if self.waiters.wake_one(&k, 0) => {
+                    Some(k) if self.waiters.wake_one(&k, 0, false) => {
                         self.counters.wakes.fetch_add(1, Ordering::Relaxed);
                     }
                     _ => {}
@@ -145,61 +160,113 @@ impl Hub {
             tokio::select! {
                 _ = cancel.cancelled() => return,
                 _ = recheck.tick() => {
-                    let (owners, runners) = self.waiters.queue_keys();
-                    if owners.is_empty() && runners.is_empty() {
+                    let waited = self.waiters.waited_queues();
+                    if waited.is_empty() {
                         continue;
                     }
                     self.counters.rechecks.fetch_add(1, Ordering::Relaxed);
-                    if let Ok(queues) = self.store.parked_queues(&owners, &runners).await {
-                        for (owner, runner_id) in queues {
-                            self.waiters.wake_one(&Key::queue(&owner, runner_id), 0);
+                    match self.store.parked_queues(&waited).await {
+                        Ok(queues) => {
+                            for q in queues {
+                                let key = match q {
+                                    ParkedQueue::Pool { workspace, owner } => Key::Pool(workspace, owner),
+                                    ParkedQueue::Any { workspace } => Key::Any(workspace),
+                                    ParkedQueue::Runner(id) => Key::Runner(id),
+                                };
+                                self.waiters.wake_one(&key, 0, false);
+                            }
+                        }
+                        Err(e) => {
+                            self.counters.background_failures.fetch_add(1, Ordering::Relaxed);
+                            tracing::warn!(error = %e, "re-check of waited-on queues failed; the next interval retries");
                         }
                     }
                 }
                 _ = presence.tick() => {
-                    let (_, runners) = self.waiters.queue_keys();
-                    let _ = self.store.touch_runners(&runners).await;
+                    let runners = self.waiters.waited_queues().runners;
+                    if let Err(e) = self.store.touch_runners(&runners).await {
+                        self.counters.background_failures.fetch_add(1, Ordering::Relaxed);
+                        tracing::warn!(error = %e, runners = runners.len(),
+                            "refreshing long-polling runners' presence failed; they may show dormant until the next refresh");
+                    }
                 }
+            }
+        }
+    }
+
+    /// Who the runner with this token hash is, if this replica has seen it lease before.
+    fn known_runner(&self, token_hash: &[u8]) -> Option<LeaseIdentity> {
+        self.identities
+            .lock()
+            .expect("identities lock")
+            .get(token_hash)
+            .cloned()
+    }
+
+    fn remember_runner(&self, token_hash: &[u8], me: Option<&LeaseIdentity>) {
+        let mut known = self.identities.lock().expect("identities lock");
+        match me {
+            Some(me) => {
+                if known.len() >= MAX_KNOWN_RUNNERS {
+                    known.clear();
+                }
+                known.insert(token_hash.to_vec(), me.clone());
+            }
+            None => {
+                known.remove(token_hash);
             }
         }
     }
 
     /// A runner's lease long-poll, authenticated by its token hash: claim at once; with nothing
     /// there and a free slot, wait (holding no connection) until woken, then claim again; when
-    /// the wait ends, re-check once. The first look learns who the runner is; if it finds
-    /// nothing, the waiter registers and looks once more before it waits, so a job parked in
-    /// between is never missed.
+    /// the wait ends, re-check once. A waiter registers *before* it looks, so a job parked
+    /// between the look and the wait is never missed; a runner this replica has not seen
+    /// before looks once to learn who it is, then registers and looks again.
     ///
     /// # Errors
     /// The database failed.
     pub async fn lease(
         &self,
         token_hash: &[u8],
-        capabilities: Option<Vec<String>>,
+        advertised: Advertised,
         max_jobs: i64,
         wait: Duration,
         shutdown: &CancellationToken,
     ) -> Result<LeaseAnswer> {
         let deadline = Instant::now() + wait;
         let ttl = self.config.lease_ttl_ms as i64;
-        let mut capabilities = capabilities;
-        let mut keys: Option<Vec<Key>> = None;
-        let mut woken_by = None;
+        let mut advertised = Some(advertised);
+        let mut known = self.known_runner(token_hash);
+        let mut woken_by: Option<waiters::Wake> = None;
         let mut last_look = wait.is_zero();
         loop {
-            let registration = keys.clone().map(|k| self.waiters.register(k));
+            let registration = match &known {
+                Some(me) if !last_look => Some(self.waiters.register(Key::for_runner(me))),
+                _ => None,
+            };
             // Boxed: the database call's large state lives on the heap only while it runs, so a
             // parked long-poll stays small (10,000 of them are held at once).
-            let out =
-                Box::pin(
-                    self.store
-                        .lease(token_hash, capabilities.as_deref(), max_jobs, ttl),
-                )
-                .await?;
+            let out = Box::pin(self.store.lease(
+                token_hash,
+                advertised.as_ref().unwrap_or(&Advertised::default()),
+                known.as_ref(),
+                max_jobs,
+                ttl,
+                woken_by.is_some(),
+            ))
+            .await?;
             // Advertised capabilities are stored by the first attempt.
-            capabilities = None;
-            if out.runner_gone {
+            advertised = None;
+            let Some(me) = out.runner else {
+                self.remember_runner(token_hash, None);
                 return Ok(LeaseAnswer::RunnerGone);
+            };
+            if known.as_ref() != Some(&me) {
+                // First sight of this runner: if it must wait, the next turn registers and
+                // looks again.
+                self.remember_runner(token_hash, Some(&me));
+                known = Some(me);
             }
             for id in &out.rejected {
                 self.job_changed(*id);
@@ -210,17 +277,20 @@ impl Hub {
             self.counters
                 .leases
                 .fetch_add(out.claimed.len() as u64, Ordering::Relaxed);
-            // Pool jobs we did not take are still parked: pass the wake on to the next waiter.
-            if let Some(waiters::Wake { key, hops }) = woken_by.take() {
-                if out.more {
-                    self.waiters.wake_one(&key, hops + 1);
+            // Pool jobs we did not take are still parked: pass the wake on to the next waiter
+            // here, or (for a job this replica parked) to the other replicas.
+            if let Some(wake) = woken_by.take() {
+                if out.more
+                    && !self.waiters.wake_one(&wake.key, wake.hops + 1, wake.local)
+                    && wake.local
+                {
+                    self.notifier.send(wake.key);
                 }
             }
             if !out.claimed.is_empty() || out.free <= 0 || last_look || shutdown.is_cancelled() {
                 return Ok(LeaseAnswer::Jobs(out.claimed));
             }
             let Some(registration) = registration else {
-                keys = Some(vec![Key::Runner(out.runner_id), Key::Pool(out.owner)]);
                 continue;
             };
             tokio::select! {

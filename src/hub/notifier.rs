@@ -47,15 +47,20 @@ impl Notifier {
 }
 
 async fn connect(database_url: &str) -> Option<tokio_postgres::Client> {
-    let (client, connection) = crate::store::listener::connect_as(database_url, "leasehold-notify")
-        .await
-        .ok()?;
-    tokio::spawn(connection);
-    client
-        .batch_execute("SET synchronous_commit = off")
-        .await
-        .ok()?;
-    Some(client)
+    let connected = async {
+        let (client, connection) =
+            crate::store::listener::connect_as(database_url, "leasehold-notify").await?;
+        tokio::spawn(connection);
+        client.batch_execute("SET synchronous_commit = off").await?;
+        Ok::<_, tokio_postgres::Error>(client)
+    };
+    match connected.await {
+        Ok(client) => Some(client),
+        Err(e) => {
+            tracing::warn!(error = %e, "the notifier could not connect; wake-ups to other replicas wait for it");
+            None
+        }
+    }
 }
 
 async fn run(
@@ -101,7 +106,8 @@ async fn run(
                     break;
                 }
                 Err(e) => {
-                    tracing::debug!(error = %e, "notify failed");
+                    tracing::warn!(error = %e, attempt, keys = payloads.len(),
+                        "sending wake-ups to other replicas failed; their waiters re-check on their own");
                     client = None;
                 }
             }

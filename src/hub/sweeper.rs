@@ -37,7 +37,10 @@ pub async fn run(hub: Arc<Hub>, cancel: CancellationToken) {
             _ = tick.tick() => {}
         }
         if let Err(e) = sweep_once(&hub).await {
-            tracing::debug!(error = %e, "sweep failed; next tick retries");
+            hub.counters
+                .background_failures
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            tracing::warn!(error = %e, "sweep failed; the next tick retries");
         }
     }
 }

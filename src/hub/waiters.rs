@@ -1,7 +1,8 @@
 //! This replica's parked long-polls, in memory, keyed by what could satisfy them.
 //!
-//! A lease long-poll waits on two keys, its named queue ([`Key::Runner`]) and its owner's pool
-//! ([`Key::Pool`]); a job or events read waits on [`Key::Job`]. A waiter holds no database
+//! A lease long-poll waits on its named queue ([`Key::Runner`]) and its owner's pool in its
+//! workspace ([`Key::Pool`]), and a workspace runner also on its workspace's `any` pool
+//! ([`Key::Any`]); a job or events read waits on [`Key::Job`]. A waiter holds no database
 //! connection. Invariants: a waiter is woken at most once per registration, and waking removes
 //! it from every key it waits on; within a key waiters are woken oldest first, so runners that
 //! just got work queue up behind those that did not (round-robin across runners).
@@ -12,11 +13,16 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::Notify;
 use uuid::Uuid;
 
+use crate::domain::records::{LeaseIdentity, Queue};
+use crate::store::pool::WaitedQueues;
+
 /// What a waiter waits for.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Key {
-    /// A pool job parked for this owner.
-    Pool(String),
+    /// A pool job parked for this owner in this workspace: (workspace, owner).
+    Pool(String, String),
+    /// An `any` job parked in this workspace (workspace runners take them).
+    Any(String),
     /// A job parked for this named runner.
     Runner(Uuid),
     /// Anything happened to this job (state change, events).
@@ -24,18 +30,36 @@ pub enum Key {
 }
 
 impl Key {
-    /// The queue key of a parked job.
-    pub fn queue(owner: &str, runner_id: Option<Uuid>) -> Key {
-        match runner_id {
-            Some(id) => Key::Runner(id),
-            None => Key::Pool(owner.to_owned()),
+    /// The keys a parked job of this queue can satisfy, the most specific first.
+    pub fn for_queue(q: &Queue) -> Vec<Key> {
+        match (q.runner_id, q.pool.as_deref()) {
+            (Some(id), _) => vec![Key::Runner(id)],
+            (None, Some("any")) => vec![
+                Key::Pool(q.workspace.clone(), q.owner.clone()),
+                Key::Any(q.workspace.clone()),
+            ],
+            (None, _) => vec![Key::Pool(q.workspace.clone(), q.owner.clone())],
         }
+    }
+
+    /// The keys a runner's lease long-poll waits on.
+    pub fn for_runner(me: &LeaseIdentity) -> Vec<Key> {
+        let mut keys = vec![
+            Key::Runner(me.id),
+            Key::Pool(me.workspace.clone(), me.owner.clone()),
+        ];
+        if me.owner.starts_with("ws:") {
+            keys.push(Key::Any(me.workspace.clone()));
+        }
+        keys
     }
 
     /// Wire form in a notification payload.
     pub fn encode(&self) -> String {
         match self {
-            Key::Pool(owner) => format!("p/{owner}"),
+            // Workspace ids and subjects never contain '/' (domain::owner::is_valid_name).
+            Key::Pool(workspace, owner) => format!("p/{workspace}/{owner}"),
+            Key::Any(workspace) => format!("a/{workspace}"),
             Key::Runner(id) => format!("r/{id}"),
             Key::Job(id) => format!("j/{id}"),
         }
@@ -44,7 +68,10 @@ impl Key {
     pub fn decode(s: &str) -> Option<Key> {
         let (kind, rest) = s.split_once('/')?;
         match kind {
-            "p" => Some(Key::Pool(rest.to_owned())),
+            "p" => rest
+                .split_once('/')
+                .map(|(w, o)| Key::Pool(w.to_owned(), o.to_owned())),
+            "a" => Some(Key::Any(rest.to_owned())),
             "r" => rest.parse().ok().map(Key::Runner),
             "j" => rest.parse().ok().map(Key::Job),
             _ => None,
@@ -52,11 +79,15 @@ impl Key {
     }
 }
 
-/// Why a waiter woke: the key, and how many waiters this wake has already been passed through.
+/// Why a waiter woke: the key, how many waiters this wake has already been passed through, and
+/// whether this replica parked the job itself (then a waiter that cannot take everything may
+/// tell the other replicas; a wake that came from another replica is passed on locally only,
+/// so no wake bounces between replicas).
 #[derive(Debug, Clone)]
 pub struct Wake {
     pub key: Key,
     pub hops: usize,
+    pub local: bool,
 }
 
 struct Slot {
@@ -162,7 +193,7 @@ impl Waiters {
 
     /// Wake the oldest waiter on `key`, unless this wake has already been passed through as
     /// many waiters as are waiting (so a chain of pass-ons ends). `true` if one was woken.
-    pub fn wake_one(&self, key: &Key, hops: usize) -> bool {
+    pub fn wake_one(&self, key: &Key, hops: usize, local: bool) -> bool {
         let mut inner = self.inner.lock().expect("waiters lock");
         let Some(q) = inner.queues.get_mut(key) else {
             return false;
@@ -180,6 +211,7 @@ impl Waiters {
             Wake {
                 key: key.clone(),
                 hops,
+                local,
             },
         );
         true
@@ -200,6 +232,7 @@ impl Waiters {
                 Wake {
                     key: key.clone(),
                     hops: 0,
+                    local: false,
                 },
             );
         }
@@ -219,19 +252,19 @@ impl Waiters {
         keys.iter().map(|k| self.wake_all(k)).sum()
     }
 
-    /// The queue keys (pool owners, named runners) that have waiters now.
-    pub fn queue_keys(&self) -> (Vec<String>, Vec<Uuid>) {
+    /// The queues that have waiters now.
+    pub fn waited_queues(&self) -> WaitedQueues {
         let inner = self.inner.lock().expect("waiters lock");
-        let mut owners = Vec::new();
-        let mut runners = Vec::new();
+        let mut out = WaitedQueues::default();
         for key in inner.queues.keys() {
             match key {
-                Key::Pool(o) => owners.push(o.clone()),
-                Key::Runner(id) => runners.push(*id),
+                Key::Pool(w, o) => out.pools.push((w.clone(), o.clone())),
+                Key::Any(w) => out.any.push(w.clone()),
+                Key::Runner(id) => out.runners.push(*id),
                 Key::Job(_) => {}
             }
         }
-        (owners, runners)
+        out
     }
 
     /// How many waiters are registered.
@@ -251,14 +284,14 @@ mod tests {
     #[tokio::test]
     async fn wakes_oldest_first_and_once() {
         let w = Waiters::default();
-        let pool = Key::Pool("alice".into());
+        let pool = Key::Pool("acme".into(), "alice".into());
         let a = w.register(vec![Key::Runner(Uuid::nil()), pool.clone()]);
         let b = w.register(vec![pool.clone()]);
-        assert!(w.wake_one(&pool, 0));
+        assert!(w.wake_one(&pool, 0, true));
         assert_eq!(a.woken().await.key, pool);
         assert_eq!(w.len(), 1, "a is gone from both of its keys");
-        assert!(!w.wake_one(&Key::Runner(Uuid::nil()), 0));
-        assert!(w.wake_one(&pool, 0));
+        assert!(!w.wake_one(&Key::Runner(Uuid::nil()), 0, true));
+        assert!(w.wake_one(&pool, 0, true));
         b.woken().await;
         assert!(w.is_empty());
     }
@@ -266,19 +299,20 @@ mod tests {
     #[test]
     fn pass_on_chains_end() {
         let w = Waiters::default();
-        let pool = Key::Pool("bob".into());
+        let pool = Key::Pool("acme".into(), "bob".into());
         let _a = w.register(vec![pool.clone()]);
         assert!(
-            !w.wake_one(&pool, 2),
+            !w.wake_one(&pool, 2, true),
             "a wake passed through more waiters than wait stops"
         );
-        assert!(w.wake_one(&pool, 1));
+        assert!(w.wake_one(&pool, 1, true));
     }
 
     #[test]
     fn keys_round_trip() {
         for k in [
-            Key::Pool("ws:acme".into()),
+            Key::Pool("acme".into(), "ws:acme".into()),
+            Key::Any("acme".into()),
             Key::Runner(Uuid::now_v7()),
             Key::Job(Uuid::now_v7()),
         ] {

@@ -201,6 +201,7 @@ fn heartbeat_body(opts: &Options, capacity: i64) -> wire::RunnerHeartbeat {
     wire::RunnerHeartbeat {
         version: Some(VERSION.to_owned()),
         capabilities: Some(opts.config.capabilities.clone()),
+        exclusive: Some(opts.config.exclusive.clone()),
         capacity: Some(capacity),
         running: None,
         repo_targets: Some(
@@ -337,6 +338,7 @@ pub async fn run(opts: Options, stopper: Stopper) -> anyhow::Result<Summary> {
         let req = wire::Lease {
             version: Some(VERSION.to_owned()),
             repo_targets: None,
+            exclusive: None,
             wait_ms: Some(poll_wait_ms),
             max_jobs: Some(if once { 1 } else { free }),
             capabilities: None,
@@ -440,6 +442,7 @@ pub async fn enroll(servers_urls: &[String], req: &wire::Enroll) -> anyhow::Resu
         workspace: created.runner.workspace,
         capacity: i64::from(created.runner.capacity),
         capabilities: created.runner.capabilities,
+        exclusive: created.runner.exclusive,
         ephemeral: created.runner.ephemeral,
     })
 }

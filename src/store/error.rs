@@ -8,9 +8,40 @@ pub enum StoreError {
     /// The database cannot be reached or is shutting down; nothing was half-written.
     #[error("database unavailable: {0}")]
     Unavailable(String),
-    /// Any other database error.
-    #[error("database error: {0}")]
-    Db(#[source] tokio_postgres::Error),
+    /// The database returned something the schema rules out (a bug).
+    #[error("invalid row: {0}")]
+    Invalid(String),
+    /// Any other database error: logged by SQLSTATE and statement name only, since the
+    /// server's message may quote the values a request sent.
+    #[error("database error {sqlstate} in {statement}")]
+    Db {
+        sqlstate: String,
+        /// The `sql/` file of the statement, when known.
+        statement: &'static str,
+        #[source]
+        source: tokio_postgres::Error,
+    },
+}
+
+impl StoreError {
+    /// Whether the database could not be reached (503) rather than failed (500).
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, StoreError::Unavailable(_))
+    }
+
+    /// The error of running the `sql/` statement whose text is `sql`.
+    pub fn from_statement(sql: &'static str, e: tokio_postgres::Error) -> Self {
+        match Self::from(e) {
+            StoreError::Db {
+                sqlstate, source, ..
+            } => StoreError::Db {
+                sqlstate,
+                statement: super::sql::name_of(sql),
+                source,
+            },
+            other => other,
+        }
+    }
 }
 
 impl From<tokio_postgres::Error> for StoreError {
@@ -18,7 +49,11 @@ impl From<tokio_postgres::Error> for StoreError {
         if is_unavailable(&e) {
             StoreError::Unavailable(e.to_string())
         } else {
-            StoreError::Db(e)
+            StoreError::Db {
+                sqlstate: e.code().map_or("-", |c| c.code()).to_owned(),
+                statement: "-",
+                source: e,
+            }
         }
     }
 }

@@ -22,6 +22,7 @@ macro_rules! migrations {
 
 migrations! {
     1 => "0001_schema.sql",
+    2 => "0002_hot_path.sql",
     4 => "0004_secrets.sql",
     5 => "0005_placement.sql",
 }

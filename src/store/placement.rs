@@ -9,19 +9,19 @@
 use serde_json::Value;
 use uuid::Uuid;
 
-use super::{moved, sql, Result, Store};
+use super::{rows, sql, Result, Store};
 use crate::domain::records::{Moved, RepoTarget};
 
 /// Repository targets as a runner advertises them, ready to record.
 #[derive(Debug, Clone, Default)]
-pub struct Advertised {
+pub struct AdvertisedTargets {
     pub ids: Vec<Uuid>,
     pub providers: Vec<String>,
     pub repositories: Vec<String>,
     pub labels: Vec<Option<String>>,
 }
 
-impl Advertised {
+impl AdvertisedTargets {
     pub fn push(&mut self, provider: String, repository: String, label: Option<String>) {
         self.ids.push(Uuid::now_v7());
         self.providers.push(provider);
@@ -71,7 +71,7 @@ impl Store {
         token_hash: &[u8],
         version: Option<&str>,
         outdated: bool,
-        targets: &Advertised,
+        targets: &AdvertisedTargets,
     ) -> Result<Option<LeaseCaller>> {
         Ok(self
             .query_opt(
@@ -97,7 +97,7 @@ impl Store {
     pub async fn advertise_repo_targets(
         &self,
         id: Uuid,
-        targets: &Advertised,
+        targets: &AdvertisedTargets,
     ) -> Result<Vec<RepoTarget>> {
         if targets.is_empty() {
             return Ok(Vec::new());
@@ -141,6 +141,36 @@ impl Store {
             .is_some())
     }
 
+    /// Reject a job the runner with this token just leased (`epoch`) because secret `missing` does not exist;
+    /// the attempt is not counted. Empty when the lease moved on meanwhile.
+    pub async fn reject_secret_missing(
+        &self,
+        id: Uuid,
+        epoch: i64,
+        token_hash: &[u8],
+        missing: &str,
+    ) -> Result<Vec<Moved>> {
+        self.query(
+            sql::LEASE_REJECT_SECRET_MISSING,
+            &[&id, &epoch, &token_hash, &missing],
+        )
+        .await?
+        .iter()
+        .map(rows::moved)
+        .collect()
+    }
+
+    /// Park again jobs the runner with this token just leased, giving their attempts back.
+    pub async fn give_back(&self, jobs: &[(Uuid, i64)], token_hash: &[u8]) -> Result<Vec<Moved>> {
+        let ids: Vec<Uuid> = jobs.iter().map(|j| j.0).collect();
+        let epochs: Vec<i64> = jobs.iter().map(|j| j.1).collect();
+        self.query(sql::LEASE_GIVE_BACK, &[&ids, &epochs, &token_hash])
+            .await?
+            .iter()
+            .map(rows::moved)
+            .collect()
+    }
+
     /// Re-judge every live runner's version with `judge` (true: outdated) and store the
     /// verdicts that changed. Returns how many changed.
     pub async fn rejudge_versions(&self, judge: impl Fn(Option<&str>) -> bool) -> Result<u64> {
@@ -171,7 +201,7 @@ impl Store {
     /// their ids), then re-park or reject their jobs, in one transaction.
     pub(super) async fn reap_runners(
         &self,
-        statement: &str,
+        statement: &'static str,
         batch: i64,
         unseen_ms: i64,
     ) -> Result<Vec<Moved>> {
@@ -189,7 +219,9 @@ impl Store {
         let mut out = Vec::new();
         for id in &ids {
             self.count(1);
-            out.extend(tx.query(&jobs, &[id]).await?.iter().map(moved));
+            for row in tx.query(&jobs, &[id]).await? {
+                out.push(rows::moved(&row)?);
+            }
         }
         tx.commit().await?;
         Ok(out)

@@ -11,6 +11,13 @@ macro_rules! statements {
     };
 }
 
+/// The file name of a statement's text (for logs and metrics), or `-`.
+pub fn name_of(sql: &str) -> &'static str {
+    ALL.iter()
+        .find(|(_, text)| std::ptr::eq(*text, sql))
+        .map_or("-", |(file, _)| file)
+}
+
 statements! {
     KEY_INSERT => "key_insert.sql",
     KEY_BY_HASH => "key_by_hash.sql",
@@ -24,15 +31,15 @@ statements! {
     RUNNER_HEARTBEAT => "runner_heartbeat.sql",
     RUNNER_NOT_RUNNING => "runner_not_running.sql",
     RUNNER_LOCK_FOR_LEASE => "runner_lock_for_lease.sql",
-    RUNNER_SET_EPHEMERAL_JOB => "runner_set_ephemeral_job.sql",
     RUNNER_REVOKE => "runner_revoke.sql",
     RUNNER_REVOKE_JOBS => "runner_revoke_jobs.sql",
     JOB_INSERT => "job_insert.sql",
     JOB_BY_IDEMPOTENCY_KEY => "job_by_idempotency_key.sql",
     JOB_GET => "job_get.sql",
     JOBS_LIST => "jobs_list.sql",
+    JOBS_LIST_DESC => "jobs_list_desc.sql",
     JOB_CANCEL => "job_cancel.sql",
-    JOB_STATE_FOR_RUNNER => "job_state_for_runner.sql",
+    JOB_FENCE_MISS => "job_fence_miss.sql",
     JOB_HEARTBEAT => "job_heartbeat.sql",
     JOB_COMPLETE => "job_complete.sql",
     JOB_FAIL => "job_fail.sql",
@@ -63,5 +70,7 @@ statements! {
     RUNNERS_VERSIONS => "runners_versions.sql",
     RUNNERS_SET_OUTDATED => "runners_set_outdated.sql",
     SWEEP_DORMANT_RUNNERS => "sweep_dormant_runners.sql",
+    LEASE_REJECT_SECRET_MISSING => "lease_reject_secret_missing.sql",
+    LEASE_GIVE_BACK => "lease_give_back.sql",
     PING => "ping.sql",
 }

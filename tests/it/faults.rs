@@ -195,7 +195,7 @@ async fn sigterm_answers_open_long_polls_at_once_and_exits_cleanly() {
     let job = dispatch(
         &alice,
         wire::Target::Pool {
-            pool: Tier::Workspace,
+            pool: leasehold::wire::PoolName::Workspace,
         },
         json!("nobody takes this"),
     )

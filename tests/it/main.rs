@@ -15,3 +15,4 @@ mod schema;
 mod secrets;
 mod security;
 mod sources;
+mod tenancy;

@@ -314,7 +314,7 @@ async fn tenants_never_reach_each_others_objects() {
     let job = dispatch(
         &acme,
         wire::Target::Pool {
-            pool: Tier::Workspace,
+            pool: leasehold::wire::PoolName::Workspace,
         },
         json!("acme only"),
     )

@@ -212,13 +212,13 @@ pub async fn dispatch(
 
 pub fn personal() -> wire::Target {
     wire::Target::Pool {
-        pool: wire::Tier::Personal,
+        pool: wire::PoolName::Personal,
     }
 }
 
 pub fn workspace_pool() -> wire::Target {
     wire::Target::Pool {
-        pool: wire::Tier::Workspace,
+        pool: wire::PoolName::Workspace,
     }
 }
 

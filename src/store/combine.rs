@@ -1,0 +1,121 @@
+//! Coalescing: concurrent calls that each want one row written are written by one statement.
+//!
+//! A [`Combiner`] owns a task that takes whatever calls have queued and runs them as one batch,
+//! with at most `in_flight` batches running at once. An idle combiner runs a call at once (it
+//! never waits for company), so coalescing adds no latency; under load, calls queue while the
+//! batches in flight run, and the next batch takes them all (shared/PERF-FACTS.md 3: one
+//! statement for ten jobs costs a fraction of ten).
+//!
+//! Invariants: every call gets exactly one answer; a batch that fails is retried one call at a
+//! time, so one call's bad input never fails another's.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use tokio::sync::{mpsc, oneshot, Semaphore};
+
+use super::{Result, StoreError};
+
+type Reply<O> = oneshot::Sender<Result<O>>;
+type BatchFn<I, O> =
+    Arc<dyn Fn(Vec<I>) -> Pin<Box<dyn Future<Output = Result<Vec<O>>> + Send>> + Send + Sync>;
+
+/// Hands single calls to a task that runs them in batches.
+pub struct Combiner<I, O> {
+    tx: mpsc::UnboundedSender<(I, Reply<O>)>,
+}
+
+impl<I, O> Combiner<I, O>
+where
+    I: Clone + Send + 'static,
+    O: Send + 'static,
+{
+    /// Start the task (call from inside a Tokio runtime). `run` writes a batch and answers one
+    /// output per input, in input order.
+    pub fn start<F, Fut>(max_batch: usize, in_flight: usize, run: F) -> Self
+    where
+        F: Fn(Vec<I>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Vec<O>>> + Send + 'static,
+    {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let run: BatchFn<I, O> = Arc::new(move |items| Box::pin(run(items)));
+        tokio::spawn(drive(rx, max_batch.max(1), in_flight.max(1), run));
+        Self { tx }
+    }
+
+    /// Write one item, with whatever else is queued.
+    ///
+    /// # Errors
+    /// The batch (or, after a batch failed, this item alone) failed.
+    pub async fn submit(&self, item: I) -> Result<O> {
+        let (reply, answer) = oneshot::channel();
+        self.tx
+            .send((item, reply))
+            .map_err(|_| StoreError::Unavailable("shutting down".into()))?;
+        answer
+            .await
+            .map_err(|_| StoreError::Unavailable("shutting down".into()))?
+    }
+}
+
+async fn drive<I, O>(
+    mut rx: mpsc::UnboundedReceiver<(I, Reply<O>)>,
+    max_batch: usize,
+    in_flight: usize,
+    run: BatchFn<I, O>,
+) where
+    I: Clone + Send + 'static,
+    O: Send + 'static,
+{
+    let slots = Arc::new(Semaphore::new(in_flight));
+    loop {
+        let Ok(slot) = slots.clone().acquire_owned().await else {
+            return;
+        };
+        let Some(first) = rx.recv().await else {
+            return;
+        };
+        let mut batch = vec![first];
+        while batch.len() < max_batch {
+            match rx.try_recv() {
+                Ok(next) => batch.push(next),
+                Err(_) => break,
+            }
+        }
+        let run = run.clone();
+        tokio::spawn(async move {
+            let (items, replies): (Vec<I>, Vec<Reply<O>>) = batch.into_iter().unzip();
+            let n = items.len();
+            match run(items.clone()).await {
+                Ok(outputs) if outputs.len() == n => {
+                    for (reply, out) in replies.into_iter().zip(outputs) {
+                        let _ = reply.send(Ok(out));
+                    }
+                }
+                Ok(_) => {
+                    for reply in replies {
+                        let _ = reply.send(Err(StoreError::Invalid(
+                            "a batch answered the wrong number of rows".into(),
+                        )));
+                    }
+                }
+                Err(e) if n == 1 => {
+                    let _ = replies.into_iter().next().map(|r| r.send(Err(e)));
+                }
+                Err(_) => {
+                    // Find whose input failed it: each alone.
+                    for (item, reply) in items.into_iter().zip(replies) {
+                        let out = run(vec![item]).await.and_then(|mut o| {
+                            o.pop().ok_or_else(|| {
+                                StoreError::Invalid("a batch of one answered nothing".into())
+                            })
+                        });
+                        let _ = reply.send(out);
+                    }
+                }
+            }
+            drop(slot);
+        });
+    }
+}

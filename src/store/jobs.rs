@@ -1,0 +1,353 @@
+//! Jobs: parking (one, a caller's batch, or concurrent callers' dispatches coalesced), reading,
+//! cancelling, and the runner's fenced transitions (heartbeat, events, complete, fail, release).
+//!
+//! Invariants: every statement here authenticates its caller itself (the API key or runner
+//! token hash is a parameter), so a revoked credential can change nothing from the moment its
+//! revocation commits; a fenced transition matches only the live runner holding the lease at
+//! that epoch, and when it matches nothing the store says why as a typed [`FenceMiss`].
+
+use std::collections::HashMap;
+use std::sync::OnceLock;
+
+use serde_json::{json, Value};
+use uuid::Uuid;
+
+use super::combine::Combiner;
+use super::{rows, sql, Result, Store};
+use crate::domain::records::{Event, Job};
+use crate::domain::state::JobState;
+
+/// Most dispatches or reports one coalesced statement carries, and how many such statements
+/// may run at once per replica (the rest queue and go in the next one).
+const COMBINE_BATCH: usize = 256;
+const COMBINE_IN_FLIGHT: usize = 2;
+
+/// A job to park, validated and targeted. Its workspace and (for a pool) its owner are derived
+/// in SQL from the caller's key, which the statement authenticates.
+#[derive(Debug, Clone)]
+pub struct NewJob {
+    pub id: Uuid,
+    /// SHA-256 of the caller's API key.
+    pub key_hash: Vec<u8>,
+    /// `personal`, `workspace` or `any`; `None` for a job named for a runner.
+    pub pool: Option<&'static str>,
+    pub runner_id: Option<Uuid>,
+    /// For a named runner: the runner's owner (the job's queue owner).
+    pub owner: Option<String>,
+    pub kind: String,
+    pub payload: Value,
+    pub required_capabilities: Vec<String>,
+    pub priority: i32,
+    pub max_attempts: i32,
+    pub no_runner_timeout_ms: i64,
+    pub queue_timeout_ms: Option<i64>,
+    pub idempotency_key: Option<String>,
+    pub secrets: Vec<String>,
+    pub source: Option<Value>,
+    /// `provider repository` of `source`, compared with runners' approved targets.
+    pub source_key: Option<String>,
+}
+
+impl NewJob {
+    fn item(&self, ord: usize) -> Value {
+        json!({
+            "ord": ord,
+            "id": self.id,
+            "key": hex(&self.key_hash),
+            "pool": self.pool,
+            "runner_id": self.runner_id,
+            "owner": self.owner,
+            "kind": self.kind,
+            "payload": self.payload,
+            "required_capabilities": self.required_capabilities,
+            "priority": self.priority,
+            "max_attempts": self.max_attempts,
+            "no_runner_timeout_ms": self.no_runner_timeout_ms,
+            "queue_timeout_ms": self.queue_timeout_ms,
+            "idempotency_key": self.idempotency_key,
+            "secrets": self.secrets,
+            "source": self.source,
+            "source_key": self.source_key,
+        })
+    }
+}
+
+/// A runner's terminal report of success.
+#[derive(Debug, Clone)]
+pub struct Report {
+    pub id: Uuid,
+    pub epoch: i64,
+    /// SHA-256 of the reporting runner's token.
+    pub token_hash: Vec<u8>,
+    pub result: Value,
+}
+
+/// Why a fenced runner call matched no row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FenceMiss {
+    /// The runner token is not live (401).
+    Unauthorized,
+    /// Unknown, or not visible to this runner (404).
+    NotFound,
+    /// The job has settled; it carries the terminal state (409 `job_terminal`).
+    Terminal(JobState),
+    /// Live, but not held by this runner at that epoch (409 `lease_superseded`).
+    Superseded,
+}
+
+/// The answer of a fenced call: what it did, or why it matched nothing.
+pub type Fenced<T> = std::result::Result<T, FenceMiss>;
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+impl Store {
+    /// A store for a combiner's own task: the same pool and counters, no combiners of its own.
+    fn for_combiner(&self) -> Store {
+        Store {
+            parker: std::sync::Arc::new(OnceLock::new()),
+            reporter: std::sync::Arc::new(OnceLock::new()),
+            ..self.clone()
+        }
+    }
+
+    /// Park jobs in one statement (one transaction), in order. `None` for an item when the
+    /// key is not live or the item's idempotency key was used before (read the first job).
+    ///
+    /// # Errors
+    /// The database failed; nothing was parked.
+    pub async fn insert_jobs(&self, jobs: &[NewJob]) -> Result<Vec<Option<Job>>> {
+        let items = Value::Array(jobs.iter().enumerate().map(|(i, j)| j.item(i)).collect());
+        let rows = self.query(sql::JOB_INSERT, &[&items]).await?;
+        let mut parked: HashMap<Uuid, Job> = HashMap::with_capacity(rows.len());
+        for row in &rows {
+            let job = rows::job(row)?;
+            parked.insert(job.id, job);
+        }
+        Ok(jobs.iter().map(|j| parked.remove(&j.id)).collect())
+    }
+
+    /// Park one job, coalesced with other callers' concurrent dispatches.
+    pub async fn park(&self, job: NewJob) -> Result<Option<Job>> {
+        let parker = self.parker.get_or_init(|| {
+            let store = self.for_combiner();
+            Combiner::start(
+                COMBINE_BATCH,
+                COMBINE_IN_FLIGHT,
+                move |jobs: Vec<NewJob>| {
+                    let store = store.clone();
+                    async move { store.insert_jobs(&jobs).await }
+                },
+            )
+        });
+        parker.submit(job).await
+    }
+
+    pub async fn job_by_idempotency_key(&self, workspace: &str, key: &str) -> Result<Option<Job>> {
+        self.query_opt(sql::JOB_BY_IDEMPOTENCY_KEY, &[&workspace, &key])
+            .await?
+            .as_ref()
+            .map(rows::job)
+            .transpose()
+    }
+
+    pub async fn job(&self, id: Uuid, workspace: &str) -> Result<Option<Job>> {
+        self.query_opt(sql::JOB_GET, &[&id, &workspace])
+            .await?
+            .as_ref()
+            .map(rows::job)
+            .transpose()
+    }
+
+    /// A page of a workspace's jobs after `after` (exclusive), ascending or descending by id.
+    pub async fn jobs(
+        &self,
+        workspace: &str,
+        state: Option<&str>,
+        after: Option<Uuid>,
+        limit: i64,
+        descending: bool,
+    ) -> Result<Vec<Job>> {
+        let statement = if descending {
+            sql::JOBS_LIST_DESC
+        } else {
+            sql::JOBS_LIST
+        };
+        let rows = self
+            .query(statement, &[&workspace, &state, &after, &limit])
+            .await?;
+        rows::jobs(&rows)
+    }
+
+    /// Cancel a live job. `None` when it is unknown or already terminal.
+    pub async fn cancel_job(&self, id: Uuid, workspace: &str, by: &str) -> Result<Option<Job>> {
+        self.query_opt(sql::JOB_CANCEL, &[&id, &workspace, &by])
+            .await?
+            .as_ref()
+            .map(rows::job)
+            .transpose()
+    }
+
+    /// Why a fenced call with this token matched nothing.
+    async fn fence_miss(&self, id: Uuid, token_hash: &[u8]) -> Result<FenceMiss> {
+        let Some(row) = self
+            .query_opt(sql::JOB_FENCE_MISS, &[&id, &token_hash])
+            .await?
+        else {
+            return Ok(FenceMiss::Unauthorized);
+        };
+        Ok(match row.get::<_, Option<&str>>("state") {
+            None => FenceMiss::NotFound,
+            Some(_) => match rows::state(&row, "state")? {
+                s if s.is_terminal() => FenceMiss::Terminal(s),
+                _ => FenceMiss::Superseded,
+            },
+        })
+    }
+
+    /// The row a fenced statement returned, or why it returned none.
+    async fn fenced<T>(&self, id: Uuid, token_hash: &[u8], done: Option<T>) -> Result<Fenced<T>> {
+        match done {
+            Some(t) => Ok(Ok(t)),
+            None => Ok(Err(self.fence_miss(id, token_hash).await?)),
+        }
+    }
+
+    /// Extend a lease; the new expiry.
+    pub async fn heartbeat_job(
+        &self,
+        id: Uuid,
+        epoch: i64,
+        token_hash: &[u8],
+        ttl_ms: i64,
+    ) -> Result<Fenced<chrono::DateTime<chrono::Utc>>> {
+        let row = self
+            .query_opt(
+                sql::JOB_HEARTBEAT,
+                &[&id, &epoch, &token_hash, &ttl_ms, &self.seen_refresh_ms],
+            )
+            .await?;
+        self.fenced(id, token_hash, row.map(|r| r.get(0))).await
+    }
+
+    /// Settle reports in one statement; for each, the completed job or `None` (fence missed).
+    ///
+    /// # Errors
+    /// The database failed; nothing was settled.
+    pub async fn complete_jobs(&self, reports: &[Report]) -> Result<Vec<Option<Job>>> {
+        let items = Value::Array(
+            reports
+                .iter()
+                .enumerate()
+                .map(|(i, r)| {
+                    json!({"ord": i, "id": r.id, "epoch": r.epoch, "token": hex(&r.token_hash),
+                           "result": r.result})
+                })
+                .collect(),
+        );
+        let rows = self
+            .query(sql::JOB_COMPLETE, &[&items, &self.seen_refresh_ms])
+            .await?;
+        let mut out: Vec<Option<Job>> = vec![None; reports.len()];
+        for row in &rows {
+            let ord: i64 = row.get("ord");
+            if let Some(slot) = out.get_mut(ord as usize) {
+                *slot = Some(rows::job(row)?);
+            }
+        }
+        Ok(out)
+    }
+
+    /// First terminal report wins: complete a job, coalesced with other runners' concurrent
+    /// reports.
+    pub async fn complete_job(&self, report: Report) -> Result<Fenced<Job>> {
+        let reporter = self.reporter.get_or_init(|| {
+            let store = self.for_combiner();
+            Combiner::start(
+                COMBINE_BATCH,
+                COMBINE_IN_FLIGHT,
+                move |reports: Vec<Report>| {
+                    let store = store.clone();
+                    async move { store.complete_jobs(&reports).await }
+                },
+            )
+        });
+        let (id, token_hash) = (report.id, report.token_hash.clone());
+        let done = reporter.submit(report).await?;
+        self.fenced(id, &token_hash, done).await
+    }
+
+    pub async fn fail_job(
+        &self,
+        id: Uuid,
+        epoch: i64,
+        token_hash: &[u8],
+        message: &str,
+    ) -> Result<Fenced<Job>> {
+        let row = self
+            .query_opt(
+                sql::JOB_FAIL,
+                &[&id, &epoch, &token_hash, &message, &self.seen_refresh_ms],
+            )
+            .await?;
+        let job = row.as_ref().map(rows::job).transpose()?;
+        self.fenced(id, token_hash, job).await
+    }
+
+    pub async fn release_job(
+        &self,
+        id: Uuid,
+        epoch: i64,
+        token_hash: &[u8],
+    ) -> Result<Fenced<Job>> {
+        let row = self
+            .query_opt(
+                sql::JOB_RELEASE,
+                &[&id, &epoch, &token_hash, &self.seen_refresh_ms],
+            )
+            .await?;
+        let job = row.as_ref().map(rows::job).transpose()?;
+        self.fenced(id, token_hash, job).await
+    }
+
+    /// Append runner events, fenced. The seq of the last one appended.
+    pub async fn append_events(
+        &self,
+        id: Uuid,
+        epoch: i64,
+        token_hash: &[u8],
+        kinds: &[String],
+        data: &[Value],
+    ) -> Result<Fenced<i32>> {
+        let row = self
+            .query_opt(
+                sql::JOB_EVENTS_APPEND,
+                &[
+                    &id,
+                    &epoch,
+                    &token_hash,
+                    &kinds,
+                    &data,
+                    &self.seen_refresh_ms,
+                ],
+            )
+            .await?;
+        self.fenced(id, token_hash, row.map(|r| r.get(0))).await
+    }
+
+    pub async fn events(&self, id: Uuid, after: i32, limit: i64) -> Result<Vec<Event>> {
+        let rows = self
+            .query(sql::JOB_EVENTS_LIST, &[&id, &after, &limit])
+            .await?;
+        Ok(rows
+            .iter()
+            .map(|r| Event {
+                seq: r.get("seq"),
+                at: r.get("at"),
+                kind: r.get("kind"),
+                data: r.get("data"),
+            })
+            .collect())
+    }
+}

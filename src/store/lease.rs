@@ -1,0 +1,179 @@
+//! The lease transaction: lock the runner row (which also authenticates it), claim, commit.
+//!
+//! Invariant: concurrent lease calls of one runner serialise on its row lock, and the claim
+//! runs as a second statement whose snapshot is taken after the lock was granted, so together
+//! they never take more than `capacity - active leases`. The four messages (BEGIN, lock, claim,
+//! COMMIT) are sent together on one connection, pipelined: one round trip. That needs the
+//! runner's fixed identity (id, workspace, owner) before the lock answers; a replica remembers
+//! it by token hash, and the first call of a runner it does not know yet takes two round trips.
+
+use tokio_postgres::types::ToSql;
+
+use super::{rows, sql, Result, Store, StoreError};
+use crate::domain::records::{Claimed, LeaseIdentity};
+
+/// What a runner advertises on a lease call; `None` keeps what is recorded.
+#[derive(Debug, Default, Clone)]
+pub struct Advertised {
+    pub capabilities: Option<Vec<String>>,
+    pub exclusive: Option<Vec<String>>,
+    pub version: Option<String>,
+}
+
+/// What one lease transaction did.
+#[derive(Debug, Default)]
+pub struct LeaseOutcome {
+    /// The live runner's identity; `None` when no live runner has this token (unknown,
+    /// revoked, spent ephemeral).
+    pub runner: Option<LeaseIdentity>,
+    /// The runner's recorded version after this call.
+    pub version: Option<String>,
+    /// How many jobs this call could take: free slots (capacity - active leases), capped by
+    /// `max_jobs`.
+    pub free: i64,
+    pub claimed: Vec<Claimed>,
+    /// Named jobs rejected because the runner cannot run them.
+    pub rejected: Vec<uuid::Uuid>,
+    /// Pool jobs this call did not take are still parked (asked for with `want_more`).
+    pub more: bool,
+}
+
+impl Store {
+    /// One lease attempt, authenticated by the runner's token hash. `known` is the runner's
+    /// identity if this replica has seen it before (then one round trip, else two).
+    /// `want_more`: report whether pool jobs this call did not take are still parked.
+    ///
+    /// # Errors
+    /// The database failed; nothing was taken.
+    pub async fn lease(
+        &self,
+        token_hash: &[u8],
+        advertised: &Advertised,
+        known: Option<&LeaseIdentity>,
+        max_jobs: i64,
+        lease_ttl_ms: i64,
+        want_more: bool,
+    ) -> Result<LeaseOutcome> {
+        let client = self.client().await?;
+        let lock = client
+            .prepare_cached(sql::RUNNER_LOCK_FOR_LEASE)
+            .await
+            .map_err(|e| StoreError::from_statement(sql::RUNNER_LOCK_FOR_LEASE, e))?;
+        let claim = client
+            .prepare_cached(sql::LEASE_CLAIM)
+            .await
+            .map_err(|e| StoreError::from_statement(sql::LEASE_CLAIM, e))?;
+        let lock_params: [&(dyn ToSql + Sync); 4] = [
+            &token_hash,
+            &advertised.capabilities,
+            &advertised.exclusive,
+            &advertised.version,
+        ];
+        let lock_err = |e| StoreError::from_statement(sql::RUNNER_LOCK_FOR_LEASE, e);
+        let claim_err = |e| StoreError::from_statement(sql::LEASE_CLAIM, e);
+
+        let (identity, version, claimed_rows) = match known {
+            Some(me) => {
+                // Pipelined: all four are queued on the connection before any answer is read.
+                self.count(4);
+                let claim_params: [&(dyn ToSql + Sync); 7] = [
+                    &token_hash,
+                    &me.id,
+                    &me.workspace,
+                    &me.owner,
+                    &max_jobs,
+                    &lease_ttl_ms,
+                    &want_more,
+                ];
+                let (begin, locked, claimed, commit) = tokio::join!(
+                    client.batch_execute("BEGIN"),
+                    client.query_opt(&lock, &lock_params),
+                    client.query(&claim, &claim_params),
+                    client.batch_execute("COMMIT"),
+                );
+                begin?;
+                let locked = locked.map_err(lock_err)?;
+                let claimed = claimed.map_err(claim_err)?;
+                commit?;
+                let Some(row) = locked else {
+                    return Ok(LeaseOutcome::default());
+                };
+                let identity = identity_of(&row);
+                if identity != *me {
+                    // Never for a real runner (the identity of a token never changes), but a
+                    // wrong guess claims nothing: answer with the identity, nothing taken, and
+                    // the caller asks again.
+                    return Ok(LeaseOutcome {
+                        runner: Some(identity),
+                        ..LeaseOutcome::default()
+                    });
+                }
+                (identity, row.get("version"), claimed)
+            }
+            None => {
+                // A runner this replica has not seen yet: learn who it is from the lock, then
+                // claim. A real transaction, so a call dropped half-way rolls back.
+                self.count(4);
+                let mut client = client;
+                let tx = client.transaction().await?;
+                let Some(locked) = tx.query_opt(&lock, &lock_params).await.map_err(lock_err)?
+                else {
+                    return Ok(LeaseOutcome::default());
+                };
+                let me = identity_of(&locked);
+                let claimed = tx
+                    .query(
+                        &claim,
+                        &[
+                            &token_hash,
+                            &me.id,
+                            &me.workspace,
+                            &me.owner,
+                            &max_jobs,
+                            &lease_ttl_ms,
+                            &want_more,
+                        ],
+                    )
+                    .await
+                    .map_err(claim_err)?;
+                tx.commit().await?;
+                (me, locked.get("version"), claimed)
+            }
+        };
+
+        let mut out = LeaseOutcome {
+            runner: Some(identity),
+            version,
+            ..LeaseOutcome::default()
+        };
+        for row in &claimed_rows {
+            match row.get::<_, &str>("outcome") {
+                "leased" => out.claimed.push(rows::claimed(row)),
+                "rejected" => out.rejected.push(row.get("id")),
+                "free" => out.free = row.get("epoch"),
+                "more" => out.more = true,
+                other => {
+                    return Err(StoreError::Invalid(format!(
+                        "unknown claim outcome {other:?}"
+                    )))
+                }
+            }
+        }
+        // Named jobs first, then by priority, then FIFO: the order the claim took them in.
+        out.claimed.sort_by(|a, b| {
+            b.named
+                .cmp(&a.named)
+                .then(b.priority.cmp(&a.priority))
+                .then(a.id.cmp(&b.id))
+        });
+        Ok(out)
+    }
+}
+
+fn identity_of(row: &tokio_postgres::Row) -> LeaseIdentity {
+    LeaseIdentity {
+        id: row.get("id"),
+        workspace: row.get("workspace"),
+        owner: row.get("owner"),
+    }
+}

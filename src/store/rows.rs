@@ -1,0 +1,99 @@
+//! Rows to records. Each mapping reads columns by name, so a statement may return more columns
+//! than a record needs; the schema test checks that every statement returns what its mapping
+//! reads.
+
+use tokio_postgres::Row;
+
+use super::{Result, StoreError};
+use crate::domain::records::{Claimed, Job, Moved, Queue, Runner};
+use crate::domain::state::JobState;
+
+/// A job state read from the database. The CHECK constraint admits only the six states, so
+/// anything else is an error, never a guess.
+pub fn state(r: &Row, column: &str) -> Result<JobState> {
+    let raw: &str = r.get(column);
+    JobState::parse(raw).ok_or_else(|| StoreError::Invalid(format!("unknown job state {raw:?}")))
+}
+
+pub fn runner(r: &Row) -> Runner {
+    Runner {
+        id: r.get("id"),
+        owner: r.get("owner"),
+        workspace: r.get("workspace"),
+        label: r.get("label"),
+        os: r.get("os"),
+        version: r.get("version"),
+        capabilities: r.get("capabilities"),
+        capacity: r.get("capacity"),
+        active_leases: r.get("active_leases"),
+        presence: r.get("presence"),
+        last_seen_at: r.get("last_seen_at"),
+        created_at: r.get("created_at"),
+        approved_by: r.get("approved_by"),
+        ephemeral: r.get("ephemeral"),
+        outdated: r.get("outdated"),
+        exclusive: r.get("exclusive"),
+        repo_targets: super::placement::repo_targets(&r.get("repo_targets")),
+    }
+}
+
+pub fn job(r: &Row) -> Result<Job> {
+    Ok(Job {
+        id: r.get("id"),
+        workspace: r.get("workspace"),
+        owner: r.get("owner"),
+        runner_id: r.get("runner_id"),
+        state: state(r, "state")?,
+        kind: r.get("kind"),
+        payload: r.get("payload"),
+        required_capabilities: r.get("required_capabilities"),
+        priority: r.get("priority"),
+        epoch: r.get("epoch"),
+        attempts: r.get("attempts"),
+        max_attempts: r.get("max_attempts"),
+        created_at: r.get("created_at"),
+        leased_at: r.get("leased_at"),
+        finished_at: r.get("finished_at"),
+        result: r.get("result"),
+        error: r.get("error"),
+        provenance: r.get("provenance"),
+        billing_tenant: r.get("billing_tenant"),
+        pool: r.get("pool"),
+        secrets: r.get("secrets"),
+        source: r.get("source"),
+    })
+}
+
+pub fn jobs(rows: &[Row]) -> Result<Vec<Job>> {
+    rows.iter().map(job).collect()
+}
+
+pub fn moved(r: &Row) -> Result<Moved> {
+    Ok(Moved {
+        id: r.get("id"),
+        queue: Queue {
+            workspace: r.get("workspace"),
+            owner: r.get("owner"),
+            runner_id: r.get("runner_id"),
+            pool: r.get("pool"),
+        },
+        state: state(r, "state")?,
+    })
+}
+
+pub fn claimed(r: &Row) -> Claimed {
+    Claimed {
+        id: r.get("id"),
+        workspace: r.get("workspace"),
+        epoch: r.get("epoch"),
+        attempt: r.get("attempts"),
+        kind: r.get("kind"),
+        payload: r.get("payload"),
+        required_capabilities: r.get("required_capabilities"),
+        priority: r.get("priority"),
+        named: r.get("named"),
+        lease_expires_at: r.get("lease_expires_at"),
+        secrets: r.get("secrets"),
+        source: r.get("source"),
+    }
+}

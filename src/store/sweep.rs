@@ -1,0 +1,39 @@
+//! Maintenance statements: lapsed leases, no-runner and queue-timeout rejections, dead join
+//! codes, stale ephemeral runners (runners past the dormancy ceiling: [`super::placement`]). Each works on a batch with `FOR UPDATE SKIP LOCKED`, so any
+//! number of replicas may run them at once; each returns the jobs it moved, for wake-ups.
+
+use super::{rows, sql, Params, Result, Store};
+use crate::domain::records::Moved;
+
+impl Store {
+    async fn sweep(&self, sql: &'static str, params: &Params<'_>) -> Result<Vec<Moved>> {
+        self.query(sql, params)
+            .await?
+            .iter()
+            .map(rows::moved)
+            .collect()
+    }
+
+    pub async fn sweep_lapsed_leases(&self, batch: i64) -> Result<Vec<Moved>> {
+        self.sweep(sql::SWEEP_LAPSED_LEASES, &[&batch]).await
+    }
+
+    pub async fn sweep_no_runner(&self, batch: i64) -> Result<Vec<Moved>> {
+        self.sweep(sql::SWEEP_NO_RUNNER, &[&batch, &self.presence_window_ms])
+            .await
+    }
+
+    pub async fn sweep_queue_timeout(&self, batch: i64) -> Result<Vec<Moved>> {
+        self.sweep(sql::SWEEP_QUEUE_TIMEOUT, &[&batch]).await
+    }
+
+    pub async fn sweep_join_codes(&self, batch: i64) -> Result<u64> {
+        self.execute(sql::SWEEP_JOIN_CODES, &[&batch]).await
+    }
+
+    /// Purge ephemeral runners unseen for `unseen_ms`, re-parking or rejecting their jobs.
+    pub async fn sweep_ephemeral_runners(&self, batch: i64, unseen_ms: i64) -> Result<Vec<Moved>> {
+        self.reap_runners(sql::SWEEP_EPHEMERAL_RUNNERS, batch, unseen_ms)
+            .await
+    }
+}
