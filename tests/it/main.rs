@@ -16,3 +16,4 @@ mod secrets;
 mod security;
 mod sources;
 mod tenancy;
+mod trust;

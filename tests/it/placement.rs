@@ -542,3 +542,293 @@ async fn more_than_a_hundred_targets_or_a_malformed_one_is_400_naming_it() {
     .await;
     assert_eq!(status, 400);
 }
+
+fn any_pool() -> wire::Target {
+    wire::Target::Pool {
+        pool: wire::PoolName::Any,
+    }
+}
+
+#[tokio::test]
+async fn an_any_job_goes_to_either_tier_and_is_billed_by_who_held_the_lease() {
+    let app = TestApp::spawn().await;
+    let admin = app.operator("acme", "root", true).await;
+    let alice = app.operator("acme", "alice", false).await;
+
+    let pre = wire::Preflight {
+        target: any_pool(),
+        required_capabilities: None,
+        source: None,
+    };
+    assert!(!alice.preflight(&pre).await.unwrap().ok, "no runner yet");
+    let (_, ws_runner) = pair(&admin, Tier::Workspace, &[], 1).await;
+    heartbeat(&ws_runner, None).await;
+    let report = alice.preflight(&pre).await.unwrap();
+    assert!(
+        report.ok && report.warnings.is_empty(),
+        "a workspace runner counts: {report:?}"
+    );
+
+    let first = dispatch(&alice, any_pool(), json!("first")).await;
+    assert_eq!(first.pool.as_deref(), Some("any"));
+    assert_eq!(first.owner, "alice");
+    assert_eq!(first.billing_tenant, None, "null until leased");
+    assert_eq!(
+        alice.pool().await.unwrap().jobs.parked,
+        1,
+        "pool counts count it"
+    );
+
+    // The workspace runner takes it: billed to the workspace, provenance names its owner.
+    let held = lease(&ws_runner, 1000, 1).await;
+    assert_eq!(held[0].id, first.id);
+    assert_eq!(
+        alice.job(first.id).await.unwrap().billing_tenant.as_deref(),
+        Some("acme")
+    );
+    ws_runner
+        .heartbeat_job(first.id, held[0].epoch)
+        .await
+        .unwrap();
+    let done = ws_runner
+        .complete(first.id, held[0].epoch, json!(1))
+        .await
+        .unwrap();
+    assert_eq!(done.billing_tenant.as_deref(), Some("acme"));
+    assert_eq!(done.provenance.unwrap()["by"], json!("ws:acme"));
+
+    // Alice's own runner takes the next one: own-pays.
+    let (_, mine) = pair(&alice, Tier::Personal, &[], 1).await;
+    let second = dispatch(&alice, any_pool(), json!("second")).await;
+    let held = lease(&mine, 1000, 1).await;
+    assert_eq!(held[0].id, second.id);
+    let done = mine
+        .complete(second.id, held[0].epoch, json!(2))
+        .await
+        .unwrap();
+    assert_eq!(done.billing_tenant, None);
+    assert_eq!(done.provenance.unwrap()["by"], json!("alice"));
+
+    // `pool` is on every job.
+    let p = dispatch(&alice, personal(), json!("p")).await;
+    let w = dispatch(&alice, workspace_pool(), json!("w")).await;
+    let (named_runner, _) = pair(&alice, Tier::Personal, &[], 1).await;
+    let n = dispatch(
+        &alice,
+        wire::Target::Runner {
+            runner_id: named_runner.id,
+        },
+        json!("n"),
+    )
+    .await;
+    assert_eq!(p.pool.as_deref(), Some("personal"));
+    assert_eq!(w.pool.as_deref(), Some("workspace"));
+    assert_eq!(n.pool, None);
+    let raw = call(
+        &app.url(0),
+        alice.token().unwrap(),
+        Method::GET,
+        &format!("/v1/jobs/{}", n.id),
+        None,
+    )
+    .await;
+    assert!(
+        raw.1.as_object().unwrap().contains_key("pool"),
+        "present, null: {}",
+        raw.1
+    );
+    assert_eq!(raw.1["secrets"], json!([]));
+    assert_eq!(raw.1["source"], Value::Null);
+}
+
+#[tokio::test]
+async fn a_canary_runner_skips_untagged_pool_jobs_and_rejects_untagged_named_ones() {
+    let app = TestApp::spawn().await;
+    let admin = app.operator("acme", "root", true).await;
+    let created = admin
+        .pair_runner(
+            Tier::Workspace,
+            &wire::CreateRunner {
+                label: "canary".into(),
+                capabilities: Some(vec!["linux".into()]),
+                exclusive: Some(vec!["canary".into()]),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(created.runner.exclusive, ["canary"]);
+    assert_eq!(
+        created.runner.capabilities,
+        ["canary", "linux"],
+        "an exclusive name is a capability"
+    );
+    let canary = admin.with_token(created.token);
+    let canary_id = created.runner.id;
+
+    // Pool: an untagged job is skipped (it stays parked for another runner).
+    let untagged = dispatch(&admin, workspace_pool(), json!("untagged")).await;
+    assert!(lease(&canary, 0, 1).await.is_empty(), "skipped");
+    assert_eq!(admin.job(untagged.id).await.unwrap().state, "parked");
+    let mut d = wire::Dispatch::new(workspace_pool(), json!("tagged"));
+    d.required_capabilities = Some(vec!["canary".into(), "linux".into()]);
+    let tagged = admin.dispatch(&d).await.unwrap();
+    let got = lease(&canary, 0, 1).await;
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].id, tagged.id);
+
+    // Preflight sees a canary runner only for jobs that require its names.
+    let pre = |caps: &[&str]| wire::Preflight {
+        target: workspace_pool(),
+        required_capabilities: Some(caps.iter().map(|s| s.to_string()).collect()),
+        source: None,
+    };
+    assert_eq!(
+        admin.preflight(&pre(&["linux"])).await.unwrap().blockers[0].code,
+        "no_matching_runner"
+    );
+    assert!(admin.preflight(&pre(&["canary"])).await.unwrap().ok);
+
+    // Named: 422 at dispatch where known...
+    let named = wire::Target::Runner {
+        runner_id: canary_id,
+    };
+    assert_eq!(
+        code(
+            admin
+                .dispatch(&wire::Dispatch::new(named.clone(), json!("x")))
+                .await
+        ),
+        "capability_mismatch"
+    );
+    // ...and rejected at lease for a job dispatched before the runner turned canary.
+    let (plain, plain_client) = pair(&admin, Tier::Workspace, &["linux"], 1).await;
+    let before = dispatch(
+        &admin,
+        wire::Target::Runner {
+            runner_id: plain.id,
+        },
+        json!("before"),
+    )
+    .await;
+    plain_client
+        .runner_heartbeat(&wire::RunnerHeartbeat {
+            exclusive: Some(vec!["canary".into()]),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert!(lease(&plain_client, 0, 1).await.is_empty());
+    let rejected = admin.job(before.id).await.unwrap();
+    assert_eq!(rejected.state, "rejected");
+    assert_eq!(
+        rejected.error.unwrap()["reason"],
+        json!("capability_mismatch")
+    );
+    // The untagged pool job still waits for an ordinary runner.
+    let (_, ordinary) = pair(&admin, Tier::Workspace, &[], 1).await;
+    assert_eq!(lease(&ordinary, 0, 1).await[0].id, untagged.id);
+}
+
+const REPO: &str = "https://git.example.com/acme/app.git";
+const SHA: &str = "0123456789abcdef0123456789abcdef01234567";
+
+fn source_json(credential: Option<&str>) -> Value {
+    let mut s = json!({"provider": "git", "repository": REPO, "commit_sha": SHA, "ref": "main"});
+    if let Some(c) = credential {
+        s["credential_secret"] = json!(c);
+    }
+    s
+}
+
+#[tokio::test]
+async fn a_source_job_reaches_only_a_runner_holding_an_approved_target() {
+    let app = TestApp::spawn().await;
+    let admin = app.operator("acme", "root", true).await;
+    let created = admin
+        .pair_runner(
+            Tier::Workspace,
+            &wire::CreateRunner {
+                label: "builder".into(),
+                repo_targets: Some(vec![target(REPO)]),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let builder = admin.with_token(created.token);
+    let (builder_id, target_id) = (created.runner.id, created.runner.repo_targets[0].id);
+    let (_, other) = pair(&admin, Tier::Workspace, &[], 1).await;
+    heartbeat(&builder, None).await;
+
+    let mut d = wire::Dispatch::new(workspace_pool(), json!({"argv": ["make"]}));
+    d.source = Some(source_json(None));
+    let pre = wire::Preflight {
+        target: workspace_pool(),
+        required_capabilities: None,
+        source: Some(source_json(None)),
+    };
+    let report = admin.preflight(&pre).await.unwrap();
+    assert_eq!(report.blockers[0].code, "no_approved_target", "{report:?}");
+    let job = admin.dispatch(&d).await.unwrap();
+    assert_eq!(job.source.as_ref().unwrap()["commit_sha"], json!(SHA));
+    assert!(lease(&builder, 0, 1).await.is_empty(), "pending: refused");
+    assert!(lease(&other, 0, 1).await.is_empty(), "no target: refused");
+    let named = wire::Target::Runner {
+        runner_id: builder_id,
+    };
+    let mut nd = wire::Dispatch::new(named.clone(), json!({"argv": ["make"]}));
+    nd.source = Some(source_json(None));
+    assert_eq!(
+        code(admin.dispatch(&nd).await),
+        "capability_mismatch",
+        "422 while pending"
+    );
+
+    admin
+        .set_repo_target(builder_id, target_id, true)
+        .await
+        .unwrap();
+    assert!(admin.preflight(&pre).await.unwrap().ok);
+    let got = lease(&builder, 0, 1).await;
+    assert_eq!(got[0].id, job.id);
+    let src = got[0].source.as_ref().unwrap();
+    assert_eq!(
+        (src.repository.as_str(), src.commit_sha.as_str()),
+        (REPO, SHA)
+    );
+    assert_eq!(src.git_ref.as_deref(), Some("main"));
+    assert!(src.credential.is_none());
+
+    // A job named for it while approved, then the target revoked: rejected at lease, and new
+    // pool jobs with that source are not taken. Settled jobs do not change.
+    builder
+        .complete(job.id, got[0].epoch, json!(0))
+        .await
+        .unwrap();
+    let named_job = admin.dispatch(&nd).await.unwrap();
+    let pooled = admin.dispatch(&d).await.unwrap();
+    admin
+        .set_repo_target(builder_id, target_id, false)
+        .await
+        .unwrap();
+    assert!(lease(&builder, 0, 2).await.is_empty());
+    let rejected = admin.job(named_job.id).await.unwrap();
+    assert_eq!(rejected.state, "rejected");
+    assert_eq!(
+        rejected.error.unwrap()["reason"],
+        json!("capability_mismatch")
+    );
+    assert_eq!(admin.job(pooled.id).await.unwrap().state, "parked");
+    assert_eq!(admin.job(job.id).await.unwrap().state, "completed");
+    let (status, body) = call(&app.url(0), admin.token().unwrap(), Method::POST, "/v1/jobs",
+        Some(json!({"target": {"pool": "workspace"}, "payload": 1, "source": {"provider": "git", "repository": REPO, "commit_sha": "ABC"}}))).await;
+    assert_eq!(status, 400);
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("source.commit_sha"),
+        "{body}"
+    );
+}

@@ -1,0 +1,196 @@
+//! Secrets on the lease path (shared/PROTOCOL.md v1.1 "Secrets"), over real HTTP on PostgreSQL.
+//!
+//! Invariants defended: a dispatch may name only secrets that exist (400 naming the field);
+//! the lease carries their values, read at lease time, and a source's credential only as
+//! `source.credential`; no Job, event or list ever carries a value; a job whose secret was
+//! deleted is rejected `secret_missing` without an attempt counted; a replica that cannot open
+//! secrets answers 503 naming the variable and parks the call's jobs again, attempts given back.
+
+use leasehold::client::Client;
+use leasehold::domain::sealing::SealKey;
+use leasehold::wire::{self, Tier};
+use reqwest::Method;
+use serde_json::json;
+
+use crate::secrets::call;
+use crate::support::{code, lease, pair, start_replica, workspace_pool, TestApp};
+
+#[tokio::test]
+async fn secrets_travel_only_in_the_lease_and_a_deleted_one_rejects_the_job() {
+    let app = TestApp::spawn_with(1, |c| c.secrets_key = Some(SealKey::generate())).await;
+    let admin = app.operator("acme", "root", true).await;
+    let value = "npm_V4lue-only-in-the-lease";
+    let credential = "ghs_cred-only-in-source";
+    admin.put_secret("NPM_TOKEN", value).await.unwrap();
+    admin.put_secret("GIT_TOKEN", credential).await.unwrap();
+    let repo = "https://git.example.com/acme/app.git";
+    let created = admin
+        .pair_runner(
+            Tier::Workspace,
+            &wire::CreateRunner {
+                label: "builder".into(),
+                repo_targets: Some(vec![wire::AdvertisedTarget::git(repo)]),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    admin
+        .set_repo_target(created.runner.id, created.runner.repo_targets[0].id, true)
+        .await
+        .unwrap();
+    let runner = admin.with_token(created.token);
+
+    let source = json!({"provider": "git", "repository": repo,
+                        "commit_sha": "0123456789abcdef0123456789abcdef01234567",
+                        "credential_secret": "GIT_TOKEN"});
+    let mut d = wire::Dispatch::new(workspace_pool(), json!({"argv": ["true"]}));
+    d.secrets = Some(vec!["NPM_TOKEN".into()]);
+    d.source = Some(source.clone());
+    let job = admin.dispatch(&d).await.unwrap();
+    assert_eq!(job.secrets, ["NPM_TOKEN"]);
+
+    // Names that do not exist are the caller's error, named.
+    let key = admin.token().unwrap();
+    for (body, field) in [
+        (
+            json!({"target": {"pool": "workspace"}, "payload": 1, "secrets": ["NOPE"]}),
+            "secrets",
+        ),
+        (
+            json!({"target": {"pool": "workspace"}, "payload": 1, "secrets": ["bad name"]}),
+            "secrets",
+        ),
+        (
+            json!({"target": {"pool": "workspace"}, "payload": 1,
+                "source": {"provider": "git", "repository": repo,
+                           "commit_sha": "0123456789abcdef0123456789abcdef01234567",
+                           "credential_secret": "NOPE"}}),
+            "source.credential_secret",
+        ),
+        (
+            json!({"jobs": [{"target": {"pool": "workspace"}, "payload": 1},
+                         {"target": {"pool": "workspace"}, "payload": 1, "secrets": ["NOPE"]}]}),
+            "jobs[1].secrets",
+        ),
+    ] {
+        let path = if body.get("jobs").is_some() {
+            "/v1/jobs/batch"
+        } else {
+            "/v1/jobs"
+        };
+        let (status, answer) = call(&app.url(0), key, Method::POST, path, Some(body)).await;
+        assert_eq!(status, 400, "{answer}");
+        let message = answer["error"]["message"].as_str().unwrap();
+        assert!(message.starts_with(field), "{message}");
+    }
+
+    let got = lease(&runner, 1000, 1).await;
+    assert_eq!(got[0].id, job.id);
+    assert_eq!(got[0].secrets.0.len(), 1, "only the named secrets");
+    assert_eq!(got[0].secrets.0["NPM_TOKEN"], value);
+    let src = got[0].source.as_ref().unwrap();
+    assert_eq!(src.credential.as_ref().unwrap().0, credential);
+    assert!(
+        !format!("{:?}", got[0]).contains(value),
+        "Debug never shows a value"
+    );
+    runner
+        .append_events(
+            job.id,
+            got[0].epoch,
+            vec![wire::NewEvent {
+                kind: "log".into(),
+                data: Some(json!("hi")),
+            }],
+        )
+        .await
+        .unwrap();
+    runner
+        .complete(job.id, got[0].epoch, json!({"ok": true}))
+        .await
+        .unwrap();
+
+    // Nowhere else: the Job, its events, the lists.
+    for path in [
+        format!("/v1/jobs/{}", job.id),
+        format!("/v1/jobs/{}/events", job.id),
+        "/v1/jobs".to_owned(),
+        "/v1/secrets".to_owned(),
+        "/v1/workspace/runners".to_owned(),
+    ] {
+        let (status, body) = call(&app.url(0), key, Method::GET, &path, None).await;
+        assert_eq!(status, 200, "{path}");
+        let text = body.to_string();
+        assert!(
+            !text.contains(value) && !text.contains(credential),
+            "{path}: {text}"
+        );
+    }
+
+    // Deleted before its lease: rejected secret_missing, no attempt counted, not handed out.
+    let second = admin.dispatch(&d).await.unwrap();
+    admin.delete_secret("NPM_TOKEN").await.unwrap();
+    assert!(lease(&runner, 0, 1).await.is_empty());
+    let rejected = admin.job(second.id).await.unwrap();
+    assert_eq!(rejected.state, "rejected");
+    assert_eq!(
+        rejected.error.as_ref().unwrap()["reason"],
+        json!("secret_missing")
+    );
+    assert_eq!(rejected.attempts, 0);
+    assert_eq!(rejected.billing_tenant.as_deref(), Some("acme"));
+    let events = admin.events(second.id, 0, 0).await.unwrap().events;
+    assert_eq!(
+        events.last().unwrap().data["reason"],
+        json!("secret_missing")
+    );
+}
+
+#[tokio::test]
+async fn a_replica_without_the_key_answers_503_and_parks_the_jobs_again() {
+    let app = TestApp::spawn_with(1, |c| c.secrets_key = Some(SealKey::generate())).await;
+    let admin = app.operator("acme", "root", true).await;
+    admin.put_secret("TOKEN", "v").await.unwrap();
+    let mut keyless = app.config.clone();
+    keyless.secrets_key = None;
+    let keyless = start_replica(keyless).await;
+    let (_, runner) = pair(&admin, Tier::Workspace, &[], 2).await;
+    let plain = crate::support::dispatch(&admin, workspace_pool(), json!("plain")).await;
+    let mut d = wire::Dispatch::new(workspace_pool(), json!("secret"));
+    d.secrets = Some(vec!["TOKEN".into()]);
+    d.priority = Some(5);
+    let with_secret = admin.dispatch(&d).await.unwrap();
+
+    let via_keyless = Client::new(
+        format!("http://{}", keyless.addr),
+        runner.token().map(str::to_owned),
+    );
+    let (status, body) = call(
+        via_keyless.base(),
+        runner.token().unwrap(),
+        Method::POST,
+        "/v1/runner/lease",
+        Some(json!({"wait_ms": 0, "max_jobs": 2})),
+    )
+    .await;
+    assert_eq!(status, 503, "{body}");
+    assert!(body["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("LEASEHOLD_SECRETS_KEY"));
+    for id in [plain.id, with_secret.id] {
+        let j = admin.job(id).await.unwrap();
+        assert_eq!(
+            (j.state.as_str(), j.attempts),
+            ("parked", 0),
+            "{id}: nothing half-done"
+        );
+    }
+    // A replica with the key hands both out.
+    let got = lease(&runner, 0, 2).await;
+    assert_eq!(got.len(), 2);
+    assert_eq!(got[0].secrets.0["TOKEN"], "v");
+    let admin_keyless = Client::new(via_keyless.base(), admin.token().map(str::to_owned));
+    assert_eq!(code(admin_keyless.put_secret("X", "y").await), "unavailable");
+}
