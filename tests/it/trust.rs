@@ -192,5 +192,112 @@ async fn a_replica_without_the_key_answers_503_and_parks_the_jobs_again() {
     assert_eq!(got.len(), 2);
     assert_eq!(got[0].secrets.0["TOKEN"], "v");
     let admin_keyless = Client::new(via_keyless.base(), admin.token().map(str::to_owned));
-    assert_eq!(code(admin_keyless.put_secret("X", "y").await), "unavailable");
+    assert_eq!(
+        code(admin_keyless.put_secret("X", "y").await),
+        "unavailable"
+    );
+}
+
+/// The whole path with the real binaries: `leasehold serve` with a key, a runner enrolled with
+/// `--repo-target` and approved, `job submit --secret --source --wait`.
+#[tokio::test]
+async fn a_real_runner_runs_at_the_exact_commit_with_the_secret_in_its_environment_only() {
+    use sha2::Digest;
+    if !crate::sources::have_git() {
+        return;
+    }
+    let dir = crate::procs::TempDir::new("trust-e2e");
+    let (_, bare, first, tip) = crate::sources::two_commit_repo(&dir);
+    let repo = format!("file://{}", bare.display());
+    let database_url = crate::support::fresh_database().await;
+    let (server, url) = crate::procs::serve(
+        &database_url,
+        &dir,
+        &[("LEASEHOLD_SECRETS_KEY", &SealKey::generate().to_base64())],
+    )
+    .await;
+    let store = leasehold::store::Store::connect(&database_url, 1, 90_000).unwrap();
+    let key = leasehold::domain::credentials::Secret::generate(
+        leasehold::domain::credentials::Kind::ApiKey,
+    );
+    store
+        .insert_key(uuid::Uuid::now_v7(), "acme", "root", true, key.hash())
+        .await
+        .unwrap();
+    let key = key.reveal().to_owned();
+    let admin = Client::new(&url, Some(key.clone()));
+    let value = "s3cr3t-Value-42";
+    admin.put_secret("DEPLOY_TOKEN", value).await.unwrap();
+
+    let config = crate::procs::enrol(
+        &admin,
+        &[&url],
+        dir.path(),
+        false,
+        &["--repo-target", &repo],
+    )
+    .await;
+    let me = admin.runners(Tier::Personal).await.unwrap().remove(0);
+    assert_eq!(me.repo_targets[0].status, "pending");
+    admin
+        .set_repo_target(me.id, me.repo_targets[0].id, true)
+        .await
+        .unwrap();
+    let mut runner = crate::procs::runner(&config, &dir.join("work"), &[], &[]);
+
+    let script = "git rev-parse HEAD; cat file; echo \"token=$DEPLOY_TOKEN\"; \
+                  printf %s \"$DEPLOY_TOKEN\" | base64; printf %s \"$DEPLOY_TOKEN\" | sha256sum";
+    let source = format!("{repo}@{first}");
+    let out = crate::procs::cli(
+        &url,
+        &key,
+        &[
+            "job",
+            "submit",
+            "--secret",
+            "DEPLOY_TOKEN",
+            "--source",
+            &source,
+            "--wait",
+            "--",
+            "sh",
+            "-c",
+            script,
+        ],
+        std::time::Duration::from_secs(90),
+    )
+    .await;
+    assert_eq!(out.code, Some(0), "{out:?}\nrunner log:\n{}", runner.log());
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert_eq!(
+        lines[0], first,
+        "exactly the job's commit, not the tip {tip}"
+    );
+    assert_eq!(lines[1], "v1");
+    assert_eq!(lines[2], "token=***", "masked in streamed output");
+    assert_eq!(lines[3], "***", "its base64 form too");
+    let digest: String = sha2::Sha256::digest(value.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    assert!(
+        lines[4].starts_with(&digest),
+        "the command saw the value: {}",
+        lines[4]
+    );
+
+    let job = admin.jobs(None, None, None).await.unwrap().jobs.remove(0);
+    let events = admin.events(job.id, 0, 0).await.unwrap();
+    for text in [
+        serde_json::to_string(&job).unwrap(),
+        serde_json::to_string(&events).unwrap(),
+        out.stdout.clone(),
+        out.stderr.clone(),
+        runner.log(),
+        server.log(),
+    ] {
+        assert!(!text.contains(value), "the value leaked: {text}");
+    }
+    runner.signal(nix::sys::signal::Signal::SIGTERM);
+    runner.exit(std::time::Duration::from_secs(30)).await;
 }
