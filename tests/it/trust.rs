@@ -301,3 +301,71 @@ async fn a_real_runner_runs_at_the_exact_commit_with_the_secret_in_its_environme
     runner.signal(nix::sys::signal::Signal::SIGTERM);
     runner.exit(std::time::Duration::from_secs(30)).await;
 }
+
+/// A runner the service calls outdated finishes and reports the job it holds (heartbeats and
+/// the report go through), logs the upgrade hint, and leases nothing more: replica A accepts
+/// any version, replica B wants 99.0.0; the runner holds a job leased through A when A dies.
+#[tokio::test]
+async fn an_outdated_reference_runner_finishes_what_it_holds_and_leases_no_more() {
+    use crate::procs::{cli, enrol, runner, serve, TempDir};
+    use nix::sys::signal::Signal;
+    use std::time::Duration;
+    let app = TestApp::spawn_with(0, |_| {}).await;
+    let dir = TempDir::new("trust-outdated");
+    let ttl = ("LEASEHOLD_LEASE_TTL_MS", "6000");
+    let (any_version, strict) = ([ttl], [ttl, ("LEASEHOLD_MIN_RUNNER_VERSION", "99.0.0")]);
+    let ((mut a, url_a), (_b, url_b)) = tokio::join!(
+        serve(&app.database_url, &dir, &any_version),
+        serve(&app.database_url, &dir, &strict)
+    );
+    let key = app.key("acme", "alice", false).await;
+    let alice = Client::new(url_b.clone(), Some(key.clone()));
+    let config = enrol(&alice, &[&url_a, &url_b], dir.path(), false, &[]).await;
+    let r = runner(&config, &dir.join("work"), &[], &[]);
+    let long = Duration::from_secs(90);
+    let submit = |argv: &'static [&'static str]| {
+        let (url, key) = (url_b.clone(), key.clone());
+        async move {
+            let mut args = vec!["job", "submit", "--"];
+            args.extend_from_slice(argv);
+            let out = cli(&url, &key, &args, long).await;
+            assert_eq!(out.code, Some(0), "{out:?}");
+            out.stdout.trim().parse::<uuid::Uuid>().unwrap()
+        }
+    };
+    let held = submit(&["sh", "-c", "sleep 8; echo finished"]).await;
+    crate::support::eventually(long, "leased through A", || async {
+        (alice.job(held).await.ok()?.state == "leased").then_some(())
+    })
+    .await;
+    a.signal(Signal::SIGKILL);
+    a.exit(long).await;
+    let next = submit(&["echo", "never"]).await;
+
+    let done = crate::support::eventually(long, "the held job completes", || async {
+        let j = alice.job(held).await.ok()?;
+        (j.state == "completed").then_some(j)
+    })
+    .await;
+    assert_eq!(
+        done.result.unwrap()["stdout_tail"],
+        json!("finished\n"),
+        "log:\n{}",
+        r.log()
+    );
+    assert_eq!(done.epoch, 1, "heartbeated through B, never re-delivered");
+    crate::support::eventually(long, "the hint is logged", || async {
+        let log = r.log();
+        (log.contains("99.0.0") && log.contains("upgrade")).then_some(())
+    })
+    .await;
+    let next = alice.job(next).await.unwrap();
+    assert_eq!(
+        (next.state.as_str(), next.attempts),
+        ("parked", 0),
+        "no new lease"
+    );
+    let me = alice.runners(Tier::Personal).await.unwrap().remove(0);
+    assert!(me.outdated);
+    assert_eq!(me.version.as_deref(), Some(env!("CARGO_PKG_VERSION")));
+}
