@@ -832,3 +832,73 @@ async fn a_source_job_reaches_only_a_runner_holding_an_approved_target() {
         "{body}"
     );
 }
+
+/// Whether the sweeper judged `job` and kept it parked: its next no-runner check moved past
+/// its first deadline (dispatch + timeout), which happens only when a runner that could take it
+/// was online.
+async fn kept_waiting(app: &TestApp, job: uuid::Uuid) -> bool {
+    let db = connect(&app.database_url).await;
+    let row = db
+        .query_one(
+            "SELECT state, no_runner_check_at > created_at + no_runner_timeout_ms * interval '1 millisecond' AS moved FROM jobs WHERE id = $1",
+            &[&job],
+        )
+        .await
+        .unwrap();
+    row.get::<_, &str>("state") == "parked" && row.get::<_, bool>("moved")
+}
+
+#[tokio::test]
+async fn the_no_runner_clock_counts_both_tiers_for_any_jobs_and_only_approved_targets_for_sources()
+{
+    let app = TestApp::spawn_with(1, |c| c.presence_window_ms = 60_000).await;
+    let admin = app.operator("acme", "root", true).await;
+    let alice = app.operator("acme", "alice", false).await;
+    let created = admin
+        .pair_runner(
+            Tier::Workspace,
+            &wire::CreateRunner {
+                label: "ws".into(),
+                capacity: Some(1),
+                repo_targets: Some(vec![target(REPO)]),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let ws = admin.with_token(created.token);
+    // Busy: it holds a job, so it takes nothing else but stays online.
+    dispatch(&admin, workspace_pool(), json!("busy")).await;
+    assert_eq!(lease(&ws, 1000, 1).await.len(), 1);
+
+    let mut any = wire::Dispatch::new(any_pool(), json!("any"));
+    any.no_runner_timeout_ms = Some(1000);
+    let any = alice.dispatch(&any).await.unwrap();
+    let mut sourced = wire::Dispatch::new(workspace_pool(), json!("sourced"));
+    sourced.no_runner_timeout_ms = Some(1000);
+    sourced.source = Some(source_json(None));
+    let pending = admin.dispatch(&sourced).await.unwrap();
+
+    // The workspace runner is online: it keeps alice's any job waiting; its target is only
+    // pending, so the sourced job is rejected no_runner.
+    eventually(WAIT, "the any job judged and kept", || async {
+        kept_waiting(&app, any.id).await.then_some(())
+    })
+    .await;
+    let rejected = eventually(WAIT, "the sourced job rejected", || async {
+        let j = admin.job(pending.id).await.ok()?;
+        (j.state == "rejected").then_some(j)
+    })
+    .await;
+    assert_eq!(rejected.error.unwrap()["reason"], json!("no_runner"));
+
+    admin
+        .set_repo_target(created.runner.id, created.runner.repo_targets[0].id, true)
+        .await
+        .unwrap();
+    let approved = admin.dispatch(&sourced).await.unwrap();
+    eventually(WAIT, "the sourced job judged and kept", || async {
+        kept_waiting(&app, approved.id).await.then_some(())
+    })
+    .await;
+}
