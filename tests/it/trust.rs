@@ -4,7 +4,11 @@
 //! the lease carries their values, read at lease time, and a source's credential only as
 //! `source.credential`; no Job, event or list ever carries a value; a job whose secret was
 //! deleted is rejected `secret_missing` without an attempt counted; a replica that cannot open
-//! secrets answers 503 naming the variable and parks the call's jobs again, attempts given back.
+//! secrets answers 503 naming the variable and parks the call's jobs again, attempts given back;
+//! values survive a key rotation through `leasehold admin reseal-secrets`; the CLI takes a value
+//! only from standard input and never prints it. With the real binaries: a runner runs a
+//! sourced job at exactly its commit with the secret in its command's environment, masked in
+//! what it streams; an outdated runner finishes what it holds and leases no more.
 
 use leasehold::client::Client;
 use leasehold::domain::sealing::SealKey;
@@ -368,4 +372,129 @@ async fn an_outdated_reference_runner_finishes_what_it_holds_and_leases_no_more(
     let me = alice.runners(Tier::Personal).await.unwrap().remove(0);
     assert!(me.outdated);
     assert_eq!(me.version.as_deref(), Some(env!("CARGO_PKG_VERSION")));
+}
+
+/// Key rotation: values sealed under the old key open on a replica given both keys; after
+/// `leasehold admin reseal-secrets` they open with the new key alone, and the old one alone no
+/// longer opens them (the lease answers 503 and gives the job back).
+#[tokio::test]
+async fn secrets_survive_a_key_rotation_through_reseal() {
+    let (old, new) = (SealKey::generate(), SealKey::generate());
+    let app = TestApp::spawn_with(1, |c| c.secrets_key = Some(old.clone())).await;
+    let admin = app.operator("acme", "root", true).await;
+    admin.put_secret("TOKEN", "rotated-value").await.unwrap();
+    let (_, runner) = pair(&admin, Tier::Workspace, &[], 1).await;
+
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args(["admin", "reseal-secrets"])
+        .env("DATABASE_URL", &app.database_url)
+        .env("LEASEHOLD_SECRETS_KEY", new.to_base64())
+        .env("LEASEHOLD_SECRETS_OLD_KEY", old.to_base64())
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("1 secret(s) re-sealed"));
+
+    let replica_with = |key: &SealKey| {
+        let mut c = app.config.clone();
+        c.secrets_key = Some(key.clone());
+        start_replica(c)
+    };
+    let mut d = wire::Dispatch::new(workspace_pool(), json!("x"));
+    d.secrets = Some(vec!["TOKEN".into()]);
+    let job = admin.dispatch(&d).await.unwrap();
+    let old_only = replica_with(&old).await;
+    let (status, _) = call(
+        &format!("http://{}", old_only.addr),
+        runner.token().unwrap(),
+        Method::POST,
+        "/v1/runner/lease",
+        Some(json!({"wait_ms": 0})),
+    )
+    .await;
+    assert_eq!(status, 503, "the old key alone no longer opens it");
+    assert_eq!(admin.job(job.id).await.unwrap().attempts, 0);
+    let new_only = replica_with(&new).await;
+    let via_new = Client::new(
+        format!("http://{}", new_only.addr),
+        runner.token().map(str::to_owned),
+    );
+    let got = lease(&via_new, 0, 1).await;
+    assert_eq!(got[0].secrets.0["TOKEN"], "rotated-value");
+}
+
+/// `leasehold secrets set NAME` takes the value from standard input, never from argv, and no
+/// command prints it.
+#[tokio::test]
+async fn the_cli_reads_a_secret_from_stdin_and_never_prints_it() {
+    use tokio::io::AsyncWriteExt;
+    let app = TestApp::spawn_with(1, |c| c.secrets_key = Some(SealKey::generate())).await;
+    let key = app.key("acme", "root", true).await;
+    let run = |args: &'static [&'static str], stdin: Option<&'static str>| {
+        let (url, key) = (app.url(0), key.clone());
+        async move {
+            let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
+                .args(args)
+                .env("LEASEHOLD_SERVER", url)
+                .env("LEASEHOLD_API_KEY", key)
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+            let mut input = child.stdin.take().unwrap();
+            if let Some(text) = stdin {
+                input.write_all(text.as_bytes()).await.unwrap();
+            }
+            drop(input);
+            child.wait_with_output().await.unwrap()
+        }
+    };
+    let set = run(&["secrets", "set", "NPM_TOKEN"], Some("from-stdin-value\n")).await;
+    assert!(
+        set.status.success(),
+        "{}",
+        String::from_utf8_lossy(&set.stderr)
+    );
+    let empty = run(&["secrets", "set", "EMPTY"], None).await;
+    assert!(!empty.status.success());
+    assert!(String::from_utf8_lossy(&empty.stderr).contains("standard input"));
+    let list = run(&["secrets", "list"], None).await;
+    let listed = String::from_utf8_lossy(&list.stdout);
+    assert!(
+        listed.contains("NPM_TOKEN") && !listed.contains("EMPTY"),
+        "{listed}"
+    );
+    for out in [&set, &list] {
+        let all = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(!all.contains("from-stdin-value"), "{all}");
+    }
+    // One trailing newline was dropped: the stored value is exactly what was piped, less it.
+    let (_, runner) = pair(
+        &Client::new(app.url(0), Some(key.clone())),
+        Tier::Workspace,
+        &[],
+        1,
+    )
+    .await;
+    let admin = Client::new(app.url(0), Some(key.clone()));
+    let mut d = wire::Dispatch::new(workspace_pool(), json!("x"));
+    d.secrets = Some(vec!["NPM_TOKEN".into()]);
+    admin.dispatch(&d).await.unwrap();
+    assert_eq!(
+        lease(&runner, 0, 1).await[0].secrets.0["NPM_TOKEN"],
+        "from-stdin-value"
+    );
+    let del = run(&["secrets", "delete", "NPM_TOKEN"], None).await;
+    assert!(del.status.success());
+    assert!(admin.secrets().await.unwrap().is_empty());
 }
