@@ -50,15 +50,25 @@ CREATE TABLE runner_repo_targets (
 ALTER TABLE jobs ADD COLUMN lease_check_at timestamptz;
 UPDATE jobs SET lease_check_at = lease_expires_at WHERE state = 'leased';
 DROP INDEX jobs_lease_expiry;
-CREATE INDEX jobs_lease_check ON jobs (lease_check_at) WHERE state = 'leased';
+CREATE INDEX jobs_lease_check ON jobs (lease_check_at)
+    WHERE state = 'leased' AND lease_check_at IS NOT NULL;
 
--- 5. Events are appended only by the statement that just changed or fenced their job, and jobs
+-- 5. Sweeper indexes that no other statement may borrow. A partial index whose predicate a
+--    query implies can be scanned whole as a cheap source of "all parked rows" (then sorted),
+--    and a generic plan picks that whenever statistics make a queue look big: the claim once
+--    read every parked job that way. The extra `IS NOT NULL` is implied only by the sweeper's
+--    own `<= now()` conditions (docs/perf.md, "plans").
+DROP INDEX jobs_no_runner_check;
+CREATE INDEX jobs_no_runner_check ON jobs (no_runner_check_at)
+    WHERE state = 'parked' AND no_runner_check_at IS NOT NULL;
+
+-- 6. Events are appended only by the statement that just changed or fenced their job, and jobs
 --    are never deleted: the foreign key's per-row check (an index probe and a KEY SHARE row
 --    lock on the job) buys nothing.
 ALTER TABLE job_events DROP CONSTRAINT job_events_job_id_fkey;
 ALTER TABLE job_events SET (autovacuum_vacuum_insert_scale_factor = 0.05);
 
--- 6. One definition of "an ephemeral runner whose first job has settled": its token is dead.
+-- 7. One definition of "an ephemeral runner whose first job has settled": its token is dead.
 --    A plain SQL function, inlined by the planner.
 CREATE FUNCTION runner_spent(ephemeral boolean, ephemeral_job uuid) RETURNS boolean
 LANGUAGE sql STABLE AS $$
@@ -66,4 +76,20 @@ LANGUAGE sql STABLE AS $$
         SELECT 1 FROM jobs j
          WHERE j.id = ephemeral_job
            AND j.state IN ('completed', 'failed', 'cancelled', 'rejected'))
+$$;
+
+-- 8. One definition of "this runner may run this job" (PROTOCOL.md: capabilities, v1.1
+--    exclusive sets and approved repository targets), used by the claim, its rejection of named
+--    jobs, and the no-runner judgment. PL/pgSQL on purpose: the planner cannot see into it, so
+--    it assumes a third of a queue fits instead of the near-nothing it estimates for array
+--    containment against an unknown parameter, and a claim's generic plan keeps walking its
+--    claim index in order instead of sorting the whole queue (docs/perf.md, "plans").
+CREATE FUNCTION job_fits(required text[], source_key text,
+                         capabilities text[], exclusive text[], sources text[])
+RETURNS boolean LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
+BEGIN
+    RETURN required <@ capabilities
+       AND exclusive <@ required
+       AND (source_key IS NULL OR source_key = ANY (sources));
+END
 $$;

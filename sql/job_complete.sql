@@ -7,10 +7,17 @@
 -- jobs, each with the `ord` of the report that settled it (of two reports of one job in one
 -- batch, one wins); a report with no row missed its fence (the caller asks job_fence_miss why).
 WITH reports AS (
-    SELECT x.ord, x.id, x.epoch, x.result, r.id AS runner_id, r.owner AS runner_owner, r.last_seen_at
-      FROM jsonb_to_recordset($1::jsonb) AS x (ord bigint, id uuid, epoch bigint, token text, result jsonb)
-      JOIN runners r ON r.token_hash = decode(x.token, 'hex') AND r.revoked_at IS NULL
-                    AND NOT runner_spent(r.ephemeral, r.ephemeral_job)
+    SELECT x.ord, x.id, x.epoch, x.result, r.id AS runner_id, r.owner AS runner_owner,
+           r.last_seen_at
+      FROM jsonb_to_recordset($1::jsonb) AS x (ord bigint, id uuid, epoch bigint, token text,
+                                                result jsonb)
+      -- Per report, by the unique token index (OFFSET 0 keeps the planner from turning this
+      -- into a join over every runner).
+      CROSS JOIN LATERAL (
+          SELECT r.id, r.owner, r.last_seen_at FROM runners r
+           WHERE r.token_hash = decode(x.token, 'hex') AND r.revoked_at IS NULL
+             AND NOT runner_spent(r.ephemeral, r.ephemeral_job)
+          OFFSET 0) AS r
 ),
 settled AS (
     UPDATE jobs j
@@ -19,13 +26,15 @@ settled AS (
                                            'by', x.runner_owner, 'epoch', j.epoch),
            event_seq = j.event_seq + 1
       FROM reports x
-     WHERE j.id = x.id AND j.epoch = x.epoch AND j.leased_by = x.runner_id AND j.state = 'leased'
+     WHERE j.id = x.id AND j.epoch = x.epoch
+       -- Reached by primary key only (see job_fail.sql).
+       AND j.leased_by IS NOT DISTINCT FROM x.runner_id AND j.state IS NOT DISTINCT FROM 'leased'
     RETURNING j.*, x.ord
 ),
 seen AS (
     UPDATE runners r SET last_seen_at = now()
-     WHERE r.id IN (SELECT runner_id FROM reports
-                     WHERE last_seen_at < now() - $2::bigint * interval '1 millisecond')
+     WHERE r.id = ANY (ARRAY(SELECT runner_id FROM reports
+                              WHERE last_seen_at < now() - $2::bigint * interval '1 millisecond'))
 ),
 events AS (
     INSERT INTO job_events (job_id, seq, kind, data)

@@ -9,7 +9,9 @@ WITH me AS (
 fenced AS (
     UPDATE jobs j SET event_seq = j.event_seq + cardinality($4::text[])
       FROM me
-     WHERE j.id = $1 AND j.epoch = $2 AND j.leased_by = me.id AND j.state = 'leased'
+     WHERE j.id = $1 AND j.epoch = $2
+       -- Reached by primary key only (see job_fail.sql).
+       AND j.leased_by IS NOT DISTINCT FROM me.id AND j.state IS NOT DISTINCT FROM 'leased'
     RETURNING j.id, j.event_seq - cardinality($4::text[]) AS base
 ),
 seen AS (

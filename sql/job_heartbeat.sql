@@ -10,7 +10,9 @@ WITH me AS (
 extended AS (
     UPDATE jobs j SET lease_expires_at = now() + $4::bigint * interval '1 millisecond'
       FROM me
-     WHERE j.id = $1 AND j.epoch = $2 AND j.leased_by = me.id AND j.state = 'leased'
+     WHERE j.id = $1 AND j.epoch = $2
+       -- Reached by primary key only (see job_fail.sql).
+       AND j.leased_by IS NOT DISTINCT FROM me.id AND j.state IS NOT DISTINCT FROM 'leased'
     RETURNING j.lease_expires_at
 ),
 seen AS (

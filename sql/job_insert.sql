@@ -19,7 +19,12 @@ WITH items AS (
                payload jsonb, required_capabilities text[], priority integer, max_attempts integer,
                no_runner_timeout_ms bigint, queue_timeout_ms bigint, idempotency_key text,
                secrets text[], source jsonb, source_key text)
-      JOIN api_keys k ON k.token_hash = decode(x.key, 'hex') AND k.revoked_at IS NULL
+      -- Per item, by the unique key index (OFFSET 0 keeps the planner from turning this into a
+      -- join over every key).
+      CROSS JOIN LATERAL (
+          SELECT k.workspace, k.subject FROM api_keys k
+           WHERE k.token_hash = decode(x.key, 'hex') AND k.revoked_at IS NULL
+          OFFSET 0) AS k
 ),
 inserted AS (
     INSERT INTO jobs (id, workspace, owner, runner_id, pool, state, kind, payload,

@@ -11,7 +11,9 @@ released AS (
        SET state = 'parked', leased_by = NULL, lease_expires_at = NULL,
            event_seq = j.event_seq + 1
       FROM me
-     WHERE j.id = $1 AND j.epoch = $2 AND j.leased_by = me.id AND j.state = 'leased'
+     WHERE j.id = $1 AND j.epoch = $2
+       -- Reached by primary key only (see job_fail.sql).
+       AND j.leased_by IS NOT DISTINCT FROM me.id AND j.state IS NOT DISTINCT FROM 'leased'
     RETURNING j.*, me.id AS releaser
 ),
 seen AS (

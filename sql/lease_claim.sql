@@ -12,8 +12,9 @@
 -- advertise, an exclusive name they do not require, a source it holds no approved target for)
 -- are rejected; jobs named for it are taken, then its pool (for a workspace runner also the
 -- workspace's 'any' jobs), skipping pool jobs it cannot run; highest priority first, FIFO by id.
--- Each candidate scan is ordered by its partial index and limited, with FOR UPDATE SKIP LOCKED.
--- The rejection has no limit: it takes every unrunnable job named for the runner at once.
+-- Each candidate scan is ordered by its partial index and limited, with FOR UPDATE SKIP LOCKED,
+-- and locks only the rows it takes. The rejection has no limit: it takes every unrunnable job
+-- named for the runner at once.
 -- Rows out: outcome 'leased' (one per job taken), 'rejected' (one per job rejected), one 'free'
 -- row whose epoch column is how many this call could take, and a 'more' row when $7 and pool
 -- jobs this call did not take are still parked.
@@ -22,7 +23,7 @@ WITH r AS (
            ARRAY(SELECT t.provider || ' ' || t.repository FROM runner_repo_targets t
                   WHERE t.runner_id = r.id AND t.status = 'approved') AS sources
       FROM runners r
-     WHERE r.id = $2 AND r.token_hash = $1 AND r.revoked_at IS NULL
+     WHERE r.token_hash = $1 AND r.id = $2 AND r.revoked_at IS NULL
        AND NOT runner_spent(r.ephemeral, r.ephemeral_job)
 ),
 slots AS (
@@ -41,46 +42,55 @@ rejected AS (
                        || 'repository target for its source')
       FROM r
      WHERE j.runner_id = $2 AND j.state = 'parked'
-       AND NOT (j.required_capabilities <@ r.capabilities
-                AND r.exclusive <@ j.required_capabilities
-                AND (j.source_key IS NULL OR j.source_key = ANY (r.sources)))
+       AND NOT job_fits(j.required_capabilities, j.source_key,
+                        r.capabilities, r.exclusive, r.sources)
     RETURNING j.id, j.epoch, j.event_seq
 ),
+-- The candidate scans below each read their claim index in order. The inner LIMIT is a constant
+-- so that a generic plan (planned once per connection, for any parameters) always walks the
+-- index rather than sorting a whole queue that statistics make look big; the outer LIMIT takes
+-- only what this call may have, and rows are locked only as they are taken (the plan pulls
+-- them one by one). Runner attributes come in as scalar subqueries, not a join, so nothing
+-- stands between the ordered index scan and its LIMIT; job_fits() (the migration says why it
+-- is opaque to the planner) decides what the runner may run.
 named AS (
-    SELECT j.id, j.priority FROM jobs j, r
-     WHERE j.runner_id = $2 AND j.state = 'parked'
-       AND j.required_capabilities <@ r.capabilities
-       AND r.exclusive <@ j.required_capabilities
-       AND (j.source_key IS NULL OR j.source_key = ANY (r.sources))
-     ORDER BY j.priority DESC, j.id
-     LIMIT (SELECT take FROM slots)
-       FOR UPDATE OF j SKIP LOCKED
+    SELECT id, priority FROM (
+        SELECT j.id, j.priority FROM jobs j
+         WHERE j.runner_id = $2 AND j.state = 'parked'
+           AND job_fits(j.required_capabilities, j.source_key, (SELECT capabilities FROM r),
+                        (SELECT exclusive FROM r), (SELECT sources FROM r))
+         ORDER BY j.priority DESC, j.id
+         LIMIT 1000
+           FOR UPDATE SKIP LOCKED) AS c
+     LIMIT COALESCE((SELECT take FROM slots), 0)
 ),
 own_pool AS (
-    SELECT j.id, j.priority FROM jobs j, r
-     WHERE j.workspace = $3 AND j.owner = $4 AND j.runner_id IS NULL AND j.state = 'parked'
-       AND j.required_capabilities <@ r.capabilities
-       AND r.exclusive <@ j.required_capabilities
-       AND (j.source_key IS NULL OR j.source_key = ANY (r.sources))
-     ORDER BY j.priority DESC, j.id
-     LIMIT greatest((SELECT take FROM slots) - (SELECT count(*) FROM named), 0)
-       FOR UPDATE OF j SKIP LOCKED
+    SELECT id, priority FROM (
+        SELECT j.id, j.priority FROM jobs j
+         WHERE j.workspace = $3 AND j.owner = $4 AND j.runner_id IS NULL AND j.state = 'parked'
+           AND job_fits(j.required_capabilities, j.source_key, (SELECT capabilities FROM r),
+                        (SELECT exclusive FROM r), (SELECT sources FROM r))
+         ORDER BY j.priority DESC, j.id
+         LIMIT 1000
+           FOR UPDATE SKIP LOCKED) AS c
+     LIMIT greatest(COALESCE((SELECT take FROM slots), 0) - (SELECT count(*) FROM named), 0)
 ),
 -- A workspace runner also serves the workspace's 'any' jobs (owned by their subjects).
 any_pool AS (
-    SELECT j.id, j.priority FROM jobs j, r
-     WHERE $4 LIKE 'ws:%' AND j.workspace = $3 AND j.pool = 'any' AND j.state = 'parked'
-       AND j.required_capabilities <@ r.capabilities
-       AND r.exclusive <@ j.required_capabilities
-       AND (j.source_key IS NULL OR j.source_key = ANY (r.sources))
-     ORDER BY j.priority DESC, j.id
-     LIMIT greatest((SELECT take FROM slots) - (SELECT count(*) FROM named), 0)
-       FOR UPDATE OF j SKIP LOCKED
+    SELECT id, priority FROM (
+        SELECT j.id, j.priority FROM jobs j
+         WHERE $4 LIKE 'ws:%' AND j.workspace = $3 AND j.pool = 'any' AND j.state = 'parked'
+           AND job_fits(j.required_capabilities, j.source_key, (SELECT capabilities FROM r),
+                        (SELECT exclusive FROM r), (SELECT sources FROM r))
+         ORDER BY j.priority DESC, j.id
+         LIMIT 1000
+           FOR UPDATE SKIP LOCKED) AS c
+     LIMIT greatest(COALESCE((SELECT take FROM slots), 0) - (SELECT count(*) FROM named), 0)
 ),
 pool AS (
     SELECT id FROM (SELECT * FROM own_pool UNION ALL SELECT * FROM any_pool) AS candidates
      ORDER BY priority DESC, id
-     LIMIT greatest((SELECT take FROM slots) - (SELECT count(*) FROM named), 0)
+     LIMIT greatest(COALESCE((SELECT take FROM slots), 0) - (SELECT count(*) FROM named), 0)
 ),
 picked AS (
     SELECT id FROM named UNION ALL SELECT id FROM pool
@@ -130,9 +140,14 @@ UNION ALL
 -- Pool jobs this call did not take (the ones it took still look parked to its snapshot).
 SELECT 'more', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
  WHERE $7::boolean
-   AND (EXISTS (SELECT 1 FROM jobs j
-                 WHERE j.workspace = $3 AND j.owner = $4 AND j.runner_id IS NULL
-                   AND j.state = 'parked' AND j.id NOT IN (SELECT id FROM pool))
-        OR ($4 LIKE 'ws:%' AND EXISTS (SELECT 1 FROM jobs j
-                 WHERE j.workspace = $3 AND j.pool = 'any'
-                   AND j.state = 'parked' AND j.id NOT IN (SELECT id FROM pool))))
+   AND (EXISTS (SELECT 1 FROM (SELECT j.id FROM jobs j
+                                WHERE j.workspace = $3 AND j.owner = $4 AND j.runner_id IS NULL
+                                  AND j.state = 'parked'
+                                ORDER BY j.priority DESC, j.id
+                                LIMIT 1000) AS c
+                 WHERE c.id NOT IN (SELECT id FROM pool))
+        OR ($4 LIKE 'ws:%' AND EXISTS (SELECT 1 FROM (SELECT j.id FROM jobs j
+                                WHERE j.workspace = $3 AND j.pool = 'any' AND j.state = 'parked'
+                                ORDER BY j.priority DESC, j.id
+                                LIMIT 1000) AS c
+                 WHERE c.id NOT IN (SELECT id FROM pool))))

@@ -218,6 +218,13 @@ impl Client {
         self.post("/v1/jobs", req).await
     }
 
+    /// Dispatch many jobs in one call (v1.1): all parked in one transaction, in order, or none.
+    pub async fn dispatch_batch(&self, jobs: Vec<wire::BatchItem>) -> Result<Vec<wire::Job>> {
+        self.post::<_, wire::Jobs>("/v1/jobs/batch", &wire::DispatchBatch { jobs })
+            .await
+            .map(|j| j.jobs)
+    }
+
     /// Dispatch with an `Idempotency-Key`; the status tells a first dispatch (201) from a repeat (200).
     pub async fn dispatch_idempotent(
         &self,

@@ -22,9 +22,10 @@ async fn load(db: &tokio_postgres::Client, n: i64, owner: Option<&str>) -> anyho
     while done < n {
         let take = chunk.min(n - done);
         db.execute(
-            "INSERT INTO jobs (id, workspace, owner, state, kind, payload, max_attempts, no_runner_timeout_ms,
-                               no_runner_check_at, billing_tenant)
-             SELECT gen_random_uuid(), 'bench', COALESCE($2, 'other-' || (g % 1000)), 'parked', 'command',
+            "INSERT INTO jobs (id, workspace, owner, pool, state, kind, payload, max_attempts,
+                               no_runner_timeout_ms, no_runner_check_at, billing_tenant)
+             SELECT gen_random_uuid(), 'bench', COALESCE($2, 'other-' || (g % 1000)),
+                    CASE WHEN $2 IS NULL THEN 'personal' ELSE 'workspace' END, 'parked', 'command',
                     '{\"argv\":[\"true\"]}', 3, 86400000, now() + interval '1 day', NULL
                FROM generate_series(1, $1::bigint) AS g",
             &[&take, &owner],

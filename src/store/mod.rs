@@ -79,6 +79,14 @@ impl Store {
         if pg.get_application_name().is_none() {
             pg.application_name("leasehold-pool");
         }
+        // Plan each statement once per connection: the hot statements are CTEs whose custom
+        // planning costs more than their execution (docs/perf.md), and every statement is
+        // written so that its generic plan reaches rows by the right index (tests/it/plans.rs).
+        let options = format!(
+            "{} -c plan_cache_mode=force_generic_plan",
+            pg.get_options().unwrap_or_default()
+        );
+        pg.options(options.trim());
         let manager = Manager::from_config(
             pg,
             NoTls,

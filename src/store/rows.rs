@@ -4,6 +4,88 @@
 
 use tokio_postgres::Row;
 
+/// Columns each mapping reads.
+pub const JOB_COLUMNS: &[&str] = &[
+    "id",
+    "workspace",
+    "owner",
+    "runner_id",
+    "state",
+    "kind",
+    "payload",
+    "required_capabilities",
+    "priority",
+    "epoch",
+    "attempts",
+    "max_attempts",
+    "created_at",
+    "leased_at",
+    "finished_at",
+    "result",
+    "error",
+    "provenance",
+    "billing_tenant",
+    "pool",
+    "secrets",
+    "source",
+];
+pub const RUNNER_COLUMNS: &[&str] = &[
+    "id",
+    "owner",
+    "workspace",
+    "label",
+    "os",
+    "version",
+    "capabilities",
+    "capacity",
+    "active_leases",
+    "presence",
+    "last_seen_at",
+    "created_at",
+    "approved_by",
+    "ephemeral",
+];
+pub const MOVED_COLUMNS: &[&str] = &["id", "workspace", "owner", "runner_id", "pool", "state"];
+pub const CLAIMED_COLUMNS: &[&str] = &[
+    "outcome",
+    "id",
+    "workspace",
+    "epoch",
+    "attempts",
+    "kind",
+    "payload",
+    "required_capabilities",
+    "priority",
+    "named",
+    "lease_expires_at",
+    "secrets",
+    "source",
+];
+
+/// Which statements feed which mapping: the schema test checks that each returns every column
+/// its mapping reads, so a column dropped from a statement fails a test, not a request.
+pub const MAPPED: &[(&str, &[&str])] = &[
+    ("job_insert.sql", JOB_COLUMNS),
+    ("job_get.sql", JOB_COLUMNS),
+    ("jobs_list.sql", JOB_COLUMNS),
+    ("jobs_list_desc.sql", JOB_COLUMNS),
+    ("job_by_idempotency_key.sql", JOB_COLUMNS),
+    ("job_cancel.sql", JOB_COLUMNS),
+    ("job_complete.sql", JOB_COLUMNS),
+    ("job_fail.sql", JOB_COLUMNS),
+    ("job_release.sql", JOB_COLUMNS),
+    ("runner_insert.sql", RUNNER_COLUMNS),
+    ("runner_get.sql", RUNNER_COLUMNS),
+    ("runner_heartbeat.sql", RUNNER_COLUMNS),
+    ("runners_by_owner.sql", RUNNER_COLUMNS),
+    ("runners_in_workspace.sql", RUNNER_COLUMNS),
+    ("runner_revoke_jobs.sql", MOVED_COLUMNS),
+    ("sweep_lapsed_leases.sql", MOVED_COLUMNS),
+    ("sweep_no_runner.sql", MOVED_COLUMNS),
+    ("sweep_queue_timeout.sql", MOVED_COLUMNS),
+    ("lease_claim.sql", CLAIMED_COLUMNS),
+];
+
 use super::{Result, StoreError};
 use crate::domain::records::{Claimed, Job, Moved, Queue, Runner};
 use crate::domain::state::JobState;

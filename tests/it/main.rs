@@ -8,6 +8,7 @@ mod errors;
 mod faults;
 mod lease;
 mod placement;
+mod plans;
 mod procs;
 mod replicas;
 mod runner_e2e;

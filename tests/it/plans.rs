@@ -1,0 +1,190 @@
+//! Every hot statement's cached plan reaches its rows by the right index, whatever parameters
+//! it is later run with: the replicas plan each statement once per connection
+//! (`plan_cache_mode = force_generic_plan`), so a generic plan that scans or sorts a queue would
+//! be paid on every call. The table is loaded the way the benchmark loads it (one big queue of
+//! one owner, settled history, some leases), which is what once made a generic claim plan sort
+//! the whole queue and a generic complete plan walk a partial index of leases.
+//!
+//! This checks plan shapes, never timings.
+
+use leasehold::store::sql;
+use serde_json::json;
+
+use crate::support::{connect, TestApp};
+
+/// Load 200 runners, 500 keys, 20,000 parked jobs of one owner, 5,000 completed and 500
+/// leased, then ANALYZE.
+async fn realistic_table(url: &str) {
+    let db = connect(url).await;
+    db.batch_execute(
+        "INSERT INTO runners (id, owner, workspace, label, capacity, token_hash, approved_by)
+         SELECT gen_random_uuid(), 'ws:acme', 'acme', 'r' || g, 10,
+                sha256(('token' || g)::bytea), 'admin'
+           FROM generate_series(1, 200) g;
+         INSERT INTO api_keys (id, workspace, subject, role, token_hash)
+         SELECT gen_random_uuid(), 'acme', 'user' || g, 'member', sha256(('key' || g)::bytea)
+           FROM generate_series(1, 500) g;
+         INSERT INTO jobs (id, workspace, owner, pool, state, kind, payload, max_attempts,
+                           no_runner_timeout_ms, no_runner_check_at)
+         SELECT gen_random_uuid(), 'acme', 'ws:acme', 'workspace', 'parked', 'command',
+                '{}', 3, 300000, now() + interval '5 minutes'
+           FROM generate_series(1, 20000);
+         INSERT INTO jobs (id, workspace, owner, pool, state, kind, payload, max_attempts,
+                           no_runner_timeout_ms, no_runner_check_at, finished_at, result)
+         SELECT gen_random_uuid(), 'acme', 'ws:acme', 'workspace', 'completed', 'command',
+                '{}', 3, 300000, now(), now(), '{}'
+           FROM generate_series(1, 5000);
+         INSERT INTO jobs (id, workspace, owner, pool, state, kind, payload, max_attempts,
+                           no_runner_timeout_ms, no_runner_check_at, leased_by, leased_at,
+                           lease_expires_at, lease_check_at, epoch, attempts)
+         SELECT gen_random_uuid(), 'acme', 'ws:acme', 'workspace', 'leased', 'command',
+                '{}', 3, 300000, now(), (SELECT id FROM runners LIMIT 1), now(),
+                now() + interval '2 minutes', now() + interval '2 minutes', 1, 1
+           FROM generate_series(1, 500);
+         ANALYZE;",
+    )
+    .await
+    .expect("load a realistic table");
+}
+
+fn assert_plan(name: &str, plan: &str, must: &[&str], never: &[&str]) {
+    for m in must {
+        assert!(
+            plan.contains(m),
+            "{name}: its plan does not use {m}:\n{plan}"
+        );
+    }
+    for n in never {
+        assert!(!plan.contains(n), "{name}: its plan has {n}:\n{plan}");
+    }
+}
+
+#[tokio::test]
+async fn hot_statements_reach_their_rows_by_the_right_index_in_generic_plans() {
+    let app = TestApp::spawn().await;
+    realistic_table(&app.database_url).await;
+    let job = "'00000000-0000-7000-8000-000000000001'::uuid";
+    let runner = "'00000000-0000-7000-8000-000000000002'::uuid";
+    let token = "sha256('token1'::bytea)";
+    let report = json!([{"ord": 0, "id": "00000000-0000-7000-8000-000000000001", "epoch": 1,
+                         "token": "00", "result": null}])
+    .to_string();
+    let item = json!([{"ord": 0, "id": "00000000-0000-7000-8000-000000000003", "key": "00",
+                       "pool": "workspace", "kind": "command", "payload": {},
+                       "required_capabilities": [], "priority": 0, "max_attempts": 3,
+                       "no_runner_timeout_ms": 300000, "secrets": []}])
+    .to_string();
+    let statements: Vec<(&str, &'static str, String)> = vec![
+        (
+            "lease_claim",
+            sql::LEASE_CLAIM,
+            format!("{token}, {runner}, 'acme', 'ws:acme', 10, 120000, true"),
+        ),
+        (
+            "runner_lock_for_lease",
+            sql::RUNNER_LOCK_FOR_LEASE,
+            format!("{token}, NULL, NULL, NULL"),
+        ),
+        (
+            "job_complete",
+            sql::JOB_COMPLETE,
+            format!("'{report}', 30000"),
+        ),
+        (
+            "job_fail",
+            sql::JOB_FAIL,
+            format!("{job}, 1, {token}, 'x', 30000"),
+        ),
+        (
+            "job_release",
+            sql::JOB_RELEASE,
+            format!("{job}, 1, {token}, 30000"),
+        ),
+        (
+            "job_heartbeat",
+            sql::JOB_HEARTBEAT,
+            format!("{job}, 1, {token}, 120000, 30000"),
+        ),
+        (
+            "job_events_append",
+            sql::JOB_EVENTS_APPEND,
+            format!("{job}, 1, {token}, ARRAY['stdout'], ARRAY['{{}}'::jsonb], 30000"),
+        ),
+        ("job_insert", sql::JOB_INSERT, format!("'{item}'")),
+        (
+            "job_fence_miss",
+            sql::JOB_FENCE_MISS,
+            format!("{job}, {token}"),
+        ),
+    ];
+    let plans = app
+        .store
+        .generic_plans(
+            &statements
+                .iter()
+                .map(|(_, sql, args)| (*sql, args.as_str()))
+                .collect::<Vec<_>>(),
+        )
+        .await
+        .unwrap();
+    let plan = |name: &str| {
+        let i = statements.iter().position(|(n, _, _)| *n == name).unwrap();
+        plans[i].as_str()
+    };
+    // The claim walks each claim index in order; it never reads or sorts a whole queue.
+    assert_plan(
+        "lease_claim",
+        plan("lease_claim"),
+        &[
+            "Index Scan using jobs_claim_named",
+            "Index Scan using jobs_claim_pool",
+            "Index Scan using jobs_claim_any",
+            "Index Scan using jobs_pkey",
+        ],
+        &["Seq Scan on jobs", "Bitmap Heap Scan on jobs"],
+    );
+    assert!(
+        plan("lease_claim").contains("CTE r\n    ->  Index Scan using runners_"),
+        "the claim finds its runner by a unique index:\n{}",
+        plan("lease_claim")
+    );
+    for line in plan("lease_claim").lines() {
+        assert!(
+            !(line.contains("Sort") && line.contains("j_")),
+            "the claim sorts job rows itself: {line}"
+        );
+    }
+    // Fenced statements reach their job by primary key and their runner by its token.
+    for name in [
+        "job_complete",
+        "job_fail",
+        "job_release",
+        "job_heartbeat",
+        "job_events_append",
+    ] {
+        assert_plan(
+            name,
+            plan(name),
+            &["using jobs_pkey on jobs", "runners_token_hash_key"],
+            &["Seq Scan on jobs", "jobs_leased_by", "jobs_lease_check"],
+        );
+    }
+    assert_plan(
+        "runner_lock_for_lease",
+        plan("runner_lock_for_lease"),
+        &["runners_token_hash_key"],
+        &["Seq Scan"],
+    );
+    assert_plan(
+        "job_insert",
+        plan("job_insert"),
+        &["api_keys_token_hash_key"],
+        &["Seq Scan on api_keys"],
+    );
+    assert_plan(
+        "job_fence_miss",
+        plan("job_fence_miss"),
+        &["runners_token_hash_key", "id = $1)"],
+        &["Seq Scan"],
+    );
+}
