@@ -1,9 +1,12 @@
 -- Jobs a lease call took but cannot hand over (their secrets cannot be opened: no key on this
 -- replica): parked again with the attempt given back, so the call can answer 503 with nothing
--- half-done. Fenced on the leases just taken: $1 ids, $2 epochs, $3 sha256 of the runner's token. The epoch stays
--- bumped (the next lease bumps it again); an ephemeral runner forgets the job it took.
+-- half-done. Fenced on the leases just taken: $1 ids, $2 epochs, $3 sha256 of the runner's
+-- token. The epoch stays bumped (the next lease bumps it again); an ephemeral runner forgets
+-- the job it took.
 WITH me AS (
-    SELECT id FROM runners WHERE token_hash = $3
+    SELECT r.id FROM runners r
+     WHERE r.token_hash = $3 AND r.revoked_at IS NULL
+       AND NOT runner_spent(r.ephemeral, r.ephemeral_job)
 ),
 back AS (
     UPDATE jobs j
@@ -12,7 +15,10 @@ back AS (
            billing_tenant = CASE WHEN j.pool = 'any' THEN NULL ELSE j.billing_tenant END,
            event_seq = j.event_seq + 1
       FROM unnest($1::uuid[], $2::bigint[]) AS t(id, epoch)
-     WHERE j.id = t.id AND j.epoch = t.epoch AND j.leased_by = (SELECT id FROM me) AND j.state = 'leased'
+     WHERE j.id = t.id AND j.epoch = t.epoch
+       AND j.leased_by IS NOT DISTINCT FROM (SELECT id FROM me)
+       -- Reached by primary key only (see job_fail.sql).
+       AND j.state IS NOT DISTINCT FROM 'leased'
     RETURNING j.id, j.workspace, j.owner, j.runner_id, j.pool, j.state, j.epoch, j.event_seq
 ),
 forget AS (

@@ -1,9 +1,11 @@
 -- A job just leased whose named secret no longer exists: rejected secret_missing, and the
 -- attempt the claim counted is given back (no attempt is counted). Fenced on the lease just
--- taken: $1 id, $2 epoch, $3 sha256 of the runner's token, $4 the missing secret's name. An 'any' job's billing
--- tenant goes back to null: no lease of it was accepted.
+-- taken: $1 id, $2 epoch, $3 sha256 of the runner's token, $4 the missing secret's name. An
+-- 'any' job's billing tenant goes back to null: no lease of it was accepted.
 WITH me AS (
-    SELECT id FROM runners WHERE token_hash = $3
+    SELECT r.id FROM runners r
+     WHERE r.token_hash = $3 AND r.revoked_at IS NULL
+       AND NOT runner_spent(r.ephemeral, r.ephemeral_job)
 ),
 rejected AS (
     UPDATE jobs j
@@ -13,7 +15,10 @@ rejected AS (
            error = jsonb_build_object('reason', 'secret_missing', 'message',
                        'the secret ' || $4::text || ' the job names does not exist'),
            event_seq = j.event_seq + 1
-     WHERE j.id = $1 AND j.epoch = $2 AND j.leased_by = (SELECT id FROM me) AND j.state = 'leased'
+     WHERE j.id = $1 AND j.epoch = $2
+       AND j.leased_by IS NOT DISTINCT FROM (SELECT id FROM me)
+       -- Reached by primary key only (see job_fail.sql).
+       AND j.state IS NOT DISTINCT FROM 'leased'
     RETURNING j.id, j.workspace, j.owner, j.runner_id, j.pool, j.state, j.epoch, j.event_seq
 ),
 events AS (

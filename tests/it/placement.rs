@@ -902,3 +902,65 @@ async fn the_no_runner_clock_counts_both_tiers_for_any_jobs_and_only_approved_ta
     })
     .await;
 }
+
+/// The statements placement adds around the claim reach their rows by key in generic plans
+/// (as the replicas run them), on the table `plans.rs` loads: the lease call's advertisement by
+/// token, the secret-missing rejection and the give-back by primary key, secrets by their key.
+#[tokio::test]
+async fn placement_statements_reach_their_rows_by_key_in_generic_plans() {
+    use crate::plans::{assert_plan, realistic_table};
+    use leasehold::store::sql;
+    let app = TestApp::spawn().await;
+    connect(&app.database_url)
+        .await
+        .batch_execute(
+            "INSERT INTO secrets (workspace, name, nonce, ciphertext)
+             SELECT 'ws' || (g % 50), 'S' || g, substring(sha256(g::text::bytea) FROM 1 FOR 12),
+                    '\\x00'::bytea
+               FROM generate_series(1, 5000) g",
+        )
+        .await
+        .unwrap();
+    realistic_table(&app.database_url).await;
+    let job = "'00000000-0000-7000-8000-000000000001'::uuid";
+    let token = "sha256('token1'::bytea)";
+    let statements: Vec<(&'static str, String)> = vec![
+        (sql::RUNNER_ADVERTISE, format!("{token}, '1.0.0', false, ARRAY[]::uuid[], ARRAY[]::text[], ARRAY[]::text[], ARRAY[]::text[]")),
+        (sql::LEASE_REJECT_SECRET_MISSING, format!("{job}, 1, {token}, 'X'")),
+        (sql::LEASE_GIVE_BACK, format!("ARRAY[{job}], ARRAY[1::bigint], {token}")),
+        (sql::SECRETS_SEALED, "'acme', ARRAY['X']".to_owned()),
+    ];
+    let plans = app
+        .store
+        .generic_plans(
+            &statements
+                .iter()
+                .map(|(s, a)| (*s, a.as_str()))
+                .collect::<Vec<_>>(),
+        )
+        .await
+        .unwrap();
+    assert_plan(
+        "runner_advertise",
+        &plans[0],
+        &["runners_token_hash_key"],
+        &["Seq Scan on runners"],
+    );
+    for (name, plan) in [
+        ("lease_reject_secret_missing", &plans[1]),
+        ("lease_give_back", &plans[2]),
+    ] {
+        assert_plan(
+            name,
+            plan,
+            &["jobs_pkey", "runners_token_hash_key"],
+            &["Seq Scan on jobs", "jobs_leased_by"],
+        );
+    }
+    assert_plan(
+        "secrets_sealed",
+        &plans[3],
+        &["secrets_pkey"],
+        &["Seq Scan on secrets"],
+    );
+}
