@@ -318,6 +318,12 @@ async fn dev(
         println!("  leasehold job submit -- echo hello");
     }
     println!();
+    println!(
+        "Workspace secrets are sealed with the key kept in {} (mode 0600):",
+        state_dir.join("secrets.key").display()
+    );
+    println!("  printf %s \"$TOKEN\" | leasehold secrets set TOKEN");
+    println!();
     println!("Enrol another runner (code valid 10 minutes, once):");
     println!("  leasehold runner connect {} --server {base}", spare.code);
     println!("Admin key for workspace '{workspace}' (shown once):");

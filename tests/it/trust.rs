@@ -372,6 +372,14 @@ async fn an_outdated_reference_runner_finishes_what_it_holds_and_leases_no_more(
     let me = alice.runners(Tier::Personal).await.unwrap().remove(0);
     assert!(me.outdated);
     assert_eq!(me.version.as_deref(), Some(env!("CARGO_PKG_VERSION")));
+    let listed = cli(&url_b, &key, &["runners", "list"], long).await;
+    assert!(
+        listed
+            .stdout
+            .contains(&format!("{} (outdated)", env!("CARGO_PKG_VERSION"))),
+        "{}",
+        listed.stdout
+    );
 }
 
 /// Key rotation: values sealed under the old key open on a replica given both keys; after
