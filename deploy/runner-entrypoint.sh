@@ -2,6 +2,7 @@
 # docker compose's bootstrap and runner services.
 #   bootstrap: mint the admin key (printed once, here) and a workspace join code for the runner.
 #   runner:    enrol with that code once, then run; its credentials persist in its volume.
+#              It runs as root (to start jobs as the unprivileged leasehold-job user).
 set -eu
 shared=/var/lib/leasehold/bootstrap
 wait_ready() {
@@ -28,7 +29,10 @@ runner)
         leasehold runner connect "$(cat "$shared/join-code")" --server "$LEASEHOLD_SERVER" \
             --label compose-runner --capacity 2 --capability linux --config "$config"
     fi
-    exec leasehold runner run --config "$config"
+    # Jobs run as leasehold-job, which cannot read the token (containers rarely allow the user
+    # namespaces bubblewrap needs); the runner checks that at start and refuses otherwise.
+    exec leasehold runner run --config "$config" --job-user leasehold-job \
+        --work-dir /var/lib/leasehold-jobs
     ;;
 *)
     echo "usage: runner-entrypoint.sh bootstrap|runner" >&2

@@ -3,10 +3,12 @@
 //! Nothing deeper in the code reads the environment; tests build a [`Config`] directly with
 //! short timings.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
+use std::str::FromStr;
 use std::time::Duration;
 
 use clap::Args;
+use ipnet::IpNet;
 
 use crate::domain::sealing::{SealKey, Sealer};
 use crate::domain::version::{self, Version};
@@ -83,6 +85,20 @@ pub struct Config {
     /// The previous key during a rotation: still opens values, never seals new ones.
     #[arg(long, env = "LEASEHOLD_SECRETS_OLD_KEY", hide_env_values = true)]
     pub secrets_old_key: Option<SealKey>,
+    /// Load balancers trusted to name the client a request comes from (by a PROXY protocol
+    /// header, or by the address they append to `X-Forwarded-For`): comma-separated addresses
+    /// or CIDR blocks. Empty: every client is its TCP peer.
+    #[arg(long, env = "LEASEHOLD_TRUSTED_PROXIES", default_value = "")]
+    pub trusted_proxies: TrustedProxies,
+    /// Read a PROXY protocol header (v1 or v2, HAProxy's `send-proxy-v2`) on every connection
+    /// from a trusted proxy, and refuse such a connection without one. Other peers are their
+    /// own client.
+    #[arg(
+        long,
+        env = "LEASEHOLD_PROXY_PROTOCOL",
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
+    pub proxy_protocol: bool,
 }
 
 fn parse_min_version(s: &str) -> Result<Version, String> {
@@ -111,6 +127,8 @@ impl Config {
             dormancy_ceiling_ms: 1_209_600_000,
             secrets_key: None,
             secrets_old_key: None,
+            trusted_proxies: TrustedProxies::default(),
+            proxy_protocol: false,
         }
     }
 
@@ -137,5 +155,62 @@ impl Config {
     /// of the presence window, so a long-polling runner is `online` everywhere.
     pub fn presence_refresh(&self) -> Duration {
         Duration::from_millis((self.presence_window_ms / 3).max(10))
+    }
+}
+
+/// The addresses of `LEASEHOLD_TRUSTED_PROXIES`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TrustedProxies(Vec<IpNet>);
+
+impl TrustedProxies {
+    /// `ip` (an IPv4-mapped IPv6 address as its IPv4 self) is one of them.
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        let ip = ip.to_canonical();
+        self.0.iter().any(|net| net.contains(&ip))
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl FromStr for TrustedProxies {
+    type Err = String;
+
+    /// `10.0.0.5, 10.1.0.0/16, fd00::/8`: addresses or CIDR blocks, comma-separated.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        s.split(',')
+            .map(str::trim)
+            .filter(|part| !part.is_empty())
+            .map(|part| {
+                IpNet::from_str(part)
+                    .or_else(|_| IpAddr::from_str(part).map(IpNet::from))
+                    .map(|net| net.trunc())
+                    .map_err(|_| format!("'{part}' is neither an IP address nor a CIDR block"))
+            })
+            .collect::<Result<_, _>>()
+            .map(TrustedProxies)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trusted_proxies_are_addresses_or_blocks() {
+        let t: TrustedProxies = " 10.0.0.5, 192.168.0.0/16,fd00::/8 ".parse().unwrap();
+        assert!(t.contains("10.0.0.5".parse().unwrap()));
+        assert!(!t.contains("10.0.0.6".parse().unwrap()));
+        assert!(t.contains("192.168.200.1".parse().unwrap()));
+        assert!(
+            t.contains("::ffff:192.168.1.1".parse().unwrap()),
+            "IPv4-mapped"
+        );
+        assert!(t.contains("fd00::1".parse().unwrap()));
+        assert!(!t.contains("::1".parse().unwrap()));
+        assert!("".parse::<TrustedProxies>().unwrap().is_empty());
+        assert!("10.0.0.0/33".parse::<TrustedProxies>().is_err());
+        assert!("balancer".parse::<TrustedProxies>().is_err());
     }
 }

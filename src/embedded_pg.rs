@@ -2,9 +2,18 @@
 //! the benchmark. Never for production.
 //!
 //! As root (CI, these machines) `initdb` refuses to run, so the server runs as the `postgres`
-//! OS user in a directory that user owns. A watchdog shell stops the server (and, for a
+//! OS user in a directory that user owns. That user must be able to reach the directory: when
+//! an ancestor shuts it out (a checkout in root's 0700 home), the cluster lives instead under
+//! `/var/tmp/leasehold-<hash of the asked path>/` (root-owned, traversable, stable for the same
+//! path), and [`EmbeddedPg::data_dir`] says where. A watchdog shell stops the server (and, for a
 //! throw-away directory, deletes it) once the process that started it is gone, so a crashed
 //! test never leaves a server behind.
+//!
+//! Invariant: the server trusts nobody. Every connection, TCP or socket, authenticates with
+//! SCRAM as `postgres`, with a password generated at `initdb` and kept in the data directory
+//! (`leasehold.password`, mode 0600, readable by whoever started the server and by root);
+//! [`EmbeddedPg::url`] carries it. A cluster made by an older version with `trust` is given a
+//! password the first time it is started.
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -23,6 +32,7 @@ const FAST: &[&str] = &[
 pub struct EmbeddedPg {
     pub port: u16,
     dir: PathBuf,
+    password: String,
     bin: PathBuf,
     owner: Option<(u32, u32)>,
     durable: bool,
@@ -85,6 +95,88 @@ fn postgres_ids() -> anyhow::Result<(u32, u32)> {
     Ok((user.uid.as_raw(), user.gid.as_raw()))
 }
 
+/// The file in the data directory holding the `postgres` role's password.
+const PASSWORD_FILE: &str = "leasehold.password";
+
+fn new_password() -> String {
+    format!(
+        "{}{}",
+        uuid::Uuid::new_v4().simple(),
+        uuid::Uuid::new_v4().simple()
+    )
+}
+
+fn save_password(file: &Path, password: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(file)
+        .with_context(|| format!("writing {}", file.display()))?;
+    writeln!(f, "{password}")?;
+    Ok(())
+}
+
+/// The first directory from `/` down to `dir` that user `uid` (group `gid`) cannot search,
+/// if any. Root-only files below do not matter: the data directory itself is chowned.
+fn unreachable_by(dir: &Path, uid: u32, gid: u32) -> Option<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    for a in dir.ancestors().collect::<Vec<_>>().into_iter().rev() {
+        if a == dir {
+            break;
+        }
+        let Ok(m) = std::fs::metadata(a) else {
+            return Some(a.to_owned());
+        };
+        let mode = m.mode();
+        let ok = if m.uid() == uid {
+            mode & 0o100 != 0
+        } else if m.gid() == gid {
+            mode & 0o010 != 0
+        } else {
+            mode & 0o001 != 0
+        };
+        if !ok {
+            return Some(a.to_owned());
+        }
+    }
+    None
+}
+
+/// `/var/tmp/leasehold-<hash of dir>/pg`: the same place for the same asked directory.
+fn relocated(dir: &Path) -> PathBuf {
+    use sha2::{Digest, Sha256};
+    let hash = Sha256::digest(dir.as_os_str().as_encoded_bytes());
+    let short: String = hash[..8].iter().map(|b| format!("{b:02x}")).collect();
+    Path::new("/var/tmp")
+        .join(format!("leasehold-{short}"))
+        .join("pg")
+}
+
+/// Create the relocated directory's parent, root-owned and searchable (mode 0711) so only
+/// its `pg/` child (chowned to postgres, 0700) is reachable.
+fn prepare_relocated(moved: &Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let parent = moved.parent().expect("has a parent");
+    std::fs::create_dir_all(moved)?;
+    std::fs::set_permissions(parent, std::fs::Permissions::from_mode(0o711))?;
+    Ok(())
+}
+
+fn cannot_reach(dir: &Path, blocked: &Path) -> String {
+    format!(
+        "the postgres OS user cannot reach {} ({} is not searchable by it), and no other place \
+         under /var/tmp could be used: `chmod o+x {}`, or keep the checkout somewhere that user \
+         can reach (e.g. under /srv or /opt), or set DATABASE_URL to a server of your own",
+        dir.display(),
+        blocked.display(),
+        blocked.display()
+    )
+}
+
 fn free_port() -> anyhow::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
@@ -117,8 +209,24 @@ impl EmbeddedPg {
             None
         };
         std::fs::create_dir_all(dir)?;
-        let dir = dir.canonicalize()?;
+        let mut dir = dir.canonicalize()?;
         if let Some((uid, gid)) = owner {
+            if let Some(blocked) = unreachable_by(&dir, uid, gid) {
+                let moved = relocated(&dir);
+                tracing::warn!(
+                    asked = %dir.display(), blocked_by = %blocked.display(), data = %moved.display(),
+                    "the postgres OS user cannot reach the asked data directory; using another"
+                );
+                prepare_relocated(&moved).with_context(|| cannot_reach(&dir, &blocked))?;
+                if let Some(still) = unreachable_by(&moved, uid, gid) {
+                    bail!(
+                        "{} ({} blocks it too)",
+                        cannot_reach(&dir, &blocked),
+                        still.display()
+                    );
+                }
+                dir = moved;
+            }
             let status = Command::new("chown")
                 .arg("-R")
                 .arg(format!("{uid}:{gid}"))
@@ -131,6 +239,7 @@ impl EmbeddedPg {
         let mut pg = Self {
             port: free_port()?,
             dir,
+            password: String::new(),
             bin,
             owner,
             durable,
@@ -140,25 +249,38 @@ impl EmbeddedPg {
             watchdog: None,
         };
         pg.extra = extra.iter().map(|s| s.to_string()).collect();
+        let password_file = pg.dir.join(PASSWORD_FILE);
         if !pg.dir.join("PG_VERSION").exists() {
+            let password = new_password();
+            // initdb reads the password from a file its user can open: a private one in the
+            // temporary directory, removed at once.
+            let pwfile =
+                std::env::temp_dir().join(format!("leasehold-pw-{}", uuid::Uuid::now_v7()));
+            save_password(&pwfile, &password)?;
+            if let Some((uid, gid)) = pg.owner {
+                std::os::unix::fs::chown(&pwfile, Some(uid), Some(gid))?;
+            }
             let out = pg
                 .command("initdb")
                 .args([
                     "-U",
                     "postgres",
-                    "-A",
-                    "trust",
+                    "--auth=scram-sha-256",
                     "-E",
                     "UTF8",
                     "--no-sync",
-                    "-D",
                 ])
+                .arg(format!("--pwfile={}", pwfile.display()))
+                .arg("-D")
                 .arg(&pg.dir)
                 .stdout(Stdio::null())
-                .output()?;
+                .output();
+            let _ = std::fs::remove_file(&pwfile);
+            let out = out.context("starting initdb")?;
             if !out.status.success() {
                 bail!("initdb failed: {}", String::from_utf8_lossy(&out.stderr));
             }
+            save_password(&password_file, &password)?;
         }
         // A server left over from a crashed run of this same directory.
         let stale = pg.dir.join("postmaster.pid");
@@ -170,6 +292,10 @@ impl EmbeddedPg {
                 .output();
             let _ = std::fs::remove_file(&stale);
         }
+        pg.password = match std::fs::read_to_string(&password_file) {
+            Ok(p) => p.trim().to_owned(),
+            Err(_) => pg.set_password(&password_file)?,
+        };
         pg.start_server()?;
         pg.start_watchdog(temporary)?;
         Ok(pg)
@@ -270,9 +396,56 @@ impl EmbeddedPg {
         Ok(())
     }
 
-    /// A connection URL for `database` on this server.
+    /// A connection URL for `database` on this server, with its password.
     pub fn url(&self, database: &str) -> String {
-        format!("postgres://postgres@127.0.0.1:{}/{database}", self.port)
+        format!(
+            "postgres://postgres:{}@127.0.0.1:{}/{database}",
+            self.password, self.port
+        )
+    }
+
+    /// Where the cluster lives (not the asked directory when the `postgres` user could not
+    /// reach that).
+    pub fn data_dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Give a cluster made with `trust` (by an older leasehold) a password, and require it:
+    /// `ALTER ROLE` in single-user mode, then a `pg_hba.conf` that asks every connection for
+    /// SCRAM. Returns the password, saved to `file`.
+    fn set_password(&self, file: &Path) -> anyhow::Result<String> {
+        let password = new_password();
+        let mut single = self
+            .command("postgres")
+            .args(["--single", "-D"])
+            .arg(&self.dir)
+            .arg("postgres")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .context("starting postgres --single")?;
+        {
+            use std::io::Write;
+            let mut stdin = single.stdin.take().expect("piped");
+            writeln!(
+                stdin,
+                "SET password_encryption = 'scram-sha-256'; ALTER ROLE postgres PASSWORD '{password}';"
+            )?;
+        }
+        let out = single.wait_with_output()?;
+        if !out.status.success() {
+            bail!(
+                "setting the password of {}: {}",
+                self.dir.display(),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        let hba = "local all all scram-sha-256\nhost all all 127.0.0.1/32 scram-sha-256\n\
+                   host all all ::1/128 scram-sha-256\n";
+        std::fs::write(self.dir.join("pg_hba.conf"), hba)?;
+        save_password(file, &password)?;
+        Ok(password)
     }
 
     /// Crash the server (SIGKILL of the postmaster; its backends exit on their own).
@@ -310,6 +483,9 @@ impl Drop for EmbeddedPg {
         }
         if self.temporary {
             let _ = std::fs::remove_dir_all(&self.dir);
+            if let Some(parent) = self.dir.parent().filter(|p| p.starts_with("/var/tmp")) {
+                let _ = std::fs::remove_dir(parent); // the relocation's, if now empty
+            }
         }
     }
 }

@@ -306,6 +306,11 @@ async fn dev(
         "leasehold dev is running at {base} (PostgreSQL on port {})",
         pg.port
     );
+    println!(
+        "PostgreSQL data: {} (DATABASE_URL={url}; the password is in {}/leasehold.password)",
+        pg.data_dir().display(),
+        pg.data_dir().display()
+    );
     println!();
     println!("  export LEASEHOLD_SERVER={base}");
     println!("  export LEASEHOLD_API_KEY={key}");

@@ -2,12 +2,17 @@
 //!
 //! Start order: migrate (under sqlx's advisory lock), pool, notifier, LISTEN, sweeper, re-check
 //! loop, HTTP. Stop order: answer long-polls and stop accepting, let in-flight requests finish,
-//! then stop the background loops, all under one deadline.
+//! then stop the background loops, all under one deadline. Connections are accepted by
+//! [`proxy_protocol::ClientListener`], which learns each one's client from a trusted load
+//! balancer's PROXY header when `LEASEHOLD_PROXY_PROTOCOL` is on.
+
+mod proxy_protocol;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::serve::ListenerExt;
 use rand::RngCore;
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
@@ -50,6 +55,11 @@ pub async fn migrate_with_patience(database_url: &str, patience: Duration) -> an
 /// # Errors
 /// Migrations failed or the configuration is invalid.
 pub async fn start(config: Config, listener: TcpListener) -> anyhow::Result<Replica> {
+    anyhow::ensure!(
+        !config.proxy_protocol || !config.trusted_proxies.is_empty(),
+        "LEASEHOLD_PROXY_PROTOCOL is on but LEASEHOLD_TRUSTED_PROXIES is empty: \
+         name the load balancers' addresses that send the PROXY header"
+    );
     migrate_with_patience(&config.database_url, Duration::from_secs(30)).await?;
     let store = Store::connect(
         &config.database_url,
@@ -94,8 +104,16 @@ pub async fn start(config: Config, listener: TcpListener) -> anyhow::Result<Repl
     }
     let app = api::router(state);
     let addr = listener.local_addr()?;
-    let serve = axum::serve(
+    let listener = proxy_protocol::ClientListener::new(
         listener,
+        config
+            .proxy_protocol
+            .then(|| config.trusted_proxies.clone()),
+    );
+    let serve = axum::serve(
+        // A no-op tap: axum's `ConnectInfo<SocketAddr>` is implemented for tapped listeners,
+        // so handlers see the client's address as the listener reports it.
+        listener.tap_io(|_| {}),
         app.into_make_service_with_connect_info::<SocketAddr>(),
     )
     .with_graceful_shutdown(shutdown.clone().cancelled_owned());

@@ -124,13 +124,12 @@ impl From<StoreError> for ApiError {
                 tracing::warn!(error = %msg, "database unavailable");
                 ApiError::Unavailable
             }
-            // By SQLSTATE and statement only: the server's message may quote request data.
+            // SQLSTATE and statement only: the database's message can quote request data.
             StoreError::Db {
                 sqlstate,
                 statement,
-                ..
             } => {
-                tracing::error!(%sqlstate, %statement, "database error");
+                tracing::error!(%sqlstate, statement, "database error");
                 ApiError::Internal
             }
             StoreError::Invalid(what) => {

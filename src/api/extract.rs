@@ -8,14 +8,18 @@ use std::sync::Arc;
 use axum::body::Bytes;
 use axum::extract::{ConnectInfo, FromRequest, FromRequestParts, Path, Request};
 use axum::http::header;
+use axum::http::header::HeaderName;
 use axum::http::request::Parts;
 use serde::de::DeserializeOwned;
 use uuid::Uuid;
 
 use super::error::ApiError;
 use super::AppState;
+use crate::config::TrustedProxies;
 use crate::domain::credentials::{self, Kind};
 use crate::domain::records::{ApiKey, RunnerIdentity};
+
+const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 
 /// A JSON body. A body needs `Content-Type: application/json`; an empty body without one is
 /// read as `{}` (every field absent), so calls whose fields are all optional need no body.
@@ -166,13 +170,71 @@ pub fn truncate(s: &str, max: usize) -> String {
     s.chars().take(max).collect()
 }
 
-/// The client's address, for rate limiting.
-pub fn client_ip(parts: &Parts) -> IpAddr {
-    parts
+/// The client's address, for rate limiting: see [`client_address`].
+pub fn client_ip(parts: &Parts, trusted: &TrustedProxies) -> IpAddr {
+    let connection = parts
         .extensions
         .get::<ConnectInfo<SocketAddr>>()
         .map(|c| c.0.ip())
-        .unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED))
+        .unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
+    let forwarded = parts
+        .headers
+        .get_all(X_FORWARDED_FOR)
+        .iter()
+        .filter_map(|v| v.to_str().ok());
+    client_address(connection, forwarded, trusted)
+}
+
+/// The client a request comes from. Start from the connection's client (the TCP peer, or the
+/// one a trusted proxy's PROXY header named); while that address is a trusted proxy, step to
+/// the address it appended to `X-Forwarded-For` (the right-most one left). The first untrusted
+/// address is the client: whatever a client writes into the header itself lies to the left of
+/// it and is never read. An entry that is not an address stops the walk at the proxy.
+pub fn client_address<'a>(
+    connection: IpAddr,
+    forwarded_for: impl Iterator<Item = &'a str>,
+    trusted: &TrustedProxies,
+) -> IpAddr {
+    let mut client = connection.to_canonical();
+    if !trusted.contains(client) {
+        return client;
+    }
+    let hops: Vec<&str> = forwarded_for.flat_map(|v| v.split(',')).collect();
+    for hop in hops.iter().rev() {
+        if !trusted.contains(client) {
+            break;
+        }
+        match forwarded_hop(hop.trim()) {
+            Some(ip) => client = ip.to_canonical(),
+            None => break,
+        }
+    }
+    client
+}
+
+/// One `X-Forwarded-For` entry: an address, possibly with a port (`192.0.2.7:443`,
+/// `[2001:db8::7]:443`).
+fn forwarded_hop(hop: &str) -> Option<IpAddr> {
+    hop.parse::<IpAddr>()
+        .ok()
+        .or_else(|| hop.parse::<SocketAddr>().ok().map(|a| a.ip()))
+}
+
+/// The client of a request, as an extractor.
+pub struct ClientIp(pub IpAddr);
+
+impl FromRequestParts<Arc<AppState>> for ClientIp {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &Arc<AppState>,
+    ) -> Result<Self, Self::Rejection> {
+        Ok(ClientIp(client_ip(
+            parts,
+            &state.hub.config.trusted_proxies,
+        )))
+    }
 }
 
 fn bearer(parts: &Parts) -> Option<&str> {
@@ -210,7 +272,7 @@ impl FromRequestParts<Arc<AppState>> for Operator {
         };
         match key {
             Some(k) => Ok(Operator(k)),
-            None => Err(state.auth_failed(client_ip(parts))),
+            None => Err(state.auth_failed(client_ip(parts, &state.hub.config.trusted_proxies))),
         }
     }
 }
@@ -240,7 +302,7 @@ impl FromRequestParts<Arc<AppState>> for RunnerCaller {
                 }
                 Ok(RunnerCaller(r))
             }
-            None => Err(state.auth_failed(client_ip(parts))),
+            None => Err(state.auth_failed(client_ip(parts, &state.hub.config.trusted_proxies))),
         }
     }
 }
@@ -259,7 +321,7 @@ impl FromRequestParts<Arc<AppState>> for RunnerToken {
         parts: &mut Parts,
         state: &Arc<AppState>,
     ) -> Result<Self, Self::Rejection> {
-        let ip = client_ip(parts);
+        let ip = client_ip(parts, &state.hub.config.trusted_proxies);
         match bearer(parts).and_then(|t| credentials::parse(Kind::Runner, t)) {
             Some(hash) => Ok(RunnerToken { hash, ip }),
             None => Err(state.auth_failed(ip)),
@@ -295,10 +357,75 @@ impl FromRequestParts<Arc<AppState>> for ApiKeyHash {
         parts: &mut Parts,
         state: &Arc<AppState>,
     ) -> Result<Self, Self::Rejection> {
-        let ip = client_ip(parts);
+        let ip = client_ip(parts, &state.hub.config.trusted_proxies);
         match bearer(parts).and_then(|t| credentials::parse(Kind::ApiKey, t)) {
             Some(hash) => Ok(ApiKeyHash { hash, ip }),
             None => Err(state.auth_failed(ip)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn client(connection: &str, forwarded: &[&str], trusted: &str) -> IpAddr {
+        client_address(
+            connection.parse().unwrap(),
+            forwarded.iter().copied(),
+            &trusted.parse().unwrap(),
+        )
+    }
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn without_trusted_proxies_the_connection_is_the_client() {
+        assert_eq!(client("10.0.0.9", &["192.0.2.7"], ""), ip("10.0.0.9"));
+        // A forged header from an untrusted peer is never read.
+        assert_eq!(
+            client("198.51.100.1", &["192.0.2.7"], "10.0.0.0/8"),
+            ip("198.51.100.1")
+        );
+    }
+
+    #[test]
+    fn the_right_most_untrusted_address_is_the_client() {
+        let lb = "10.0.0.0/8";
+        assert_eq!(client("10.0.0.9", &["192.0.2.7"], lb), ip("192.0.2.7"));
+        // The client wrote its own entry; the balancer appended the address it saw.
+        assert_eq!(
+            client("10.0.0.9", &["203.0.113.66, 192.0.2.7"], lb),
+            ip("192.0.2.7")
+        );
+        // Proxies in a chain, and the same list split over two header lines.
+        assert_eq!(
+            client("10.0.0.9", &["203.0.113.66, 192.0.2.7", "10.1.1.1"], lb),
+            ip("192.0.2.7")
+        );
+        // Ports and IPv4-mapped addresses.
+        assert_eq!(
+            client("::ffff:10.0.0.9", &["192.0.2.7:443"], lb),
+            ip("192.0.2.7")
+        );
+        assert_eq!(
+            client("10.0.0.9", &["[2001:db8::7]:443"], lb),
+            ip("2001:db8::7")
+        );
+    }
+
+    #[test]
+    fn a_proxy_without_a_usable_entry_is_its_own_client() {
+        let lb = "10.0.0.0/8";
+        assert_eq!(client("10.0.0.9", &[], lb), ip("10.0.0.9"));
+        assert_eq!(client("10.0.0.9", &["unknown"], lb), ip("10.0.0.9"));
+        assert_eq!(client("10.0.0.9", &["192.0.2.7, "], lb), ip("10.0.0.9"));
+        // Every hop trusted: the left-most.
+        assert_eq!(
+            client("10.0.0.9", &["10.2.2.2, 10.1.1.1"], lb),
+            ip("10.2.2.2")
+        );
     }
 }

@@ -6,14 +6,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::{ConnectInfo, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use serde_json::Value;
 use uuid::Uuid;
 
 use super::error::{ApiError, ApiResult};
-use super::extract::{Body, PathId, RunnerCaller, RunnerToken};
+use super::extract::{Body, ClientIp, PathId, RunnerCaller, RunnerToken};
 use super::secrets;
 use super::validate;
 use super::views;
@@ -31,10 +31,10 @@ const MAX_EVENT_BYTES: usize = 64 * 1024;
 
 pub async fn enroll(
     State(st): State<Arc<AppState>>,
-    ConnectInfo(addr): ConnectInfo<std::net::SocketAddr>,
+    ClientIp(ip): ClientIp,
     Body(req): Body<wire::Enroll>,
 ) -> ApiResult<(StatusCode, Json<wire::RunnerWithToken>)> {
-    st.spend_rate_token(addr.ip())?;
+    st.spend_rate_token(ip)?;
     // A request refused with 400 does not burn its code.
     validate::text("label", &req.label, 128)?;
     validate::opt_text("os", req.os.as_deref(), 64)?;

@@ -373,21 +373,34 @@ fn print_event(e: &Event, mode: Show, id: Uuid) {
     if mode == Show::Quiet {
         return;
     }
-    let line = e.data["line"].as_str();
-    match (e.kind.as_str(), line) {
-        ("stdout", Some(l)) => {
+    // A chunk (`text`, many lines, exactly as written) or, from older runners, one `line`.
+    let text = match (e.data["text"].as_str(), e.data["line"].as_str()) {
+        (Some(t), _) => Some(std::borrow::Cow::Borrowed(t)),
+        (None, Some(l)) => Some(std::borrow::Cow::Owned(format!("{l}\n"))),
+        (None, None) => None,
+    };
+    match (e.kind.as_str(), text) {
+        ("stdout", Some(t)) => {
             let mut out = std::io::stdout().lock();
-            let _ = writeln!(out, "{l}");
+            let _ = out.write_all(t.as_bytes());
             let _ = out.flush();
         }
-        ("stderr", Some(l)) => eprintln!("{l}"),
+        ("stderr", Some(t)) => {
+            let mut err = std::io::stderr().lock();
+            let _ = err.write_all(t.as_bytes());
+            let _ = err.flush();
+        }
         ("state", _) if mode == Show::Everything => note(id, &state_note(id, &e.data)),
         ("output.dropped", _) => note(
             id,
-            &format!(
-                "{} lines of output were dropped (too much, or the service was unreachable)",
-                e.data["lines"]
-            ),
+            &match e.data["lines"].as_u64() {
+                Some(lines) => format!("{lines} lines of output were dropped"),
+                None => format!(
+                    "{} bytes of output were dropped (a job streams at most {} bytes, and a \
+                     batch no replica took within a minute is dropped)",
+                    e.data["bytes"], e.data["limit_bytes"]
+                ),
+            },
         ),
         _ => {}
     }

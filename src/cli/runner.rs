@@ -10,6 +10,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Subcommand, ValueEnum};
 
+use crate::runner::sandbox::Network;
 use crate::runner::{self, config, Options, RunnerConfig, Sandbox, Stopper};
 use crate::wire;
 
@@ -17,8 +18,17 @@ use crate::wire;
 pub enum SandboxArg {
     /// Run commands as the runner's user, in the job's directory.
     None,
-    /// Run commands under `bwrap`: only the job's directory writable, the host's home unseen.
+    /// Run commands under `bwrap`: no capabilities, only the job's directory writable, the
+    /// host's home unseen.
     Bubblewrap,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum NetworkArg {
+    /// The host's network (the default: builds fetch dependencies).
+    Host,
+    /// Only a loopback of the job's own (needs --sandbox bubblewrap).
+    None,
 }
 
 #[derive(Debug, Subcommand)]
@@ -60,6 +70,13 @@ pub enum RunnerCommand {
         /// How commands are confined.
         #[arg(long, value_enum, default_value_t = SandboxArg::None)]
         sandbox: SandboxArg,
+        /// The network a sandboxed job sees.
+        #[arg(long, value_enum, default_value_t = NetworkArg::Host)]
+        network: NetworkArg,
+        /// Run jobs as this unprivileged user (the runner runs as root): they cannot read the
+        /// runner's files, its token included.
+        #[arg(long, value_name = "USER")]
+        job_user: Option<String>,
         /// After SIGTERM, how long running jobs may finish before they are released.
         #[arg(long, value_name = "SECONDS", default_value_t = 600.0)]
         drain_timeout: f64,
@@ -179,6 +196,8 @@ pub async fn run(command: RunnerCommand) -> anyhow::Result<i32> {
             config,
             once,
             sandbox,
+            network,
+            job_user,
             drain_timeout,
             work_dir,
             capacity,
@@ -190,11 +209,31 @@ pub async fn run(command: RunnerCommand) -> anyhow::Result<i32> {
             let cfg = RunnerConfig::load(&path)?;
             let mut opts = Options::new(cfg, work_dir.unwrap_or_else(default_work_dir));
             opts.config_path = Some(path);
+            opts.subreaper = true;
+            if let Some(name) = job_user {
+                anyhow::ensure!(
+                    nix::unistd::Uid::effective().is_root(),
+                    "--job-user needs the runner to run as root (to start jobs as another user)"
+                );
+                opts.job_user = Some(runner::workdir::JobUser::lookup(&name)?);
+            }
             opts.once = once;
+            let network = match network {
+                NetworkArg::Host => Network::Host,
+                NetworkArg::None => Network::None,
+            };
             opts.sandbox = match sandbox {
-                SandboxArg::None => Sandbox::None,
+                SandboxArg::None => {
+                    anyhow::ensure!(
+                        network == Network::Host,
+                        "--network none needs --sandbox bubblewrap (without it a job shares \
+                         the runner's network)"
+                    );
+                    Sandbox::None
+                }
                 SandboxArg::Bubblewrap => Sandbox::bubblewrap(
                     &env("PATH").unwrap_or_else(|| runner::sandbox::DEFAULT_PATH.to_owned()),
+                    network,
                 )?,
             };
             anyhow::ensure!(

@@ -1,8 +1,10 @@
 //! Runs one command to its end and classifies how it ended.
 //!
 //! Invariants: the command leads its own process group (bubblewrap's, when sandboxed), and
-//! when it ends, times out or is stopped, the whole group is killed: nothing a job started
-//! outlives it. A stop request (cancelled, superseded, released) kills the group with SIGKILL
+//! when it ends, times out or is stopped, the whole group is killed, and then every process
+//! still carrying the job's `LEASEHOLD_JOB_ID` (see [`super::contain`]): nothing a job started
+//! outlives it, not even what it detached with `setsid`. The payload's `env` never overrides
+//! the `LEASEHOLD_*` variables (the sweep depends on them). A stop request (cancelled, superseded, released) kills the group with SIGKILL
 //! at once; a timeout sends SIGTERM, then SIGKILL after [`TERM_GRACE`]. A command that fails,
 //! times out or cannot start is a *result* (see [`CommandResult`]), never an error of the
 //! runner.
@@ -23,15 +25,17 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::contain;
 use super::output::{pump, Output, Stream};
 use super::payload::CommandSpec;
-use super::sandbox::{which, Sandbox, DEFAULT_PATH};
+use super::sandbox::{is_executable, which, Sandbox, DEFAULT_PATH};
 use super::workdir::JobDir;
 
 /// Between SIGTERM and SIGKILL when a command times out.
 pub const TERM_GRACE: Duration = Duration::from_secs(5);
-/// How long output still arriving after the command ended is read before giving up (a
-/// process that left the group may hold the pipes open).
+/// How long the pipes may stay open and silent after the command ended before the runner
+/// stops reading (a process outside the job's reach may hold them open). Time the readers
+/// spend held back by a slow server does not count.
 const DRAIN_PIPES: Duration = Duration::from_secs(2);
 
 /// How a command ended.
@@ -85,10 +89,25 @@ fn signal_group(pgid: i32, signal: Signal) {
     }
 }
 
+/// Kills and removes a job's cgroup when dropped, off the async threads.
+struct CgroupGuard(Option<contain::JobCgroup>);
+
+impl Drop for CgroupGuard {
+    fn drop(&mut self) {
+        if let Some(cg) = self.0.take() {
+            tokio::task::spawn_blocking(move || cg.kill_and_remove());
+        }
+    }
+}
+
 /// What a job needs besides its spec.
 pub struct Context<'a> {
     pub dir: &'a JobDir,
     pub sandbox: &'a Sandbox,
+    /// The user jobs run as, when not the runner's.
+    pub job_user: Option<&'a super::workdir::JobUser>,
+    /// Where each job gets a cgroup, if anywhere.
+    pub cgroups: Option<&'a contain::Cgroups>,
     /// `LEASEHOLD_*` variables describing the job.
     pub job_env: BTreeMap<String, String>,
 }
@@ -105,6 +124,22 @@ fn start_failed(output: &Output, started: Instant, exit_code: i32, message: Stri
         stderr_tail: output.tail(Stream::Stderr),
         error: Some(message),
     })
+}
+
+/// The job's variables: the payload's `env`, then the runner's `LEASEHOLD_*` variables over
+/// it. Payload variables named `LEASEHOLD_*` are ignored: they could hide the job's processes
+/// from the sweep, or pose as another job.
+fn job_environment(
+    payload: &BTreeMap<String, String>,
+    job: &BTreeMap<String, String>,
+) -> BTreeMap<String, String> {
+    let mut env: BTreeMap<String, String> = payload
+        .iter()
+        .filter(|(k, _)| !k.starts_with("LEASEHOLD_"))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    env.extend(job.iter().map(|(k, v)| (k.clone(), v.clone())));
+    env
 }
 
 /// Where the command starts: the job's `work/`, or `cwd` relative to it (or absolute).
@@ -132,29 +167,39 @@ pub async fn execute(
             format!("working directory {} does not exist", cwd.display()),
         );
     }
-    let mut env = ctx.job_env.clone();
-    env.extend(spec.env.iter().map(|(k, v)| (k.clone(), v.clone())));
-    if let Sandbox::Bubblewrap(_) = ctx.sandbox {
-        // bwrap would report a missing program as its own failure; find it first, on the
-        // PATH the command will see, so the result is classified the same either way.
-        let program = &spec.argv[0];
-        let found = if program.contains('/') {
-            let p = cwd.join(program);
-            p.exists().then_some(p)
-        } else {
-            which(
-                program,
-                env.get("PATH").map(String::as_str).unwrap_or(DEFAULT_PATH),
-            )
-        };
-        if found.is_none() {
+    let env = job_environment(&spec.env, &ctx.job_env);
+    // bwrap (or the shell that moves a job into its cgroup) would report a missing program
+    // as its own failure; find it first, on the PATH the command will see, so the result is
+    // classified the same in every mode.
+    let program = &spec.argv[0];
+    let path = match (env.get("PATH"), ctx.sandbox) {
+        (Some(p), _) => p.clone(),
+        (None, Sandbox::Bubblewrap { .. }) => DEFAULT_PATH.to_owned(),
+        (None, Sandbox::None) => std::env::var("PATH").unwrap_or_else(|_| DEFAULT_PATH.into()),
+    };
+    let found = if program.contains('/') {
+        Some(cwd.join(program)).filter(|p| p.exists())
+    } else {
+        which(program, &path)
+    };
+    match found {
+        None => {
             return start_failed(
                 &output,
                 started,
                 127,
                 format!("cannot start '{program}': not found"),
-            );
+            )
         }
+        Some(p) if !is_executable(&p) => {
+            return start_failed(
+                &output,
+                started,
+                126,
+                format!("cannot start '{program}': not an executable file"),
+            )
+        }
+        Some(_) => {}
     }
     let launch = match ctx
         .sandbox
@@ -163,7 +208,27 @@ pub async fn execute(
         Ok(l) => l,
         Err(e) => return start_failed(&output, started, 126, format!("{e:#}")),
     };
-    let mut cmd = tokio::process::Command::new(&launch.program);
+    let job_user = ctx.job_user;
+    // A job running as another user cannot enter a cgroup itself (the common ancestor is
+    // the runner's); it is contained by its group, the sweep and the subreaper.
+    let cgroup = ctx.cgroups.filter(|_| job_user.is_none()).and_then(|c| {
+        let name = ctx.dir.root.file_name()?.to_string_lossy().into_owned();
+        c.job(&name)
+            .map_err(|e| tracing::warn!(error = %e, "no cgroup for this job; its process group and the sweep contain it"))
+            .ok()
+    });
+    let mut cmd = match &cgroup {
+        // The command enters its cgroup before it runs, so nothing it starts is outside.
+        Some(cg) => {
+            let mut c = tokio::process::Command::new("/bin/sh");
+            c.arg("-c")
+                .arg(contain::ENTER_CGROUP)
+                .arg(cg.procs_file())
+                .arg(&launch.program);
+            c
+        }
+        None => tokio::process::Command::new(&launch.program),
+    };
     cmd.args(&launch.args)
         .current_dir(&launch.cwd)
         .process_group(0)
@@ -175,14 +240,12 @@ pub async fn execute(
         })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    if launch.clear_env {
-        cmd.env_clear();
-    } else {
-        // A dispatcher's key in the runner's shell is not the job's business.
-        cmd.env_remove("LEASEHOLD_API_KEY");
+    // The runner's own environment (a DATABASE_URL, an API key) is not the job's business.
+    cmd.env_clear().envs(&launch.env);
+    if let Some(u) = job_user {
+        cmd.uid(u.uid).gid(u.gid);
     }
-    cmd.envs(&launch.env);
-    let mut child = match cmd.spawn() {
+    let mut child = match contain::spawn_tracked(&mut cmd) {
         Ok(c) => c,
         Err(e) => {
             let code = if e.kind() == ErrorKind::NotFound {
@@ -199,6 +262,29 @@ pub async fn execute(
         }
     };
     let pgid = child.id().expect("a just-spawned child has a pid") as i32;
+    let marker = ctx
+        .job_env
+        .get("LEASEHOLD_JOB_ID")
+        .map(|id| format!("LEASEHOLD_JOB_ID={id}"));
+    // Whatever the command started goes with it, in its group or not.
+    let kill_all = || {
+        if let Some(cg) = &cgroup {
+            cg.kill();
+        }
+        signal_group(pgid, Signal::SIGKILL);
+        if let Some(m) = &marker {
+            let n = contain::sweep(m);
+            if n > 0 {
+                tracing::info!(
+                    pgid,
+                    killed = n,
+                    "killed processes the job left outside its group"
+                );
+            }
+        }
+    };
+    // Removed (after killing what is left in it) however this function returns.
+    let _cgroup_guard = CgroupGuard(cgroup.clone());
     let mut pipes = JoinSet::new();
     if let (Some(mut stdin), Some(text)) = (child.stdin.take(), spec.stdin.clone()) {
         pipes.spawn(async move {
@@ -223,8 +309,9 @@ pub async fn execute(
     let status: std::io::Result<ExitStatus> = tokio::select! {
         status = child.wait() => status,
         _ = stop.cancelled() => {
-            signal_group(pgid, Signal::SIGKILL);
+            kill_all();
             let _ = child.wait().await;
+            contain::forget(pgid);
             pipes.abort_all();
             return Execution::Stopped;
         }
@@ -238,27 +325,36 @@ pub async fn execute(
                     child.wait().await
                 }
                 _ = stop.cancelled() => {
-                    signal_group(pgid, Signal::SIGKILL);
+                    kill_all();
                     let _ = child.wait().await;
+                    contain::forget(pgid);
                     pipes.abort_all();
                     return Execution::Stopped;
                 }
             }
         }
     };
-    // Whatever the command left running in its group goes with it.
-    signal_group(pgid, Signal::SIGKILL);
+    contain::forget(pgid);
+    kill_all();
     let duration_ms = started.elapsed().as_millis() as u64;
-    let drained = tokio::time::timeout(DRAIN_PIPES, async {
-        while pipes.join_next().await.is_some() {}
-    })
-    .await;
-    if drained.is_err() {
-        pipes.abort_all();
-        output.note(
-            Stream::Stderr,
-            "leasehold: a process outside the job's group kept its output open; stopped reading",
-        );
+    // Read what is left; a reader held back by the shipper is making progress, not stuck.
+    let mut seen = output.bytes_read();
+    loop {
+        tokio::select! {
+            more = pipes.join_next() => if more.is_none() { break },
+            _ = tokio::time::sleep(DRAIN_PIPES) => {
+                let now = output.bytes_read();
+                if now == seen && !output.is_held_back() {
+                    pipes.abort_all();
+                    output.note(
+                        Stream::Stderr,
+                        "leasehold: a process outside the job's reach kept its output open; stopped reading",
+                    );
+                    break;
+                }
+                seen = now;
+            }
+        }
     }
     let (exit_code, signal) = match &status {
         Ok(s) => (s.code(), s.signal()),

@@ -206,6 +206,8 @@ async fn run_tracked(
         let ctx = executor::Context {
             dir: &dir,
             sandbox: &shared.sandbox,
+            cgroups: shared.cgroups.as_ref(),
+            job_user: shared.work.job_user(),
             job_env,
         };
         executor::execute(&spec, ctx, out.clone(), stop).await

@@ -14,6 +14,8 @@
 //! - [`output`]: output lines to batched job events, bounded; the result's tails.
 //! - [`sandbox`]: direct execution or bubblewrap.
 //! - [`source`]: a job's repository commit, checked out exactly.
+//! - [`sandbox`]: direct execution or bubblewrap; the job's environment allow-list.
+//! - [`contain`]: nothing a job started outlives it (the sweep, the subreaper).
 //! - [`workdir`]: one locked directory per runner, one fresh directory per job.
 //!
 //! # Invariants
@@ -24,6 +26,7 @@
 //! another runner takes it without waiting for the lease to lapse.
 
 pub mod config;
+pub mod contain;
 pub mod executor;
 pub mod job;
 pub mod output;
@@ -77,6 +80,12 @@ pub struct Options {
     pub repo_targets: Vec<String>,
     /// Hosts a job's git credential may be sent to (`--git-credential-host`).
     pub git_credential_hosts: Vec<String>,
+    /// Run jobs as this other, unprivileged user (the runner must be root): they cannot read
+    /// the runner's files, its token included.
+    pub job_user: Option<workdir::JobUser>,
+    /// Become the subreaper of the jobs' orphans and reap them (the runner process alone;
+    /// not inside `leasehold dev`, whose other children have waiters of their own).
+    pub subreaper: bool,
 }
 
 impl Options {
@@ -93,6 +102,8 @@ impl Options {
             poll_wait: Duration::from_secs(30),
             repo_targets: Vec::new(),
             git_credential_hosts: Vec::new(),
+            subreaper: false,
+            job_user: None,
         }
     }
 }
@@ -128,6 +139,8 @@ pub struct Shared {
     pub(crate) servers: Arc<Servers>,
     pub(crate) work: WorkRoot,
     pub(crate) sandbox: Sandbox,
+    /// A cgroup per job, where cgroup v2 is writable.
+    pub(crate) cgroups: Option<contain::Cgroups>,
     pub(crate) runner_id: Uuid,
     pub(crate) git_credential_hosts: Vec<String>,
     /// Jobs held now: epoch, and the token that stops the job when the service takes it back.
@@ -243,6 +256,39 @@ async fn runner_heartbeat(shared: Arc<Shared>) {
     }
 }
 
+/// The job each running task is for.
+type Tasks = HashMap<tokio::task::Id, Uuid>;
+
+/// How a job task ended. A task that panicked is logged at warn with its job and the panic's
+/// message, and counted as unreported: its lease lapses and the service re-delivers the job.
+fn job_end(
+    done: Result<(tokio::task::Id, JobEnd), tokio::task::JoinError>,
+    tasks: &mut Tasks,
+) -> JobEnd {
+    match done {
+        Ok((task, end)) => {
+            tasks.remove(&task);
+            end
+        }
+        Err(e) => {
+            let job = tasks.remove(&e.id());
+            let why = if e.is_panic() {
+                let payload = e.into_panic();
+                payload
+                    .downcast_ref::<&str>()
+                    .map(|s| (*s).to_owned())
+                    .or_else(|| payload.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "a panic without a message".to_owned())
+            } else {
+                "cancelled".to_owned()
+            };
+            let job = job.map_or_else(|| "unknown".to_owned(), |j| j.to_string());
+            tracing::warn!(%job, panic = %why, "a job task panicked; its lease will lapse and the job will be re-delivered");
+            JobEnd::Unreported
+        }
+    }
+}
+
 /// Run until drained (or, with `once`, until one job is reported).
 ///
 /// # Errors
@@ -254,15 +300,57 @@ pub async fn run(opts: Options, stopper: Stopper) -> anyhow::Result<Summary> {
     let once = opts.once || config.ephemeral;
     let servers = Arc::new(Servers::new(&config.servers, Some(&config.token)));
 
-    let work = WorkRoot::open(&opts.work_dir, config.runner_id)?;
+    let work = WorkRoot::open(&opts.work_dir, config.runner_id, opts.job_user.clone())?;
     let hidden = opts
         .config_path
         .as_ref()
         .and_then(|p| std::fs::canonicalize(p).ok());
-    opts.sandbox
+    let sandbox = opts.sandbox.clone().hiding(hidden.clone());
+    sandbox
         .check(&work, hidden.as_deref())
         .await
         .context("refusing to start")?;
+    if let Some(user) = &opts.job_user {
+        workdir::check_job_user(&work, user, hidden.as_deref())
+            .await
+            .context("refusing to start")?;
+    }
+
+    if sandbox == Sandbox::None
+        && opts.job_user.is_none()
+        && nix::unistd::Uid::effective().is_root()
+    {
+        tracing::warn!(
+            "jobs will run as root with every capability (they can read this runner's token \
+             and sniff local traffic); use --sandbox bubblewrap or --job-user USER"
+        );
+    }
+    // A job running as another user could not enter its cgroup (see executor).
+    let cgroups = opts
+        .job_user
+        .is_none()
+        .then(|| contain::Cgroups::open(&config.runner_id.to_string()))
+        .flatten();
+    let containment = match &cgroups {
+        Some(c) => format!("a cgroup per job, in {}", c.path().display()),
+        None if opts.subreaper => {
+            "cgroup v2 not writable: process group, subreaper and LEASEHOLD_JOB_ID sweep".into()
+        }
+        None => "cgroup v2 not writable: process group and LEASEHOLD_JOB_ID sweep".into(),
+    };
+    // After the probes: the reaper leaves alone only the children spawned by the executor.
+    let _reaper = if opts.subreaper {
+        contain::become_subreaper().context("becoming the subreaper of the jobs' processes")?;
+        Some(AbortOnDropHandle::new(tokio::spawn(async {
+            let mut tick = tokio::time::interval(Duration::from_secs(2));
+            loop {
+                tick.tick().await;
+                let _ = tokio::task::spawn_blocking(contain::reap_orphans).await;
+            }
+        })))
+    } else {
+        None
+    };
 
     // Say who we are (version, capabilities, capacity) and prove the token works.
     let hello = heartbeat_body(&opts, capacity);
@@ -279,7 +367,7 @@ pub async fn run(opts: Options, stopper: Stopper) -> anyhow::Result<Summary> {
     match announced {
         Ok(reply) => tracing::info!(
             runner = %reply.runner.id, label = %reply.runner.label, owner = %reply.runner.owner,
-            capacity, sandbox = ?opts.sandbox, once, work_dir = %work.path().display(),
+            capacity, sandbox = ?opts.sandbox, %containment, once, work_dir = %work.path().display(),
             "runner connected"
         ),
         Err(e) if e.is_unauthorized() => bail!(
@@ -292,7 +380,8 @@ pub async fn run(opts: Options, stopper: Stopper) -> anyhow::Result<Summary> {
     let shared = Arc::new(Shared {
         servers: servers.clone(),
         work,
-        sandbox: opts.sandbox.clone(),
+        sandbox,
+        cgroups,
         runner_id: config.runner_id,
         git_credential_hosts: opts.git_credential_hosts.clone(),
         running: Mutex::new(HashMap::new()),
@@ -316,13 +405,14 @@ pub async fn run(opts: Options, stopper: Stopper) -> anyhow::Result<Summary> {
     }));
 
     let mut jobs: JoinSet<JobEnd> = JoinSet::new();
+    let mut tasks = Tasks::new();
     let mut summary = Summary::default();
     let mut taken = 0usize;
     let mut failures = 0u32;
     let poll_wait_ms = opts.poll_wait.as_millis().min(60_000) as i64;
     let result = loop {
-        while let Some(done) = jobs.try_join_next() {
-            summary.add(done.unwrap_or(JobEnd::Unreported));
+        while let Some(done) = jobs.try_join_next_with_id() {
+            summary.add(job_end(done, &mut tasks));
         }
         if stopper.drain.is_cancelled() || (once && taken > 0) {
             break Ok(());
@@ -330,7 +420,7 @@ pub async fn run(opts: Options, stopper: Stopper) -> anyhow::Result<Summary> {
         let free = capacity - jobs.len() as i64;
         if free <= 0 {
             tokio::select! {
-                Some(done) = jobs.join_next() => summary.add(done.unwrap_or(JobEnd::Unreported)),
+                Some(done) = jobs.join_next_with_id() => summary.add(job_end(done, &mut tasks)),
                 _ = stopper.drain.cancelled() => {}
             }
             continue;
@@ -362,7 +452,9 @@ pub async fn run(opts: Options, stopper: Stopper) -> anyhow::Result<Summary> {
                 for j in list {
                     tracing::info!(job = %j.id, epoch = j.epoch, attempt = j.attempt, kind = %j.kind, "leased");
                     taken += 1;
-                    jobs.spawn(job::run(shared.clone(), j, stopper.clone()));
+                    let id = j.id;
+                    let task = jobs.spawn(job::run(shared.clone(), j, stopper.clone()));
+                    tasks.insert(task.id(), id);
                 }
             }
             Err(e) if e.is_unauthorized() => {
@@ -399,8 +491,8 @@ pub async fn run(opts: Options, stopper: Stopper) -> anyhow::Result<Summary> {
     if !jobs.is_empty() {
         tracing::info!(running = jobs.len(), "waiting for running jobs");
     }
-    while let Some(done) = jobs.join_next().await {
-        summary.add(done.unwrap_or(JobEnd::Unreported));
+    while let Some(done) = jobs.join_next_with_id().await {
+        summary.add(job_end(done, &mut tasks));
     }
     tracing::info!(?summary, "runner stopped");
     result.map(|()| summary)
@@ -445,4 +537,52 @@ pub async fn enroll(servers_urls: &[String], req: &wire::Enroll) -> anyhow::Resu
         exclusive: created.runner.exclusive,
         ephemeral: created.runner.ephemeral,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Collects what the fmt subscriber writes.
+    #[derive(Clone, Default)]
+    struct Captured(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn a_panicked_job_task_is_logged_at_warn_with_its_job() {
+        let log = Captured::default();
+        let sink = log.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || sink.clone())
+            .with_ansi(false)
+            .with_max_level(tracing::Level::WARN)
+            .finish();
+        let _guard = tracing::subscriber::set_default(subscriber);
+
+        let job = Uuid::now_v7();
+        let mut jobs: JoinSet<JobEnd> = JoinSet::new();
+        let mut tasks = Tasks::new();
+        let task = jobs.spawn(async { panic!("the payload parser tripped") });
+        tasks.insert(task.id(), job);
+        let done = jobs.join_next_with_id().await.expect("one task");
+        assert_eq!(job_end(done, &mut tasks), JobEnd::Unreported);
+        assert!(tasks.is_empty());
+
+        let text = String::from_utf8(log.0.lock().unwrap().clone()).unwrap();
+        assert!(text.contains("WARN"), "{text}");
+        assert!(text.contains(&job.to_string()), "names the job: {text}");
+        assert!(
+            text.contains("the payload parser tripped"),
+            "says why: {text}"
+        );
+    }
 }

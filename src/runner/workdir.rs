@@ -7,6 +7,10 @@
 //! `LEASEHOLD_RUNNER_ID` every job is started with) are killed, then their directories removed. A job directory holds `work/` (the command's default
 //! working directory), `home/` (its `HOME`) and `tmp/` (its `TMPDIR`): everything a job
 //! writes by default is removed with it.
+//!
+//! With a [`JobUser`], the runner's directory is searchable (0711) but not listable by others,
+//! and each job's directory belongs to that user, so a job can reach its own directory and
+//! nothing else of the runner's.
 
 use std::fs::{self, File};
 use std::io;
@@ -17,9 +21,38 @@ use anyhow::Context;
 use nix::fcntl::{Flock, FlockArg};
 use uuid::Uuid;
 
+/// The other, unprivileged user jobs run as.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobUser {
+    pub name: String,
+    pub uid: u32,
+    pub gid: u32,
+}
+
+impl JobUser {
+    /// Look `name` up in the user database.
+    ///
+    /// # Errors
+    /// No such user, or it is root.
+    pub fn lookup(name: &str) -> anyhow::Result<Self> {
+        let user = nix::unistd::User::from_name(name)?
+            .with_context(|| format!("--job-user {name}: no such user"))?;
+        anyhow::ensure!(
+            !user.uid.is_root(),
+            "--job-user {name}: jobs must run as an unprivileged user, not root"
+        );
+        Ok(Self {
+            name: name.to_owned(),
+            uid: user.uid.as_raw(),
+            gid: user.gid.as_raw(),
+        })
+    }
+}
+
 /// A runner's directory, locked for as long as this value lives.
 pub struct WorkRoot {
     path: PathBuf,
+    job_user: Option<JobUser>,
     _lock: Flock<File>,
 }
 
@@ -38,8 +71,11 @@ impl WorkRoot {
     ///
     /// # Errors
     /// The directory cannot be created, or another process holds the lock.
-    pub fn open(base: &Path, runner: Uuid) -> anyhow::Result<Self> {
+    pub fn open(base: &Path, runner: Uuid, job_user: Option<JobUser>) -> anyhow::Result<Self> {
         fs::create_dir_all(base).with_context(|| format!("creating {}", base.display()))?;
+        // Absolute, so a job's TMPDIR and HOME mean the same from any working directory.
+        let base =
+            &fs::canonicalize(base).with_context(|| format!("resolving {}", base.display()))?;
         let lock_path = base.join(format!("{runner}.lock"));
         let file = File::options()
             .create(true)
@@ -65,8 +101,13 @@ impl WorkRoot {
             }
         }
         fs::create_dir_all(&path)?;
-        fs::set_permissions(&path, fs::Permissions::from_mode(0o700))?;
-        Ok(Self { path, _lock: lock })
+        let mode = if job_user.is_some() { 0o711 } else { 0o700 };
+        fs::set_permissions(&path, fs::Permissions::from_mode(mode))?;
+        Ok(Self {
+            path,
+            job_user,
+            _lock: lock,
+        })
     }
 
     pub fn path(&self) -> &Path {
@@ -94,7 +135,17 @@ impl WorkRoot {
         for d in [&dir.work, &dir.home, &dir.tmp] {
             fs::create_dir(d)?;
         }
+        if let Some(u) = &self.job_user {
+            for d in [&dir.root, &dir.work, &dir.home, &dir.tmp] {
+                std::os::unix::fs::chown(d, Some(u.uid), Some(u.gid))?;
+            }
+        }
         Ok(dir)
+    }
+
+    /// The user jobs run as, when not the runner's.
+    pub fn job_user(&self) -> Option<&JobUser> {
+        self.job_user.as_ref()
     }
 }
 
@@ -116,6 +167,47 @@ impl Drop for JobDir {
             let _ = force_remove(&self.root);
         }
     }
+}
+
+/// Run a probe job as `user`: it must write its work directory and `HOME` and must not be
+/// able to read `config` (the runner's token).
+///
+/// # Errors
+/// The job user cannot reach its directory, or can read the configuration.
+pub async fn check_job_user(
+    root: &WorkRoot,
+    user: &JobUser,
+    config: Option<&Path>,
+) -> anyhow::Result<()> {
+    let dir = root.job_dir("job-user-probe")?;
+    let script = r#"
+[ -z "$1" ] || ! cat "$1" >/dev/null 2>&1 || { echo "it can read the runner's configuration $1" >&2; exit 3; }
+echo ok > probe && echo ok > "$2/h" || { echo "it cannot write its work directory" >&2; exit 3; }
+"#;
+    let out = tokio::process::Command::new("/bin/sh")
+        .args(["-c", script, "probe"])
+        .arg(config.map(Path::as_os_str).unwrap_or_default())
+        .arg(&dir.home)
+        .current_dir(&dir.work)
+        .env_clear()
+        .env("PATH", super::sandbox::DEFAULT_PATH)
+        .uid(user.uid)
+        .gid(user.gid)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .context("starting a probe job as the job user")?;
+    let wrote = dir.work.join("probe").exists() && dir.home.join("h").exists();
+    dir.remove().await;
+    if !out.status.success() || !wrote {
+        anyhow::bail!(
+            "--job-user {} does not keep jobs apart: {} (the work directory's parents must be \
+             searchable by that user; the configuration must be readable by the runner only)",
+            user.name,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
 }
 
 /// Kill the process groups of jobs a previous run of `runner` left running (it was killed
@@ -201,7 +293,7 @@ mod tests {
     fn the_root_is_exclusive_and_left_overs_are_cleared() {
         let base = std::env::temp_dir().join(format!("lh-work-{}", Uuid::now_v7()));
         let runner = Uuid::now_v7();
-        let root = WorkRoot::open(&base, runner).unwrap();
+        let root = WorkRoot::open(&base, runner, None).unwrap();
         let dir = root.job_dir("job").unwrap();
         let ro = dir.work.join("ro");
         fs::create_dir(&ro).unwrap();
@@ -209,11 +301,11 @@ mod tests {
         fs::set_permissions(&ro, fs::Permissions::from_mode(0o500)).unwrap();
         std::mem::forget(dir); // as a crash would
         assert!(
-            WorkRoot::open(&base, runner).is_err(),
+            WorkRoot::open(&base, runner, None).is_err(),
             "second opener refused"
         );
         drop(root);
-        let root = WorkRoot::open(&base, runner).unwrap();
+        let root = WorkRoot::open(&base, runner, None).unwrap();
         assert_eq!(fs::read_dir(root.path()).unwrap().count(), 0);
         drop(root);
         fs::remove_dir_all(base).unwrap();

@@ -1,7 +1,14 @@
 //! The store's error: the database is unreachable (503, retry) or something else went wrong
 //! (a bug: 500, logged, never sent to a client).
+//!
+//! Invariant: a `StoreError` carries no request data. A PostgreSQL error's message, detail and
+//! context can quote the values a statement was given (a job's payload, a token's hash), so
+//! only its SQLSTATE and the name of the statement that failed are kept; whatever logs a
+//! `StoreError`, by `Display` or `Debug`, logs nothing a client sent.
 
 use thiserror::Error;
+
+use super::sql;
 
 #[derive(Debug, Error)]
 pub enum StoreError {
@@ -11,15 +18,14 @@ pub enum StoreError {
     /// The database returned something the schema rules out (a bug).
     #[error("invalid row: {0}")]
     Invalid(String),
-    /// Any other database error: logged by SQLSTATE and statement name only, since the
-    /// server's message may quote the values a request sent.
-    #[error("database error {sqlstate} in {statement}")]
+    /// Any other database error.
+    #[error("database error: SQLSTATE {sqlstate} in {statement}")]
     Db {
+        /// The five-character SQLSTATE, or `-----` for a client-side error without one.
         sqlstate: String,
-        /// The `sql/` file of the statement, when known.
+        /// The file under `sql/` that failed; `transaction` for BEGIN / COMMIT and for a
+        /// statement inside a transaction not tagged with [`At::at`].
         statement: &'static str,
-        #[source]
-        source: tokio_postgres::Error,
     },
 }
 
@@ -29,41 +35,57 @@ impl StoreError {
         matches!(self, StoreError::Unavailable(_))
     }
 
-    /// The error of running the `sql/` statement whose text is `sql`.
-    pub fn from_statement(sql: &'static str, e: tokio_postgres::Error) -> Self {
-        match Self::from(e) {
+    /// The error of running the statement `sql` (one of [`sql::ALL`]): keeps its SQLSTATE and
+    /// file name, drops the message.
+    pub fn pg(sql: &str, e: tokio_postgres::Error) -> Self {
+        Self::named(sql::name(sql), e)
+    }
+
+    fn named(statement: &'static str, e: tokio_postgres::Error) -> Self {
+        let sqlstate = e.code().map(|c| c.code().to_owned());
+        if is_unavailable(&e) {
+            // A server-side refusal is named by its SQLSTATE; a connection-level failure's
+            // text (refused, reset, closed) holds no request data.
+            let why = match &sqlstate {
+                Some(code) => format!("SQLSTATE {code}"),
+                None => e.to_string(),
+            };
+            StoreError::Unavailable(format!("{why} ({statement})"))
+        } else {
             StoreError::Db {
-                sqlstate, source, ..
-            } => StoreError::Db {
-                sqlstate,
-                statement: super::sql::name_of(sql),
-                source,
-            },
-            other => other,
+                sqlstate: sqlstate.unwrap_or_else(|| "-----".to_owned()),
+                statement,
+            }
         }
     }
 }
 
+/// BEGIN, COMMIT and statements run without [`StoreError::pg`].
 impl From<tokio_postgres::Error> for StoreError {
     fn from(e: tokio_postgres::Error) -> Self {
-        if is_unavailable(&e) {
-            StoreError::Unavailable(e.to_string())
-        } else {
-            StoreError::Db {
-                sqlstate: e.code().map_or("-", |c| c.code()).to_owned(),
-                statement: "-",
-                source: e,
-            }
-        }
+        Self::named("transaction", e)
     }
 }
 
 impl From<deadpool_postgres::PoolError> for StoreError {
     fn from(e: deadpool_postgres::PoolError) -> Self {
         match e {
-            deadpool_postgres::PoolError::Backend(e) => e.into(),
+            deadpool_postgres::PoolError::Backend(e) => Self::named("connect", e),
             other => StoreError::Unavailable(other.to_string()),
         }
+    }
+}
+
+/// Tags a failed statement of a transaction with its name: `tx.query(..).await.at(sql::X)?`.
+pub trait At<T> {
+    /// # Errors
+    /// The statement failed; the error names it.
+    fn at(self, sql: &str) -> Result<T, StoreError>;
+}
+
+impl<T> At<T> for Result<T, tokio_postgres::Error> {
+    fn at(self, sql: &str) -> Result<T, StoreError> {
+        self.map_err(|e| StoreError::pg(sql, e))
     }
 }
 

@@ -58,19 +58,19 @@ impl Store {
         let lock = client
             .prepare_cached(sql::RUNNER_LOCK_FOR_LEASE)
             .await
-            .map_err(|e| StoreError::from_statement(sql::RUNNER_LOCK_FOR_LEASE, e))?;
+            .map_err(|e| StoreError::pg(sql::RUNNER_LOCK_FOR_LEASE, e))?;
         let claim = client
             .prepare_cached(sql::LEASE_CLAIM)
             .await
-            .map_err(|e| StoreError::from_statement(sql::LEASE_CLAIM, e))?;
+            .map_err(|e| StoreError::pg(sql::LEASE_CLAIM, e))?;
         let lock_params: [&(dyn ToSql + Sync); 4] = [
             &token_hash,
             &advertised.capabilities,
             &advertised.exclusive,
             &advertised.version,
         ];
-        let lock_err = |e| StoreError::from_statement(sql::RUNNER_LOCK_FOR_LEASE, e);
-        let claim_err = |e| StoreError::from_statement(sql::LEASE_CLAIM, e);
+        let lock_err = |e| StoreError::pg(sql::RUNNER_LOCK_FOR_LEASE, e);
+        let claim_err = |e| StoreError::pg(sql::LEASE_CLAIM, e);
 
         let (identity, version, claimed_rows) = match known {
             Some(me) => {

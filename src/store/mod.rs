@@ -38,7 +38,7 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime, 
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{NoTls, Row};
 
-pub use error::StoreError;
+pub use error::{At, StoreError};
 pub use jobs::{FenceMiss, NewJob, Report};
 pub use lease::LeaseOutcome;
 pub use placement::{AdvertisedTargets, LeaseCaller};
@@ -138,12 +138,12 @@ impl Store {
         let stmt = client
             .prepare_cached(sql)
             .await
-            .map_err(|e| StoreError::from_statement(sql, e))?;
+            .map_err(|e| StoreError::pg(sql, e))?;
         self.count(1);
         client
             .query(&stmt, params)
             .await
-            .map_err(|e| StoreError::from_statement(sql, e))
+            .map_err(|e| StoreError::pg(sql, e))
     }
 
     async fn query_opt(&self, sql: &'static str, params: &Params<'_>) -> Result<Option<Row>> {
@@ -156,12 +156,12 @@ impl Store {
         let stmt = client
             .prepare_cached(sql)
             .await
-            .map_err(|e| StoreError::from_statement(sql, e))?;
+            .map_err(|e| StoreError::pg(sql, e))?;
         self.count(1);
         client
             .execute(&stmt, params)
             .await
-            .map_err(|e| StoreError::from_statement(sql, e))
+            .map_err(|e| StoreError::pg(sql, e))
     }
 
     /// The database answers.

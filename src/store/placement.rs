@@ -9,7 +9,7 @@
 use serde_json::Value;
 use uuid::Uuid;
 
-use super::{rows, sql, Result, Store};
+use super::{rows, sql, At, Result, Store};
 use crate::domain::records::{Moved, RepoTarget};
 
 /// Repository targets as a runner advertises them, ready to record.
@@ -208,18 +208,22 @@ impl Store {
         let mut client = self.client().await?;
         self.count(3);
         let tx = client.transaction().await?;
-        let reap = tx.prepare_cached(statement).await?;
+        let reap = tx.prepare_cached(statement).await.at(statement)?;
         let ids: Vec<Uuid> = tx
             .query(&reap, &[&batch, &unseen_ms])
-            .await?
+            .await
+            .at(statement)?
             .iter()
             .map(|r| r.get(0))
             .collect();
-        let jobs = tx.prepare_cached(sql::RUNNER_REVOKE_JOBS).await?;
+        let jobs = tx
+            .prepare_cached(sql::RUNNER_REVOKE_JOBS)
+            .await
+            .at(sql::RUNNER_REVOKE_JOBS)?;
         let mut out = Vec::new();
         for id in &ids {
             self.count(1);
-            for row in tx.query(&jobs, &[id]).await? {
+            for row in tx.query(&jobs, &[id]).await.at(sql::RUNNER_REVOKE_JOBS)? {
                 out.push(rows::moved(&row)?);
             }
         }

@@ -5,7 +5,7 @@
 
 use uuid::Uuid;
 
-use super::{rows, sql, Result, Store};
+use super::{rows, sql, At, Result, Store};
 use crate::domain::records::{JoinGrant, Moved, Runner, RunnerIdentity};
 
 /// A new runner, paired by a key or enrolled with a join code.
@@ -73,8 +73,15 @@ impl Store {
         let mut client = self.client().await?;
         self.count(4);
         let tx = client.transaction().await?;
-        let burn = tx.prepare_cached(sql::JOIN_CODE_BURN).await?;
-        let Some(row) = tx.query_opt(&burn, &[&code_hash]).await? else {
+        let burn = tx
+            .prepare_cached(sql::JOIN_CODE_BURN)
+            .await
+            .at(sql::JOIN_CODE_BURN)?;
+        let Some(row) = tx
+            .query_opt(&burn, &[&code_hash])
+            .await
+            .at(sql::JOIN_CODE_BURN)?
+        else {
             return Ok(None);
         };
         let grant = JoinGrant {
@@ -84,10 +91,14 @@ impl Store {
             ephemeral: row.get("ephemeral"),
         };
         let r = make(&grant);
-        let insert = tx.prepare_cached(sql::RUNNER_INSERT).await?;
+        let insert = tx
+            .prepare_cached(sql::RUNNER_INSERT)
+            .await
+            .at(sql::RUNNER_INSERT)?;
         let row = tx
             .query_one(&insert, &r.params(&self.presence_window_ms))
-            .await?;
+            .await
+            .at(sql::RUNNER_INSERT)?;
         tx.commit().await?;
         Ok(Some(rows::runner(&row)))
     }
@@ -195,18 +206,26 @@ impl Store {
         let mut client = self.client().await?;
         self.count(4);
         let tx = client.transaction().await?;
-        let revoke = tx.prepare_cached(sql::RUNNER_REVOKE).await?;
+        let revoke = tx
+            .prepare_cached(sql::RUNNER_REVOKE)
+            .await
+            .at(sql::RUNNER_REVOKE)?;
         if tx
             .query_opt(&revoke, &[&id, &owner, &workspace])
-            .await?
+            .await
+            .at(sql::RUNNER_REVOKE)?
             .is_none()
         {
             return Ok(None);
         }
-        let jobs = tx.prepare_cached(sql::RUNNER_REVOKE_JOBS).await?;
+        let jobs = tx
+            .prepare_cached(sql::RUNNER_REVOKE_JOBS)
+            .await
+            .at(sql::RUNNER_REVOKE_JOBS)?;
         let moved = tx
             .query(&jobs, &[&id])
-            .await?
+            .await
+            .at(sql::RUNNER_REVOKE_JOBS)?
             .iter()
             .map(rows::moved)
             .collect::<Result<_>>()?;

@@ -1,7 +1,8 @@
 //! Every statement the service runs, one file each under `sql/`, compiled into the binary.
 //!
 //! Invariant: [`ALL`] lists every statement, and a test prepares each of them against the
-//! migrated schema, so a renamed column fails a test and never production.
+//! migrated schema, so a renamed column fails a test and never production. A statement is
+//! named in logs and errors by its file name ([`name`]), never by its text or its values.
 
 macro_rules! statements {
     ($($name:ident => $file:literal,)*) => {
@@ -9,13 +10,6 @@ macro_rules! statements {
         /// Every statement, with its file name.
         pub const ALL: &[(&str, &str)] = &[$(($file, $name),)*];
     };
-}
-
-/// The file name of a statement's text (for logs and metrics), or `-`.
-pub fn name_of(sql: &str) -> &'static str {
-    ALL.iter()
-        .find(|(_, text)| std::ptr::eq(*text, sql))
-        .map_or("-", |(file, _)| file)
 }
 
 statements! {
@@ -73,4 +67,27 @@ statements! {
     LEASE_REJECT_SECRET_MISSING => "lease_reject_secret_missing.sql",
     LEASE_GIVE_BACK => "lease_give_back.sql",
     PING => "ping.sql",
+}
+
+/// The file name of the statement `text` (one of [`ALL`]), for errors and logs.
+pub fn name(text: &str) -> &'static str {
+    ALL.iter()
+        .find(|(_, sql)| std::ptr::eq(*sql, text))
+        .or_else(|| ALL.iter().find(|(_, sql)| *sql == text))
+        .map_or("unlisted statement", |(file, _)| file)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_statement_is_named_by_its_file() {
+        assert_eq!(name(JOB_INSERT), "job_insert.sql");
+        assert_eq!(name(PING), "ping.sql");
+        for (file, text) in ALL {
+            assert_eq!(name(text), *file);
+        }
+        assert_eq!(name("SELECT 2"), "unlisted statement");
+    }
 }

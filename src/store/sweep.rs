@@ -1,5 +1,6 @@
 //! Maintenance statements: lapsed leases, no-runner and queue-timeout rejections, dead join
-//! codes, stale ephemeral runners (runners past the dormancy ceiling: [`super::placement`]). Each works on a batch with `FOR UPDATE SKIP LOCKED`, so any
+//! codes, stale ephemeral runners (runners past the dormancy ceiling: [`super::placement`]).
+//! Each works on a batch with `FOR UPDATE SKIP LOCKED`, so any
 //! number of replicas may run them at once; each returns the jobs it moved, for wake-ups.
 
 use super::{rows, sql, Params, Result, Store};

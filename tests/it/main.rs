@@ -3,10 +3,13 @@
 
 mod support;
 
+mod balancer;
 mod dispatch;
+mod embedded_pg;
 mod errors;
 mod faults;
 mod lease;
+mod logs;
 mod placement;
 mod plans;
 mod procs;

@@ -81,7 +81,7 @@ async fn a_join_code_enrols_a_runner_whose_command_output_and_exit_code_come_bac
     )
     .await;
     assert_eq!(out.code, Some(7), "{out:?}\nrunner log:\n{}", r.log());
-    assert_eq!(out.stdout, "hello\nno newline\n");
+    assert_eq!(out.stdout, "hello\nno newline", "exactly the bytes written");
     assert!(out.stderr.contains("oops"), "{}", out.stderr);
     assert!(out.stderr.contains("leased by runner"), "{}", out.stderr);
 
@@ -113,7 +113,7 @@ async fn a_join_code_enrols_a_runner_whose_command_output_and_exit_code_come_bac
     )
     .await;
     assert_eq!(logs.code, Some(0));
-    assert_eq!(logs.stdout, "hello\nno newline\n");
+    assert_eq!(logs.stdout, "hello\nno newline");
     let get = cli(
         &app.url(0),
         &key,
@@ -349,7 +349,7 @@ async fn a_lease_survives_kill_9_of_the_replica_the_runner_uses() {
     let events = alice_b.events(id, 0, 0).await.unwrap().events;
     assert!(events
         .iter()
-        .any(|e| e.kind == "stdout" && e.data["line"] == "survived"));
+        .any(|e| e.kind == "stdout" && e.data["text"] == "survived\n"));
 }
 
 #[tokio::test]
@@ -681,4 +681,337 @@ async fn a_second_sigterm_releases_at_once() {
         ("parked", 1),
         "released, not failed"
     );
+}
+
+/// `seq 1 N` as the job writes it.
+fn seq_text(n: u32) -> String {
+    let mut s = String::new();
+    for i in 1..=n {
+        s.push_str(&i.to_string());
+        s.push('\n');
+    }
+    s
+}
+
+#[tokio::test]
+async fn twenty_megabytes_written_as_fast_as_possible_arrive_byte_for_byte() {
+    let app = TestApp::spawn().await;
+    let key = app.key("acme", "alice", false).await;
+    let alice = Client::new(app.url(0), Some(key.clone()));
+    let dir = TempDir::new("e2e-bulk");
+    let config = enrol(&alice, &[&app.url(0)], dir.path(), false, &[]).await;
+    let r = runner(&config, &dir.join("work"), &[], &[]);
+
+    const N: u32 = 2_700_000;
+    let expected = seq_text(N);
+    assert!(expected.len() > 20_000_000, "the premise: over 20 MB");
+    let out = cli(
+        &app.url(0),
+        &key,
+        &["job", "submit", "--wait", "--", "seq", "1", &N.to_string()],
+        Duration::from_secs(300),
+    )
+    .await;
+    assert_eq!(
+        out.code,
+        Some(0),
+        "{}\nrunner log:\n{}",
+        out.stderr,
+        r.log()
+    );
+    assert!(!out.stderr.contains("dropped"), "{}", out.stderr);
+    assert_eq!(out.stdout.len(), expected.len(), "every byte arrived");
+    assert_eq!(out.stdout.lines().count(), N as usize);
+    assert_eq!(out.stdout.lines().last(), Some("2700000"));
+    assert!(out.stdout == expected, "the same bytes, in order");
+
+    let id = alice.jobs(None, None, None).await.unwrap().jobs[0].id;
+    let logs = cli(&app.url(0), &key, &["job", "logs", &id.to_string()], LONG).await;
+    assert!(logs.stdout == expected, "job logs shows the same bytes");
+
+    // Many lines per event: rows per chunk, not per line.
+    let (mut events, mut after) = (0usize, 0i64);
+    loop {
+        let page = alice.events(id, after, 0).await.unwrap().events;
+        let Some(last) = page.last() else { break };
+        after = i64::from(last.seq);
+        events += page.len();
+    }
+    eprintln!("{} bytes, {N} lines: {events} events", expected.len());
+    assert!(events < N as usize / 1000, "{events} events for {N} lines");
+}
+
+/// `path` relative to this process's working directory (`../../tmp/...`).
+fn relative(path: &std::path::Path) -> std::path::PathBuf {
+    let cwd = std::env::current_dir().unwrap();
+    let up = cwd.components().count() - 1;
+    std::path::PathBuf::from("../".repeat(up)).join(path.strip_prefix("/").unwrap())
+}
+
+#[tokio::test]
+async fn without_the_sandbox_a_job_gets_its_own_home_an_allow_listed_environment_and_no_stragglers()
+{
+    let app = TestApp::spawn().await;
+    let key = app.key("acme", "alice", false).await;
+    let alice = Client::new(app.url(0), Some(key.clone()));
+    let dir = TempDir::new("e2e-contain");
+    // The runner's home holds its configuration, where a job looking in $HOME would find it.
+    let home = dir.join("home");
+    let config_dir = home.join(".config").join("leasehold");
+    std::fs::create_dir_all(&config_dir).unwrap();
+    let config = enrol(
+        &alice,
+        &[&app.url(0)],
+        &config_dir,
+        false,
+        &["--capacity", "3"],
+    )
+    .await;
+    let runner_json = config_dir.join("runner.json");
+    std::fs::rename(&config, &runner_json).unwrap();
+    let work = relative(&dir.join("work"));
+    let r = runner(
+        &runner_json,
+        &work,
+        &[],
+        &[
+            ("HOME", home.to_str().unwrap()),
+            ("DATABASE_URL", "postgres://app:hunter2@127.0.0.1/app"),
+            ("RUNNER_SECRET", "s3cret"),
+        ],
+    );
+
+    let marker = format!("{}.{}", 4000 + rand_u32() % 1000, rand_u32());
+    let url = app.url(0);
+    let run = |args: Vec<String>| {
+        let (url, key) = (url.clone(), key.clone());
+        async move {
+            let mut all = vec!["job".to_owned(), "submit".into(), "--wait".into()];
+            all.extend(args);
+            let all: Vec<&str> = all.iter().map(String::as_str).collect();
+            cli(&url, &key, &all, LONG).await
+        }
+    };
+    let sh = |script: String| vec!["--".to_owned(), "sh".into(), "-c".into(), script];
+    let mut env_job = vec![
+        "--env".to_owned(),
+        "MINE=1".into(),
+        "--env".into(),
+        "LEASEHOLD_JOB_ID=forged".into(),
+    ];
+    env_job.extend(sh("env".into()));
+    let (env, token, detached) = tokio::join!(
+        run(env_job),
+        run(sh("cat \"$HOME/.config/leasehold/runner.json\"".into())),
+        run(sh(format!(
+            "setsid sleep {marker}1 </dev/null >/dev/null 2>&1 & \
+             setsid env -i sleep {marker}2 </dev/null >/dev/null 2>&1 & echo detached"
+        ))),
+    );
+
+    assert_eq!(env.code, Some(0), "{env:?}");
+    let vars: std::collections::BTreeMap<&str, &str> = env
+        .stdout
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .collect();
+    assert_eq!(vars.get("MINE"), Some(&"1"), "the job's own env: {vars:?}");
+    assert!(!vars.contains_key("DATABASE_URL"), "{vars:?}");
+    assert!(!vars.contains_key("RUNNER_SECRET"), "{vars:?}");
+    assert!(vars.contains_key("PATH"));
+    let id = vars["LEASEHOLD_JOB_ID"];
+    assert!(
+        id.parse::<Uuid>().is_ok(),
+        "not overwritten by the payload: {id}"
+    );
+    assert_ne!(
+        vars["HOME"],
+        home.to_str().unwrap(),
+        "HOME is the job's own"
+    );
+    for var in ["HOME", "TMPDIR"] {
+        assert!(
+            vars[var].starts_with('/'),
+            "{var} is absolute: {}",
+            vars[var]
+        );
+        assert!(
+            vars[var].contains(id),
+            "{var} is in the job's directory: {}",
+            vars[var]
+        );
+    }
+
+    assert_ne!(token.code, Some(0), "{token:?}");
+    assert!(!token.stdout.contains("rnr_"), "{token:?}");
+
+    assert_eq!(
+        (detached.code, detached.stdout.as_str()),
+        (Some(0), "detached\n")
+    );
+    eventually(
+        LONG,
+        "the detached grandchild is killed with its job",
+        || async {
+            processes_with(&format!("{marker}1"))
+                .iter()
+                .all(|(_, state, _)| *state == 'Z')
+                .then_some(())
+        },
+    )
+    .await;
+    // One that also cleared its environment is beyond the sweep: only a cgroup catches it.
+    if r.log().contains("a cgroup per job") {
+        eventually(
+            LONG,
+            "the env-less grandchild dies with the job's cgroup",
+            || async {
+                processes_with(&format!("{marker}2"))
+                    .iter()
+                    .all(|(_, state, _)| *state == 'Z')
+                    .then_some(())
+            },
+        )
+        .await;
+    } else {
+        eprintln!("cgroup v2 is not writable here: the env-less grandchild part is skipped");
+        for (pid, _, _) in processes_with(&format!("{marker}2")) {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), Signal::SIGKILL);
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_sandbox_drops_every_capability_and_can_cut_the_network() {
+    if let Some(reason) = bwrap_unusable() {
+        eprintln!("SKIPPED the_sandbox_drops_every_capability...: {reason}");
+        return;
+    }
+    let app = TestApp::spawn().await;
+    let key = app.key("acme", "alice", false).await;
+    let alice = Client::new(app.url(0), Some(key.clone()));
+    let dir = TempDir::new("e2e-caps");
+    let config = enrol(
+        &alice,
+        &[&app.url(0)],
+        dir.path(),
+        false,
+        &["--capacity", "2"],
+    )
+    .await;
+    let r = runner(
+        &config,
+        &dir.join("work"),
+        &["--sandbox", "bubblewrap", "--network", "none"],
+        &[],
+    );
+    let url = app.url(0);
+    let run = |script: &'static str| {
+        let (url, key) = (url.clone(), key.clone());
+        async move {
+            cli(
+                &url,
+                &key,
+                &["job", "submit", "--wait", "--", "sh", "-c", script],
+                LONG,
+            )
+            .await
+        }
+    };
+    let (caps, net) = tokio::join!(
+        run("grep CapEff /proc/self/status"),
+        run("cut -d: -f1 /proc/net/dev | tail -n +3 | tr -d ' '"),
+    );
+    assert_eq!(caps.code, Some(0), "{caps:?}\nrunner log:\n{}", r.log());
+    assert_eq!(
+        caps.stdout.split_whitespace().last(),
+        Some("0000000000000000")
+    );
+    assert_eq!(
+        (net.code, net.stdout.as_str()),
+        (Some(0), "lo\n"),
+        "{net:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_runner_whose_sandbox_does_not_confine_refuses_to_start_saying_why() {
+    let app = TestApp::spawn().await;
+    let alice = app.operator("acme", "alice", false).await;
+    let dir = TempDir::new("e2e-fakebwrap");
+    let config = enrol(&alice, &[&app.url(0)], dir.path(), false, &[]).await;
+    // A `bwrap` that runs the command unconfined, on the host.
+    let bin = dir.join("fake-bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let fake = bin.join("bwrap");
+    std::fs::write(
+        &fake,
+        "#!/bin/sh\nwhile [ \"$1\" != -- ]; do shift; done\nshift\nexec \"$@\"\n",
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = format!("{}:/usr/bin:/bin", bin.display());
+    let mut r = runner(
+        &config,
+        &dir.join("work"),
+        &["--sandbox", "bubblewrap"],
+        &[("PATH", &path)],
+    );
+    assert!(!r.exit(LONG).await.success());
+    let log = r.log();
+    assert!(log.contains("does not confine jobs"), "{log}");
+    if nix::unistd::geteuid().is_root() {
+        assert!(log.contains("capabilities were not dropped"), "{log}");
+    }
+}
+
+#[tokio::test]
+async fn a_job_user_cannot_read_the_runners_token() {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("SKIPPED a_job_user_cannot_read_the_runners_token: --job-user needs root");
+        return;
+    }
+    let Ok(Some(nobody)) = nix::unistd::User::from_name("nobody") else {
+        eprintln!("SKIPPED a_job_user_cannot_read_the_runners_token: no 'nobody' user");
+        return;
+    };
+    let app = TestApp::spawn().await;
+    let key = app.key("acme", "alice", false).await;
+    let alice = Client::new(app.url(0), Some(key.clone()));
+    let dir = TempDir::new("e2e-jobuser");
+    let config = enrol(
+        &alice,
+        &[&app.url(0)],
+        dir.path(),
+        false,
+        &["--capacity", "2"],
+    )
+    .await;
+    let r = runner(&config, &dir.join("work"), &["--job-user", "nobody"], &[]);
+    let url = app.url(0);
+    let run = |script: String| {
+        let (url, key) = (url.clone(), key.clone());
+        async move {
+            cli(
+                &url,
+                &key,
+                &["job", "submit", "--wait", "--", "sh", "-c", &script],
+                LONG,
+            )
+            .await
+        }
+    };
+    let (who, token) = tokio::join!(
+        run("id -u; echo x > in-work; cat in-work".into()),
+        run(format!("cat {}", config.display())),
+    );
+    assert_eq!(
+        (who.code, who.stdout.clone()),
+        (Some(0), format!("{}\nx\n", nobody.uid)),
+        "{who:?}\nrunner log:\n{}",
+        r.log()
+    );
+    assert_ne!(token.code, Some(0), "{token:?}");
+    assert!(!token.stdout.contains("rnr_"), "{token:?}");
 }
