@@ -153,6 +153,19 @@ async fn run_tracked(
             }
             Some(Ok(())) => {
                 tracing::info!(job = %job.id, commit = %source.commit_sha, "source checked out");
+                if let Some(u) = shared.work.job_user() {
+                    let (work, uid, gid) = (dir.work.clone(), u.uid, u.gid);
+                    let handed = tokio::task::spawn_blocking(move || {
+                        super::source::hand_to(&work, uid, gid)
+                    })
+                    .await;
+                    if !matches!(handed, Ok(Ok(()))) {
+                        tracing::error!(job = %job.id, "cannot hand the checkout to the job's user; releasing the job");
+                        dir.remove().await;
+                        release(&servers, &job).await;
+                        return JobEnd::Released;
+                    }
+                }
             }
             Some(Err(message)) => {
                 // Never run anywhere but at the job's commit: the job fails, nothing falls back.
