@@ -175,21 +175,41 @@ async fn hand_over(
     token: &RunnerToken,
     jobs: Vec<crate::domain::records::Claimed>,
 ) -> ApiResult<Vec<wire::LeasedJob>> {
-    let mut out = Vec::with_capacity(jobs.len());
-    let mut refused = None;
-    let mut pending = jobs.into_iter();
-    for c in pending.by_ref() {
-        let credential = c
-            .source
+    let credential_of = |c: &crate::domain::records::Claimed| {
+        c.source
             .as_ref()
             .and_then(|s| s.get("credential_secret"))
             .and_then(serde_json::Value::as_str)
-            .map(str::to_owned);
-        match secrets::for_lease(st, &c.workspace, &c.secrets, credential.as_deref()).await {
-            Ok((secrets::ForLease::Values(values), credential)) => {
-                out.push((c, values, credential));
+            .map(str::to_owned)
+    };
+    // A runner serves one workspace: every job it took is of the same one.
+    let mut names: Vec<String> = jobs
+        .iter()
+        .flat_map(|c| c.secrets.iter().cloned().chain(credential_of(c)))
+        .collect();
+    names.sort();
+    names.dedup();
+    let workspace = jobs
+        .first()
+        .map(|c| c.workspace.clone())
+        .unwrap_or_default();
+    let opened = match secrets::open_for_lease(st, &workspace, &names).await {
+        Ok(opened) => opened,
+        Err(e) => {
+            let back: Vec<(Uuid, i64)> = jobs.iter().map(|c| (c.id, c.epoch)).collect();
+            let moved = st.hub.store.give_back(&back, &token.hash).await?;
+            st.hub.after_moves(&moved);
+            return Err(e);
+        }
+    };
+    let mut out = Vec::with_capacity(jobs.len());
+    for c in jobs {
+        let credential = credential_of(&c);
+        match secrets::pick(&opened, &c.secrets, credential.as_deref()) {
+            secrets::ForLease::Values(values, credential) => {
+                out.push(views::leased(c, &st.hub.config, values, credential));
             }
-            Ok((secrets::ForLease::Missing(name), _)) => {
+            secrets::ForLease::Missing(name) => {
                 let moved = st
                     .hub
                     .store
@@ -197,25 +217,9 @@ async fn hand_over(
                     .await?;
                 st.hub.after_moves(&moved);
             }
-            Err(e) => {
-                refused = Some((e, c));
-                break;
-            }
         }
     }
-    if let Some((e, first)) = refused {
-        let back: Vec<(Uuid, i64)> = std::iter::once((first.id, first.epoch))
-            .chain(out.iter().map(|(c, _, _)| (c.id, c.epoch)))
-            .chain(pending.map(|c| (c.id, c.epoch)))
-            .collect();
-        let moved = st.hub.store.give_back(&back, &token.hash).await?;
-        st.hub.after_moves(&moved);
-        return Err(e);
-    }
-    Ok(out
-        .into_iter()
-        .map(|(c, values, credential)| views::leased(c, &st.hub.config, values, credential))
-        .collect())
+    Ok(out)
 }
 
 /// Before a lease: record what the call advertises (version, repository targets), then refuse

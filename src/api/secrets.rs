@@ -89,35 +89,31 @@ pub async fn delete(
     }
 }
 
-/// What a lease finds for a job's named secrets.
+/// What a lease finds for one job's named secrets.
 pub enum ForLease {
-    /// Every named secret, opened.
-    Values(BTreeMap<String, String>),
+    /// Every named secret, opened, and the source's credential apart (it never goes in
+    /// `secrets`).
+    Values(BTreeMap<String, String>, Option<String>),
     /// This named secret does not exist (the job is rejected `secret_missing`).
     Missing(String),
 }
 
-/// Open the secrets `names` of `workspace` for a lease; `credential` is a `source`'s
-/// `credential_secret`, opened alongside and returned apart (it never goes in `secrets`).
+/// Open the secrets `names` of `workspace` for a lease, in one statement; missing names are
+/// simply absent from the answer.
 ///
 /// # Errors
 /// 503 naming the variable when no key is configured or a value opens with no configured
 /// key; the database failed.
-pub async fn for_lease(
+pub async fn open_for_lease(
     st: &AppState,
     workspace: &str,
     names: &[String],
-    credential: Option<&str>,
-) -> ApiResult<(ForLease, Option<String>)> {
-    let mut wanted: Vec<String> = names.to_vec();
-    if let Some(c) = credential {
-        wanted.push(c.to_owned());
-    }
-    if wanted.is_empty() {
-        return Ok((ForLease::Values(BTreeMap::new()), None));
+) -> ApiResult<BTreeMap<String, String>> {
+    if names.is_empty() {
+        return Ok(BTreeMap::new());
     }
     let sealer = sealer(st)?;
-    let sealed = st.hub.store.sealed_secrets(workspace, &wanted).await?;
+    let sealed = st.hub.store.sealed_secrets(workspace, names).await?;
     let mut opened = BTreeMap::new();
     for (name, value) in &sealed {
         let plain = sealer.open(workspace, name, value).map_err(|_| {
@@ -130,16 +126,26 @@ pub async fn for_lease(
         })?;
         opened.insert(name.clone(), plain);
     }
-    if let Some(missing) = wanted.iter().find(|n| !opened.contains_key(*n)) {
-        return Ok((ForLease::Missing(missing.clone()), None));
+    Ok(opened)
+}
+
+/// One job's share of the opened secrets: those it names, and its source's credential.
+pub fn pick(
+    opened: &BTreeMap<String, String>,
+    names: &[String],
+    credential: Option<&str>,
+) -> ForLease {
+    if let Some(missing) = names
+        .iter()
+        .map(String::as_str)
+        .chain(credential)
+        .find(|n| !opened.contains_key(*n))
+    {
+        return ForLease::Missing(missing.to_owned());
     }
-    let credential = credential.and_then(|c| {
-        if names.iter().any(|n| n == c) {
-            opened.get(c).cloned()
-        } else {
-            opened.remove(c)
-        }
-    });
-    opened.retain(|k, _| names.contains(k));
-    Ok((ForLease::Values(opened), credential))
+    let values = names
+        .iter()
+        .map(|n| (n.clone(), opened[n].clone()))
+        .collect();
+    ForLease::Values(values, credential.map(|c| opened[c].clone()))
 }
