@@ -79,8 +79,14 @@ pub async fn runners(conn: &Conn, command: RunnersCommand) -> anyhow::Result<i32
                         format!("{}/{}", r.active_leases, r.capacity),
                         if r.capabilities.is_empty() {
                             "-".into()
-                        } else {
+                        } else if r.exclusive.is_empty() {
                             r.capabilities.join(",")
+                        } else {
+                            format!(
+                                "{} (only jobs requiring {})",
+                                r.capabilities.join(","),
+                                r.exclusive.join(",")
+                            )
                         },
                         match (&r.version, r.outdated) {
                             (Some(v), true) => format!("{v} (outdated)"),
