@@ -1,10 +1,11 @@
 -- Parked jobs whose no-runner check is due. The deadline is no_runner_timeout after the later of
--- dispatch and the last moment a runner that could take the job was online: live, in the job's
--- workspace, the named runner or one serving its queue (for an 'any' job also the workspace's
--- runners), advertising every required capability and requiring no exclusive name the job does
--- not. A runner never seen was never online (and greatest() ignores the NULL of no runner). Past the deadline: rejected
--- no_runner; otherwise the next check moves to the deadline. $1 batch size, $2 presence window
--- ms. Rows out: the jobs rejected.
+-- dispatch and the last moment a runner that could take the job was online: live, not outdated,
+-- in the job's workspace, the named runner or one serving its queue (for an 'any' job also the
+-- workspace's runners), and able to run it (job_fits: every required capability, no exclusive
+-- name the job does not require, an approved repository target for its source, if any). A
+-- runner never seen was never online (and greatest() ignores the NULL of no runner). Past the
+-- deadline: rejected no_runner; otherwise the next check moves to the deadline. $1 batch size,
+-- $2 presence window ms. Rows out: the jobs rejected.
 WITH due AS (
     SELECT id FROM jobs
      WHERE state = 'parked' AND no_runner_check_at <= now()
@@ -18,12 +19,17 @@ judged AS (
                     (SELECT max(least(now(), r.last_seen_at + $2::bigint * interval '1 millisecond'))
                        FROM runners r
                       WHERE r.revoked_at IS NULL AND r.last_seen_at IS NOT NULL
+                        AND NOT r.outdated
                         AND r.workspace = j.workspace
                         AND (r.id = j.runner_id
                              OR (j.runner_id IS NULL AND r.owner = j.owner)
                              OR (j.pool = 'any' AND r.owner = 'ws:' || j.workspace))
-                        AND j.required_capabilities <@ r.capabilities
-                        AND r.exclusive <@ j.required_capabilities))
+                        AND job_fits(j.required_capabilities, j.source_key, r.capabilities,
+                                     r.exclusive,
+                                     ARRAY(SELECT t.provider || ' ' || t.repository
+                                             FROM runner_repo_targets t
+                                            WHERE t.runner_id = r.id
+                                              AND t.status = 'approved'))))
            + j.no_runner_timeout_ms * interval '1 millisecond' AS deadline
       FROM jobs j JOIN due ON due.id = j.id
 ),

@@ -58,6 +58,8 @@ impl Client {
         let http = reqwest::Client::builder()
             .pool_idle_timeout(Duration::from_secs(30))
             .tcp_nodelay(true)
+            // Every call says which leasehold sent it (runners: their version).
+            .user_agent(concat!("leasehold/", env!("CARGO_PKG_VERSION")))
             .connect_timeout(Duration::from_secs(5))
             .build()
             .expect("reqwest client");
@@ -284,6 +286,46 @@ impl Client {
 
     pub async fn pool(&self) -> Result<wire::Pool> {
         self.get("/v1/pool").await
+    }
+
+    /// Create or replace a workspace secret (admin).
+    pub async fn put_secret(&self, name: &str, value: &str) -> Result<()> {
+        self.call::<_, serde_json::Value>(
+            Method::PUT,
+            &format!("/v1/secrets/{name}"),
+            Some(&wire::PutSecret {
+                value: value.to_owned(),
+            }),
+            &[],
+        )
+        .await
+        .map(drop)
+    }
+
+    /// The workspace's secrets, by name (never a value).
+    pub async fn secrets(&self) -> Result<Vec<wire::SecretInfo>> {
+        self.get::<wire::SecretList>("/v1/secrets")
+            .await
+            .map(|l| l.secrets)
+    }
+
+    pub async fn delete_secret(&self, name: &str) -> Result<()> {
+        self.delete(&format!("/v1/secrets/{name}")).await
+    }
+
+    /// Approve (`true`) or revoke a repository target of a runner.
+    pub async fn set_repo_target(
+        &self,
+        runner: Uuid,
+        target: Uuid,
+        approve: bool,
+    ) -> Result<wire::Runner> {
+        let action = if approve { "approve" } else { "revoke" };
+        self.post(
+            &format!("/v1/runners/{runner}/repo-targets/{target}/{action}"),
+            &serde_json::json!({}),
+        )
+        .await
     }
 
     // ---- runners ---------------------------------------------------------------------------

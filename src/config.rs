@@ -10,6 +10,9 @@ use std::time::Duration;
 use clap::Args;
 use ipnet::IpNet;
 
+use crate::domain::sealing::{SealKey, Sealer};
+use crate::domain::version::{self, Version};
+
 /// Everything a replica needs to run. Durations are milliseconds on the wire and in env vars.
 #[derive(Debug, Clone, Args)]
 pub struct Config {
@@ -64,6 +67,24 @@ pub struct Config {
         default_value_t = 86_400_000
     )]
     pub ephemeral_purge_ms: u64,
+    /// Runners below this semver version are `outdated`: their lease calls answer 409
+    /// `runner_outdated`. Unset accepts any version.
+    #[arg(long, env = "LEASEHOLD_MIN_RUNNER_VERSION", value_parser = parse_min_version)]
+    pub min_runner_version: Option<Version>,
+    /// A runner unseen (or never seen since pairing) this long is revoked by the sweeper.
+    #[arg(
+        long,
+        env = "LEASEHOLD_DORMANCY_CEILING_MS",
+        default_value_t = 1_209_600_000
+    )]
+    pub dormancy_ceiling_ms: u64,
+    /// Key that seals workspace secrets: 32 bytes in base64. Without it, secret writes and
+    /// leases of jobs naming secrets answer 503.
+    #[arg(long, env = "LEASEHOLD_SECRETS_KEY", hide_env_values = true)]
+    pub secrets_key: Option<SealKey>,
+    /// The previous key during a rotation: still opens values, never seals new ones.
+    #[arg(long, env = "LEASEHOLD_SECRETS_OLD_KEY", hide_env_values = true)]
+    pub secrets_old_key: Option<SealKey>,
     /// Load balancers trusted to name the client a request comes from (by a PROXY protocol
     /// header, or by the address they append to `X-Forwarded-For`): comma-separated addresses
     /// or CIDR blocks. Empty: every client is its TCP peer.
@@ -81,6 +102,10 @@ pub struct Config {
     /// How often each replica counts parked and leased jobs for `/metrics` (one query).
     #[arg(long, env = "LEASEHOLD_METRICS_INTERVAL_MS", default_value_t = 15_000)]
     pub metrics_interval_ms: u64,
+}
+
+fn parse_min_version(s: &str) -> Result<Version, String> {
+    version::parse(s).ok_or_else(|| format!("'{s}' is not a semver version such as 1.4.0"))
 }
 
 impl Config {
@@ -101,10 +126,21 @@ impl Config {
             capability_vocabulary: None,
             pool_size: 16,
             ephemeral_purge_ms: 86_400_000,
+            min_runner_version: None,
+            dormancy_ceiling_ms: 1_209_600_000,
+            secrets_key: None,
+            secrets_old_key: None,
             trusted_proxies: TrustedProxies::default(),
             proxy_protocol: false,
             metrics_interval_ms: 15_000,
         }
+    }
+
+    /// The sealer of workspace secrets, when a key is configured.
+    pub fn sealer(&self) -> Option<Sealer> {
+        self.secrets_key
+            .as_ref()
+            .map(|k| Sealer::new(k, self.secrets_old_key.as_ref()))
     }
 
     pub fn lease_ttl(&self) -> Duration {

@@ -13,6 +13,7 @@ use leasehold::cli;
 use leasehold::client::Client;
 use leasehold::config::Config;
 use leasehold::domain::credentials::{Kind, Secret};
+use leasehold::domain::sealing::{SealKey, Sealer};
 use leasehold::embedded_pg::EmbeddedPg;
 use leasehold::runner::{self, Stopper};
 use leasehold::server;
@@ -74,6 +75,16 @@ enum AdminCommand {
         subject: String,
         #[arg(long, value_parser = ["admin", "member"])]
         role: String,
+    },
+    /// Re-seal every workspace secret with LEASEHOLD_SECRETS_KEY, opening each with it or with
+    /// LEASEHOLD_SECRETS_OLD_KEY (the last step of a key rotation).
+    ResealSecrets {
+        #[arg(long, env = "DATABASE_URL")]
+        database_url: String,
+        #[arg(long, env = "LEASEHOLD_SECRETS_KEY", hide_env_values = true)]
+        secrets_key: SealKey,
+        #[arg(long, env = "LEASEHOLD_SECRETS_OLD_KEY", hide_env_values = true)]
+        secrets_old_key: Option<SealKey>,
     },
 }
 
@@ -143,6 +154,19 @@ async fn run(command: Command) -> anyhow::Result<i32> {
         Command::Openapi => leasehold::openapi::run().map(|()| 0),
         Command::Admin {
             command:
+                AdminCommand::ResealSecrets {
+                    database_url,
+                    secrets_key,
+                    secrets_old_key,
+                },
+        } => {
+            server::migrate_with_patience(&database_url, Duration::from_secs(10)).await?;
+            let n = reseal_secrets(&database_url, &secrets_key, secrets_old_key.as_ref()).await?;
+            println!("{n} secret(s) re-sealed with the current key");
+            Ok(0)
+        }
+        Command::Admin {
+            command:
                 AdminCommand::CreateKey {
                     database_url,
                     workspace,
@@ -176,6 +200,56 @@ async fn create_key(
         .await
         .context("storing the key")?;
     Ok(key.reveal().to_owned())
+}
+
+/// Open every secret with the current or old key and seal it again with the current one.
+async fn reseal_secrets(
+    database_url: &str,
+    key: &SealKey,
+    old: Option<&SealKey>,
+) -> anyhow::Result<usize> {
+    let store = Store::connect(database_url, 1, 90_000)?;
+    let sealer = Sealer::new(key, old);
+    let all = store.all_sealed_secrets().await?;
+    for (workspace, name, sealed) in &all {
+        let value = sealer
+            .open(workspace, name, sealed)
+            .with_context(|| format!("secret {name} of workspace {workspace}"))?;
+        store
+            .put_secret(workspace, name, &sealer.seal(workspace, name, &value))
+            .await?;
+    }
+    Ok(all.len())
+}
+
+/// The dev server's secrets key, kept in `path` (mode 0600) across runs.
+fn dev_secrets_key(path: &std::path::Path) -> anyhow::Result<SealKey> {
+    use std::io::Write;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    if let Ok(meta) = std::fs::metadata(path) {
+        anyhow::ensure!(
+            meta.permissions().mode() & 0o077 == 0,
+            "{} is readable by others; it holds the secrets key (chmod 600 it)",
+            path.display()
+        );
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        return text
+            .parse()
+            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()));
+    }
+    let key = SealKey::generate();
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("creating {}", path.display()))?;
+    writeln!(f, "{}", key.to_base64())?;
+    Ok(key)
 }
 
 /// Run a replica until SIGTERM or Ctrl-C, then drain within 10 s.
@@ -225,6 +299,7 @@ async fn dev(
     let url = pg.url("postgres");
     let mut config = Config::new(&url);
     config.listen = listen;
+    config.secrets_key = Some(dev_secrets_key(&state_dir.join("secrets.key"))?);
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .with_context(|| format!("binding {listen}"))?;
@@ -275,6 +350,12 @@ async fn dev(
         println!("Dispatch a job to your personal pool (no local runner; enrol one below):");
         println!("  leasehold job submit -- echo hello");
     }
+    println!();
+    println!(
+        "Workspace secrets are sealed with the key kept in {} (mode 0600):",
+        state_dir.join("secrets.key").display()
+    );
+    println!("  printf %s \"$TOKEN\" | leasehold secrets set TOKEN");
     println!();
     println!("Enrol another runner (code valid 10 minutes, once):");
     println!("  leasehold runner connect {} --server {base}", spare.code);
@@ -339,6 +420,7 @@ async fn dev_runner(
             version: Some(env!("CARGO_PKG_VERSION").to_owned()),
             capabilities: Some(vec![std::env::consts::OS.to_owned()]),
             capacity: Some(2),
+            ..Default::default()
         },
     )
     .await?;

@@ -20,6 +20,9 @@ pub struct ErrorDetail {
     /// Only on `job_terminal`: the job's terminal state.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state: Option<String>,
+    /// Only on `runner_outdated`: the lowest version the server accepts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_version: Option<String>,
 }
 
 #[derive(utoipa::ToSchema, Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -38,6 +41,93 @@ pub struct Runner {
     pub created_at: DateTime<Utc>,
     pub approved_by: Option<String>,
     pub ephemeral: bool,
+    /// v1.1: the version is below the server's minimum (or absent, or not semver).
+    #[serde(default)]
+    pub outdated: bool,
+    /// v1.1: canary names; the runner takes only jobs requiring all of them.
+    #[serde(default)]
+    pub exclusive: Vec<String>,
+    /// v1.1: repositories this runner advertised, and whether each is approved for it.
+    #[serde(default)]
+    pub repo_targets: Vec<RepoTarget>,
+}
+
+/// A repository target as recorded for a runner.
+#[derive(utoipa::ToSchema, Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RepoTarget {
+    pub id: Uuid,
+    pub provider: String,
+    pub repository: String,
+    pub label: Option<String>,
+    /// `pending`, `approved` or `revoked`.
+    pub status: String,
+}
+
+/// A repository target as a runner advertises it.
+#[derive(utoipa::ToSchema, Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AdvertisedTarget {
+    pub provider: String,
+    pub repository: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
+}
+
+impl AdvertisedTarget {
+    /// A git repository by URL, as `--repo-target URL` advertises it.
+    pub fn git(repository: impl Into<String>) -> Self {
+        Self {
+            provider: "git".into(),
+            repository: repository.into(),
+            label: None,
+        }
+    }
+}
+
+/// A job's repository source, as dispatched and as the Job view shows it (a credential is only
+/// ever named here, never carried).
+#[derive(utoipa::ToSchema, Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Source {
+    pub provider: String,
+    pub repository: String,
+    pub commit_sha: String,
+    #[serde(default, rename = "ref", skip_serializing_if = "Option::is_none")]
+    pub git_ref: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credential_secret: Option<String>,
+}
+
+/// Text that is never printed by `Debug` (secret values, credentials).
+#[derive(utoipa::ToSchema, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Redacted(pub String);
+
+impl std::fmt::Debug for Redacted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+/// The source of a leased job: what to fetch, and the credential for it when one was named.
+#[derive(utoipa::ToSchema, Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeasedSource {
+    pub provider: String,
+    pub repository: String,
+    pub commit_sha: String,
+    #[serde(default, rename = "ref")]
+    pub git_ref: Option<String>,
+    #[serde(default)]
+    pub credential: Option<Redacted>,
+}
+
+/// `{"NAME": "value"}`: a leased job's secrets. `Debug` shows the names only.
+#[derive(utoipa::ToSchema, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct SecretValues(pub std::collections::BTreeMap<String, String>);
+
+impl std::fmt::Debug for SecretValues {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.0.keys()).finish()
+    }
 }
 
 #[derive(utoipa::ToSchema, Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -92,12 +182,12 @@ pub struct LeasedJob {
     pub lease_expires_at: DateTime<Utc>,
     pub lease_ttl_ms: u64,
     pub heartbeat_interval_ms: u64,
-    /// Values of the secrets the job names, read at lease time (`{}` when none).
+    /// v1.1: the values of the secrets the job names, read at lease time.
     #[serde(default)]
-    pub secrets: std::collections::BTreeMap<String, String>,
-    /// The repository source to build; its credential (if any) only here.
+    pub secrets: SecretValues,
+    /// v1.1: the repository commit to run in, if the job has one.
     #[serde(default)]
-    pub source: Option<Value>,
+    pub source: Option<LeasedSource>,
 }
 
 #[derive(utoipa::ToSchema, Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -122,7 +212,13 @@ pub struct CreateRunner {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub os: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repo_targets: Option<Vec<AdvertisedTarget>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capabilities: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exclusive: Option<Vec<String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capacity: Option<i64>,
 }
@@ -289,6 +385,9 @@ pub struct Preflight {
     pub target: Target,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub required_capabilities: Option<Vec<String>>,
+    /// v1.1: the job's repository source (blocker `no_approved_target`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<Value>,
 }
 
 #[derive(utoipa::ToSchema, Debug, Clone, Serialize, Deserialize)]
@@ -332,7 +431,7 @@ pub struct Pool {
 
 // ---- runner calls -----------------------------------------------------------------------
 
-#[derive(utoipa::ToSchema, Debug, Clone, Serialize, Deserialize)]
+#[derive(utoipa::ToSchema, Debug, Clone, Serialize, Deserialize, Default)]
 pub struct Enroll {
     pub code: String,
     pub label: String,
@@ -343,7 +442,11 @@ pub struct Enroll {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capabilities: Option<Vec<String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exclusive: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capacity: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repo_targets: Option<Vec<AdvertisedTarget>>,
 }
 
 #[derive(utoipa::ToSchema, Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -359,9 +462,13 @@ pub struct RunnerHeartbeat {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capabilities: Option<Vec<String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exclusive: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capacity: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub running: Option<Vec<Running>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repo_targets: Option<Vec<AdvertisedTarget>>,
 }
 
 #[derive(utoipa::ToSchema, Debug, Clone, Serialize, Deserialize)]
@@ -373,11 +480,17 @@ pub struct RunnerHeartbeatReply {
 #[derive(utoipa::ToSchema, Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Lease {
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repo_targets: Option<Vec<AdvertisedTarget>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wait_ms: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_jobs: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capabilities: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exclusive: Option<Vec<String>>,
 }
 
 #[derive(utoipa::ToSchema, Debug, Clone, Serialize, Deserialize)]
@@ -425,4 +538,31 @@ pub struct Complete {
 pub struct Fail {
     pub epoch: i64,
     pub message: String,
+}
+
+// ---- secrets ----------------------------------------------------------------------------
+
+/// `PUT /v1/secrets/{name}`.
+#[derive(utoipa::ToSchema, Clone, Serialize, Deserialize)]
+pub struct PutSecret {
+    pub value: String,
+}
+
+impl std::fmt::Debug for PutSecret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PutSecret { value: <redacted> }")
+    }
+}
+
+/// A secret as listed: never its value.
+#[derive(utoipa::ToSchema, Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SecretInfo {
+    pub name: String,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+#[derive(utoipa::ToSchema, Debug, Clone, Serialize, Deserialize)]
+pub struct SecretList {
+    pub secrets: Vec<SecretInfo>,
 }

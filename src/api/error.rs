@@ -23,7 +23,15 @@ pub enum ApiError {
     PayloadTooLarge,
     UnsupportedMediaType,
     CapabilityMismatch(String),
-    RateLimited { retry_after_s: u64 },
+    /// A lease call from a runner below `LEASEHOLD_MIN_RUNNER_VERSION`.
+    RunnerOutdated {
+        min_version: String,
+    },
+    /// A feature needs configuration this replica lacks (503, the message names the variable).
+    NotConfigured(String),
+    RateLimited {
+        retry_after_s: u64,
+    },
     Unavailable,
     Internal,
 }
@@ -85,6 +93,16 @@ impl ApiError {
                 "capability_mismatch",
                 m.clone(),
             ),
+            RunnerOutdated { min_version } => (
+                StatusCode::CONFLICT,
+                "runner_outdated",
+                format!(
+                    "this runner's version is below the minimum the service accepts ({min_version}); \
+                     upgrade it (install leasehold {min_version} or later and restart \
+                     `leasehold runner run`), then it leases again"
+                ),
+            ),
+            NotConfigured(m) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable", m.clone()),
             RateLimited { .. } => (
                 StatusCode::TOO_MANY_REQUESTS,
                 "rate_limited",
@@ -145,11 +163,16 @@ impl IntoResponse for ApiError {
             ApiError::JobTerminal(s) => Some(s.as_str().to_owned()),
             _ => None,
         };
+        let min_version = match &self {
+            ApiError::RunnerOutdated { min_version } => Some(min_version.clone()),
+            _ => None,
+        };
         let body = ErrorBody {
             error: ErrorDetail {
                 code: code.to_owned(),
                 message,
                 state,
+                min_version,
             },
         };
         let mut response = (status, Json(body)).into_response();

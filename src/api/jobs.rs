@@ -136,12 +136,62 @@ fn new_job(
     }
 }
 
-/// A named runner's 422: it cannot run a job with these requirements.
+/// A named runner's 422: it cannot run a job with these requirements (a capability it lacks,
+/// an exclusive name the job does not require, no approved target for the job's source).
 fn named_mismatch(r: &crate::domain::records::Runner, c: &Checked) -> ApiResult<()> {
     if let Some(missing) = c.required.iter().find(|cap| !r.capabilities.contains(cap)) {
         return Err(ApiError::CapabilityMismatch(format!(
             "runner {} does not advertise required capability '{missing}'",
             r.id
+        )));
+    }
+    if let Some(canary) = r.exclusive.iter().find(|x| !c.required.contains(x)) {
+        return Err(ApiError::CapabilityMismatch(format!(
+            "runner {} takes only jobs that require its exclusive capability '{canary}'",
+            r.id
+        )));
+    }
+    if let Some(key) = &c.source_key {
+        let approved = r
+            .repo_targets
+            .iter()
+            .any(|t| t.status == "approved" && format!("{} {}", t.provider, t.repository) == *key);
+        if !approved {
+            return Err(ApiError::CapabilityMismatch(format!(
+                "runner {} holds no approved repository target for this job's source",
+                r.id
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The secret a checked job's source names as its credential.
+fn credential_secret(c: &Checked) -> Option<&str> {
+    c.source
+        .as_ref()
+        .and_then(|s| s.get("credential_secret"))
+        .and_then(serde_json::Value::as_str)
+}
+
+/// The secret names a checked job needs to exist: those it names, and its source's credential.
+fn needed_secrets(c: &Checked) -> Vec<String> {
+    let mut names = c.secrets.clone();
+    names.extend(credential_secret(c).map(str::to_owned));
+    names
+}
+
+/// 400 naming the field when a secret the job needs does not exist in the workspace
+/// (`existing` holds the names that do); `at` prefixes the field (`jobs[3].`).
+fn require_secrets(c: &Checked, existing: &[String], at: &str) -> ApiResult<()> {
+    if let Some(missing) = c.secrets.iter().find(|n| !existing.contains(n)) {
+        return Err(ApiError::bad(format!(
+            "{at}secrets: '{missing}' is not a secret of this workspace"
+        )));
+    }
+    if let Some(cred) = credential_secret(c).filter(|n| !existing.iter().any(|e| e == n)) {
+        return Err(ApiError::bad(format!(
+            "{at}source.credential_secret: '{cred}' is not a secret of this workspace"
         )));
     }
     Ok(())
@@ -181,7 +231,11 @@ pub async fn dispatch(
     };
     let (checked, idempotency_key) = checked;
     let store = &st.hub.store;
-    if idempotency_key.is_none() && matches!(checked.target, wire::Target::Pool { .. }) {
+    let names = needed_secrets(&checked);
+    if idempotency_key.is_none()
+        && names.is_empty()
+        && matches!(checked.target, wire::Target::Pool { .. })
+    {
         return match store.park(new_job(&key.hash, checked, None, None)).await? {
             Some(parked) => {
                 st.hub.job_parked(&parked.queue());
@@ -199,6 +253,10 @@ pub async fn dispatch(
     let runner = resolve_target(&st, &caller, &checked.target).await?;
     if let Some(r) = &runner {
         named_mismatch(r, &checked)?;
+    }
+    if !names.is_empty() {
+        let existing = store.existing_secrets(&caller.workspace, &names).await?;
+        require_secrets(&checked, &existing, "")?;
     }
     let job = new_job(&key.hash, checked, runner.as_ref(), idempotency_key);
     match store.park(job.clone()).await? {
@@ -255,11 +313,23 @@ pub async fn dispatch_batch(
         }
         checked.push((check(&st, item.dispatch, &at)?, item.idempotency_key));
     }
-    // Targets next: an invisible named runner is 404, a mismatch 422; nothing is parked yet.
+    // Targets next: an invisible named runner is 404, a mismatch 422, a secret that does not
+    // exist 400; nothing is parked yet.
+    let mut names: Vec<String> = checked
+        .iter()
+        .flat_map(|(c, _)| needed_secrets(c))
+        .collect();
+    names.sort();
+    names.dedup();
+    let existing = st
+        .hub
+        .store
+        .existing_secrets(&caller.workspace, &names)
+        .await?;
     let mut jobs = Vec::with_capacity(checked.len());
     let mut resolved: std::collections::HashMap<Uuid, crate::domain::records::Runner> =
         std::collections::HashMap::new();
-    for (c, idempotency_key) in checked {
+    for (i, (c, idempotency_key)) in checked.into_iter().enumerate() {
         let runner = match &c.target {
             wire::Target::Runner { runner_id } => match resolved.get(runner_id) {
                 Some(r) => Some(r.clone()),
@@ -276,6 +346,7 @@ pub async fn dispatch_batch(
         if let Some(r) = &runner {
             named_mismatch(r, &c)?;
         }
+        require_secrets(&c, &existing, &format!("jobs[{i}]."))?;
         jobs.push(new_job(&key.hash, c, runner.as_ref(), idempotency_key));
     }
     let store = &st.hub.store;

@@ -9,8 +9,10 @@ mod observe;
 pub mod openapi;
 mod operators;
 mod ops;
+mod placement;
 pub mod routes;
 mod runner;
+mod secrets;
 mod ui;
 pub mod validate;
 pub mod views;
@@ -31,6 +33,7 @@ use tokio_util::sync::CancellationToken;
 use tower_http::catch_panic::CatchPanicLayer;
 
 use crate::domain::capabilities::Vocabulary;
+use crate::domain::sealing::Sealer;
 use crate::hub::Hub;
 use error::ApiError;
 
@@ -43,6 +46,36 @@ pub struct AppState {
     pub limiter: DefaultKeyedRateLimiter<IpAddr>,
     /// Fires on SIGTERM: open long-polls answer at once.
     pub shutdown: CancellationToken,
+    /// Seals and opens workspace secrets; `None` without `LEASEHOLD_SECRETS_KEY`.
+    pub sealer: Option<Sealer>,
+    /// Versions this replica recorded for runner tokens, so a lease call repeating its version
+    /// costs no statement.
+    pub versions: RecordedVersions,
+}
+
+/// The version last recorded through this replica per runner token hash. Only ever a shortcut:
+/// a miss records again. Bounded: cleared whole when it grows past [`RecordedVersions::MAX`].
+#[derive(Default)]
+pub struct RecordedVersions(std::sync::Mutex<std::collections::HashMap<Vec<u8>, String>>);
+
+impl RecordedVersions {
+    const MAX: usize = 100_000;
+
+    pub fn already_recorded(&self, token_hash: &[u8], version: &str) -> bool {
+        self.0
+            .lock()
+            .expect("versions lock")
+            .get(token_hash)
+            .is_some_and(|v| v == version)
+    }
+
+    pub fn recorded(&self, token_hash: &[u8], version: &str) {
+        let mut map = self.0.lock().expect("versions lock");
+        if map.len() >= Self::MAX {
+            map.clear();
+        }
+        map.insert(token_hash.to_vec(), version.to_owned());
+    }
 }
 
 impl AppState {
@@ -55,6 +88,8 @@ impl AppState {
         Self {
             vocabulary: Vocabulary::parse(config.capability_vocabulary.as_deref()),
             limiter: RateLimiter::keyed(quota),
+            sealer: config.sealer(),
+            versions: RecordedVersions::default(),
             hub,
             shutdown,
         }

@@ -17,33 +17,6 @@ use utoipa::ToSchema;
 use super::routes::{self, Auth, Route};
 use crate::wire;
 
-/// Shapes of the v1.1 calls whose handlers and wire types are written elsewhere, described from
-/// shared/PROTOCOL.md so the document is whole; they give way to the wire types when those land.
-mod v11 {
-    use chrono::{DateTime, Utc};
-    use serde::Serialize;
-    use utoipa::ToSchema;
-
-    /// `PUT /v1/secrets/{name}`: 1..65536 bytes of text without NUL.
-    #[derive(Serialize, ToSchema)]
-    pub struct SecretValue {
-        pub value: String,
-    }
-
-    /// A secret's name and dates; never its value.
-    #[derive(Serialize, ToSchema)]
-    pub struct SecretMeta {
-        pub name: String,
-        pub created_at: DateTime<Utc>,
-        pub updated_at: DateTime<Utc>,
-    }
-
-    #[derive(Serialize, ToSchema)]
-    pub struct SecretList {
-        pub secrets: Vec<SecretMeta>,
-    }
-}
-
 type Schemas = BTreeMap<String, RefOr<Schema>>;
 
 fn add<T: ToSchema>(schemas: &mut Schemas) {
@@ -96,9 +69,8 @@ fn schemas() -> Schemas {
     add::<wire::Fail>(&mut s);
     add::<wire::DispatchBatch>(&mut s);
     add::<wire::Jobs>(&mut s);
-    add::<v11::SecretValue>(&mut s);
-    add::<v11::SecretMeta>(&mut s);
-    add::<v11::SecretList>(&mut s);
+    add::<wire::PutSecret>(&mut s);
+    add::<wire::SecretList>(&mut s);
     s
 }
 

@@ -14,8 +14,8 @@ use super::validate;
 use super::views;
 use super::AppState;
 use crate::domain::credentials::{Kind, Secret};
-use crate::domain::owner;
 use crate::domain::records::JoinGrant;
+use crate::domain::{owner, version};
 use crate::store::NewRunner;
 use crate::wire::{self, CreateRunner, Role, Target, Tier};
 
@@ -46,12 +46,19 @@ async fn pair(
 ) -> ApiResult<(StatusCode, Json<wire::RunnerWithToken>)> {
     validate::text("label", &req.label, 128)?;
     validate::opt_text("os", req.os.as_deref(), 64)?;
+    validate::opt_text("version", req.version.as_deref(), 64)?;
     let capacity = validate::range("capacity", req.capacity, 1, 256, 1)? as i32;
-    let capabilities = st
-        .vocabulary
-        .advertised(req.capabilities.as_deref().unwrap_or(&[]));
+    let (capabilities, exclusive) = st.vocabulary.advertised_with_exclusive(
+        req.capabilities.as_deref().unwrap_or(&[]),
+        req.exclusive.as_deref().unwrap_or(&[]),
+    );
+    let targets = validate::repo_targets(req.repo_targets.as_deref())?;
+    let outdated = version::is_outdated(
+        req.version.as_deref(),
+        st.hub.config.min_runner_version.as_ref(),
+    );
     let token = Secret::generate(Kind::Runner);
-    let runner = st
+    let mut runner = st
         .hub
         .store
         .insert_runner(&NewRunner {
@@ -60,14 +67,21 @@ async fn pair(
             workspace: key.workspace.clone(),
             label: req.label,
             os: req.os,
-            version: None,
+            version: req.version,
             capabilities,
             capacity,
             token_hash: token.hash().to_vec(),
             approved_by: key.subject.clone(),
             ephemeral: false,
             seen: false,
+            outdated,
+            exclusive,
         })
+        .await?;
+    runner.repo_targets = st
+        .hub
+        .store
+        .advertise_repo_targets(runner.id, &targets)
         .await?;
     Ok((
         StatusCode::CREATED,
@@ -298,23 +312,73 @@ pub async fn preflight(
         } => (Some(key.subject.clone()), true),
         Target::Runner { .. } => (None, false),
     };
-    let (matching, online) = st
+    let source_key = match req.source {
+        None => None,
+        Some(v) => Some(validate::source("source", v)?.1),
+    };
+    let c = st
         .hub
         .store
-        .preflight(&key.workspace, owner.as_deref(), runner_id, any, &required)
+        .preflight(
+            &key.workspace,
+            owner.as_deref(),
+            runner_id,
+            any,
+            &required,
+            source_key.as_deref(),
+        )
         .await?;
+    let min = || {
+        st.hub
+            .config
+            .min_runner_version
+            .as_ref()
+            .map_or_else(|| "?".to_owned(), ToString::to_string)
+    };
+    let finding = |code: &str, message: String| wire::Finding {
+        code: code.into(),
+        message,
+    };
     let mut blockers = Vec::new();
     let mut warnings = Vec::new();
-    if matching == 0 {
-        blockers.push(wire::Finding {
-            code: "no_matching_runner".into(),
-            message: "no paired runner of this target advertises the required capabilities".into(),
-        });
-    } else if online == 0 {
-        warnings.push(wire::Finding {
-            code: "runners_offline".into(),
-            message: format!("{matching} matching runner(s), none online now"),
-        });
+    if c.current == 0 {
+        blockers.push(finding(
+            "no_matching_runner",
+            "no paired, up-to-date runner of this target advertises the required capabilities"
+                .into(),
+        ));
+        if c.matching > 0 {
+            warnings.push(finding(
+                "runners_outdated",
+                format!(
+                    "{} matching runner(s), all below the minimum version {}; upgrade them",
+                    c.matching,
+                    min()
+                ),
+            ));
+        }
+    } else if source_key.is_some() && c.usable == 0 {
+        blockers.push(finding(
+            "no_approved_target",
+            "no up-to-date matching runner of this target holds an approved repository target \
+             for this source; approve one with `leasehold runners approve`"
+                .into(),
+        ));
+        if c.sourced > 0 {
+            warnings.push(finding(
+                "runners_outdated",
+                format!(
+                    "{} runner(s) approved for this source, all below the minimum version {}",
+                    c.sourced,
+                    min()
+                ),
+            ));
+        }
+    } else if c.online == 0 {
+        warnings.push(finding(
+            "runners_offline",
+            format!("{} matching runner(s), none online now", c.usable),
+        ));
     }
     Ok(Json(wire::PreflightReport {
         ok: blockers.is_empty(),

@@ -8,9 +8,9 @@
 use std::sync::Arc;
 
 use axum::http::Method;
-use axum::routing::{delete, get, post, MethodRouter};
+use axum::routing::{delete, get, post, put, MethodRouter};
 
-use super::{jobs, operators, ops, runner, ui, AppState};
+use super::{jobs, operators, ops, placement, runner, secrets, ui, AppState};
 
 /// Who may call a route.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -109,15 +109,6 @@ fn route(
     }
 }
 
-fn planned(method: Method, path: &'static str, doc: Doc) -> Route {
-    Route {
-        method,
-        path,
-        doc,
-        handler: None,
-    }
-}
-
 const FENCE: &[&str] = &["job_terminal", "lease_superseded"];
 const JOB_ID: &str = "/v1/jobs/{id}";
 
@@ -140,8 +131,8 @@ pub fn table() -> Vec<Route> {
         route(M::POST, "/v1/workspace/runners", post(operators::create_workspace_runner), Doc::new("Pair a workspace runner (owner = ws:<workspace>)", Admin).body("CreateRunner").answer(201, "RunnerWithToken")),
         route(M::GET, "/v1/workspace/runners", get(operators::list_workspace_runners), Doc::new("Roster: every runner paired in this workspace, both tiers", Member).answer(200, "RunnerList")),
         route(M::DELETE, "/v1/workspace/runners/{id}", delete(operators::revoke_workspace_runner), Doc::new("Revoke a workspace runner", Admin).empty(204)),
-        planned(M::POST, "/v1/runners/{id}/repo-targets/{target_id}/approve", Doc::new("Approve a repository target a runner advertised (v1.1)", Member).answer(200, "Runner").errors(&["forbidden"])),
-        planned(M::POST, "/v1/runners/{id}/repo-targets/{target_id}/revoke", Doc::new("Revoke a repository target (v1.1)", Member).answer(200, "Runner").errors(&["forbidden"])),
+        route(M::POST, "/v1/runners/{id}/repo-targets/{target_id}/approve", post(placement::approve_repo_target), Doc::new("Approve a repository target a runner advertised (v1.1)", Member).answer(200, "Runner").errors(&["forbidden"])),
+        route(M::POST, "/v1/runners/{id}/repo-targets/{target_id}/revoke", post(placement::revoke_repo_target), Doc::new("Revoke a repository target (v1.1)", Member).answer(200, "Runner").errors(&["forbidden"])),
         route(M::POST, "/v1/join-codes", post(operators::create_join_code), Doc::new("Mint a join code (workspace tier needs admin); shown once", Member).body("CreateJoinCode").answer(201, "JoinCode").errors(&["forbidden"])),
         route(M::POST, "/v1/keys", post(operators::create_key), Doc::new("Issue an API key; shown once", Admin).body("CreateKey").answer(201, "CreatedKey")),
         route(M::DELETE, "/v1/keys/{id}", delete(operators::revoke_key), Doc::new("Revoke an API key", Admin).empty(204)),
@@ -153,9 +144,9 @@ pub fn table() -> Vec<Route> {
         route(M::GET, "/v1/jobs/{id}/events", get(jobs::events), Doc::new("A job's events after a seq", Member).answer(200, "EventList").query(&[("after", "integer", "a seq, exclusive, default 0"), ("limit", "integer", "1..1000, default 1000"), ("wait_ms", "integer", "0..60000, default 0")])),
         route(M::POST, "/v1/preflight", post(operators::preflight), Doc::new("Would a dispatch find a runner?", Member).body("Preflight").answer(200, "PreflightReport")),
         route(M::GET, "/v1/pool", get(operators::pool), Doc::new("Runners, slots and jobs of the runners the caller may target", Member).answer(200, "Pool")),
-        planned(M::PUT, "/v1/secrets/{name}", Doc::new("Create or replace a workspace secret (v1.1); the value is never shown again", Admin).body("SecretValue").empty(204)),
-        planned(M::GET, "/v1/secrets", Doc::new("The workspace's secret names, by name (v1.1); never a value", Member).answer(200, "SecretList")),
-        planned(M::DELETE, "/v1/secrets/{name}", Doc::new("Delete a workspace secret (v1.1)", Admin).empty(204)),
+        route(M::PUT, "/v1/secrets/{name}", put(secrets::put), Doc::new("Create or replace a workspace secret (v1.1); the value is never shown again", Admin).body("PutSecret").empty(204)),
+        route(M::GET, "/v1/secrets", get(secrets::list), Doc::new("The workspace's secret names, by name (v1.1); never a value", Member).answer(200, "SecretList")),
+        route(M::DELETE, "/v1/secrets/{name}", delete(secrets::delete), Doc::new("Delete a workspace secret (v1.1)", Admin).empty(204)),
         // ---- runners
         route(M::POST, "/v1/enroll", post(runner::enroll), Doc::new("Enrol a runner with a join code (the code is the credential and is burned)", Open).body("Enroll").answer(201, "RunnerWithToken")),
         route(M::POST, "/v1/runner/heartbeat", post(runner::heartbeat), Doc::new("A runner's heartbeat: advertise, and learn which running jobs to stop", Runner).body("RunnerHeartbeat").answer(200, "RunnerHeartbeatReply")),

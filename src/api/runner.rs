@@ -14,10 +14,12 @@ use uuid::Uuid;
 
 use super::error::{ApiError, ApiResult};
 use super::extract::{Body, ClientIp, PathId, RunnerCaller, RunnerToken};
+use super::secrets;
 use super::validate;
 use super::views;
 use super::AppState;
 use crate::domain::credentials::{self, Kind, Secret};
+use crate::domain::version;
 use crate::hub::LeaseAnswer;
 use crate::store::jobs::Fenced;
 use crate::store::lease::Advertised;
@@ -39,12 +41,18 @@ pub async fn enroll(
     validate::opt_text("os", req.os.as_deref(), 64)?;
     validate::opt_text("version", req.version.as_deref(), 64)?;
     let capacity = validate::range("capacity", req.capacity, 1, 256, 1)? as i32;
-    let capabilities = st
-        .vocabulary
-        .advertised(req.capabilities.as_deref().unwrap_or(&[]));
+    let (capabilities, exclusive) = st.vocabulary.advertised_with_exclusive(
+        req.capabilities.as_deref().unwrap_or(&[]),
+        req.exclusive.as_deref().unwrap_or(&[]),
+    );
+    let targets = validate::repo_targets(req.repo_targets.as_deref())?;
+    let outdated = version::is_outdated(
+        req.version.as_deref(),
+        st.hub.config.min_runner_version.as_ref(),
+    );
     let code = credentials::parse(Kind::JoinCode, &req.code).ok_or(ApiError::Unauthorized)?;
     let token = Secret::generate(Kind::Runner);
-    let runner = st
+    let mut runner = st
         .hub
         .store
         .enroll(&code, |grant| NewRunner {
@@ -55,14 +63,21 @@ pub async fn enroll(
             os: req.os.clone(),
             version: req.version.clone(),
             capabilities,
+            exclusive,
             capacity,
             token_hash: token.hash().to_vec(),
             approved_by: grant.approved_by.clone(),
             ephemeral: grant.ephemeral,
             seen: true,
+            outdated,
         })
         .await?
         .ok_or(ApiError::Unauthorized)?;
+    runner.repo_targets = st
+        .hub
+        .store
+        .advertise_repo_targets(runner.id, &targets)
+        .await?;
     Ok((
         StatusCode::CREATED,
         Json(wire::RunnerWithToken {
@@ -83,17 +98,29 @@ pub async fn heartbeat(
         .capabilities
         .as_deref()
         .map(|c| st.vocabulary.advertised(c));
+    let exclusive = req
+        .exclusive
+        .as_deref()
+        .map(|c| st.vocabulary.advertised(c));
     let running = req.running.unwrap_or_default();
     if running.len() > 10_000 {
         return Err(ApiError::bad("running: at most 10000 entries"));
     }
+    let targets = validate::repo_targets(req.repo_targets.as_deref())?;
+    let outdated = version::is_outdated(
+        req.version.as_deref(),
+        st.hub.config.min_runner_version.as_ref(),
+    );
     let store = &st.hub.store;
+    store.advertise_repo_targets(me.id, &targets).await?;
     let runner = store
         .runner_heartbeat(
             me.id,
             req.version.as_deref(),
             capabilities.as_deref(),
+            exclusive.as_deref(),
             capacity,
+            outdated,
         )
         .await?
         .ok_or(ApiError::Unauthorized)?;
@@ -112,12 +139,19 @@ pub async fn lease(
 ) -> ApiResult<Json<wire::Leased>> {
     let wait_ms = validate::range("wait_ms", req.wait_ms, 0, 60_000, 30_000)?;
     let max_jobs = validate::range("max_jobs", req.max_jobs, 1, 100, 1)?;
+    validate::opt_text("version", req.version.as_deref(), 64)?;
+    let targets = validate::repo_targets(req.repo_targets.as_deref())?;
+    placement_check(&st, &token, req.version.as_deref(), &targets).await?;
     let advertised = Advertised {
         capabilities: req
             .capabilities
             .as_deref()
             .map(|c| st.vocabulary.advertised(c)),
-        ..Advertised::default()
+        exclusive: req
+            .exclusive
+            .as_deref()
+            .map(|c| st.vocabulary.advertised(c)),
+        version: req.version.clone(),
     };
     let wait = Duration::from_millis((wait_ms as u64).min(st.hub.config.max_wait_ms));
     match st
@@ -126,12 +160,105 @@ pub async fn lease(
         .await?
     {
         LeaseAnswer::Jobs(jobs) => Ok(Json(wire::Leased {
-            jobs: jobs
-                .into_iter()
-                .map(|c| views::leased(c, &st.hub.config))
-                .collect(),
+            jobs: hand_over(&st, &token, jobs).await?,
         })),
         LeaseAnswer::RunnerGone => Err(st.auth_failed(token.ip)),
+    }
+}
+
+/// The lease answer for the jobs a call took, with the values of the secrets each names, read
+/// now. A job whose named secret is gone is rejected `secret_missing` (its attempt not
+/// counted) and left out. When secrets cannot be opened on this replica (no key, or a key that
+/// does not open them), every job of the call is parked again, attempts given back, and the
+/// call answers 503 naming the variable: nothing is half-done.
+async fn hand_over(
+    st: &AppState,
+    token: &RunnerToken,
+    jobs: Vec<crate::domain::records::Claimed>,
+) -> ApiResult<Vec<wire::LeasedJob>> {
+    let credential_of = |c: &crate::domain::records::Claimed| {
+        c.source
+            .as_ref()
+            .and_then(|s| s.get("credential_secret"))
+            .and_then(serde_json::Value::as_str)
+            .map(str::to_owned)
+    };
+    // A runner serves one workspace: every job it took is of the same one.
+    let mut names: Vec<String> = jobs
+        .iter()
+        .flat_map(|c| c.secrets.iter().cloned().chain(credential_of(c)))
+        .collect();
+    names.sort();
+    names.dedup();
+    let workspace = jobs
+        .first()
+        .map(|c| c.workspace.clone())
+        .unwrap_or_default();
+    let opened = match secrets::open_for_lease(st, &workspace, &names).await {
+        Ok(opened) => opened,
+        Err(e) => {
+            let back: Vec<(Uuid, i64)> = jobs.iter().map(|c| (c.id, c.epoch)).collect();
+            let moved = st.hub.store.give_back(&back, &token.hash).await?;
+            st.hub.after_moves(&moved);
+            return Err(e);
+        }
+    };
+    let mut out = Vec::with_capacity(jobs.len());
+    for c in jobs {
+        let credential = credential_of(&c);
+        match secrets::pick(&opened, &c.secrets, credential.as_deref()) {
+            secrets::ForLease::Values(values, credential) => {
+                out.push(views::leased(c, &st.hub.config, values, credential));
+            }
+            secrets::ForLease::Missing(name) => {
+                let moved = st
+                    .hub
+                    .store
+                    .reject_secret_missing(c.id, c.epoch, &token.hash, &name)
+                    .await?;
+                st.hub.after_moves(&moved);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Before a lease: record what the call advertises (version, repository targets), then refuse
+/// an outdated runner with 409 `runner_outdated`. Costs a statement only when the call
+/// advertises targets, or a version this replica has not yet recorded for this token, or when
+/// the runner is (or may be) outdated; a current runner repeating its version costs nothing.
+async fn placement_check(
+    st: &AppState,
+    token: &RunnerToken,
+    version: Option<&str>,
+    targets: &crate::store::AdvertisedTargets,
+) -> ApiResult<()> {
+    let min = st.hub.config.min_runner_version.as_ref();
+    if version.is_none() && targets.is_empty() && min.is_none() {
+        return Ok(());
+    }
+    let outdated = version::is_outdated(version, min);
+    if let Some(v) = version {
+        if targets.is_empty() && !outdated && st.versions.already_recorded(&token.hash, v) {
+            return Ok(());
+        }
+    }
+    let caller = st
+        .hub
+        .store
+        .advertise_for_lease(&token.hash, version, outdated, targets)
+        .await?
+        .ok_or_else(|| st.auth_failed(token.ip))?;
+    match min {
+        Some(min) if caller.outdated => Err(ApiError::RunnerOutdated {
+            min_version: min.to_string(),
+        }),
+        _ => {
+            if let Some(v) = version {
+                st.versions.recorded(&token.hash, v);
+            }
+            Ok(())
+        }
     }
 }
 

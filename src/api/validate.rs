@@ -5,11 +5,12 @@ use std::sync::LazyLock;
 use regex_lite::Regex;
 
 use super::error::ApiError;
+use crate::domain::sealing;
+use crate::store::AdvertisedTargets;
+use crate::wire::AdvertisedTarget;
 
 static JOB_KIND: LazyLock<Regex> =
     LazyLock::new(|| Regex::new(r"^[a-z][a-z0-9_.-]{0,63}$").expect("regex"));
-static SECRET_NAME: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(r"^[A-Z_][A-Z0-9_]{0,63}$").expect("regex"));
 static COMMIT_SHA: LazyLock<Regex> =
     LazyLock::new(|| Regex::new(r"^[0-9a-f]{40}$").expect("regex"));
 static EVENT_KIND: LazyLock<Regex> =
@@ -112,9 +113,50 @@ pub fn no_nul(field: &str, value: &serde_json::Value) -> Result<(), ApiError> {
     }
 }
 
-/// A secret name: `^[A-Z_][A-Z0-9_]{0,63}$`.
+static PROVIDER: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"^[a-z][a-z0-9_-]{0,31}$").expect("regex"));
+
+/// Most repository targets one runner may advertise in a call.
+pub const MAX_REPO_TARGETS: usize = 100;
+
+/// Repository targets a runner advertises: at most [`MAX_REPO_TARGETS`], each a provider name
+/// and a repository of 1..2048 printable characters; repeats are recorded once.
+///
+/// # Errors
+/// 400 naming the field (`repo_targets[3].repository`).
+pub fn repo_targets(targets: Option<&[AdvertisedTarget]>) -> Result<AdvertisedTargets, ApiError> {
+    let mut out = AdvertisedTargets::default();
+    let Some(targets) = targets else {
+        return Ok(out);
+    };
+    if targets.len() > MAX_REPO_TARGETS {
+        return Err(ApiError::bad(format!(
+            "repo_targets: at most {MAX_REPO_TARGETS} targets"
+        )));
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for (i, t) in targets.iter().enumerate() {
+        if !PROVIDER.is_match(&t.provider) {
+            return Err(ApiError::bad(format!(
+                "repo_targets[{i}].provider: must match ^[a-z][a-z0-9_-]{{0,31}}$ (e.g. git)"
+            )));
+        }
+        text(
+            &format!("repo_targets[{i}].repository"),
+            &t.repository,
+            2048,
+        )?;
+        opt_text(&format!("repo_targets[{i}].label"), t.label.as_deref(), 128)?;
+        if seen.insert((t.provider.clone(), t.repository.clone())) {
+            out.push(t.provider.clone(), t.repository.clone(), t.label.clone());
+        }
+    }
+    Ok(out)
+}
+
+/// A secret name: `^[A-Z_][A-Z0-9_]{0,63}$` (the rule lives in [`sealing::is_valid_name`]).
 pub fn is_secret_name(name: &str) -> bool {
-    SECRET_NAME.is_match(name)
+    sealing::is_valid_name(name)
 }
 
 /// The secrets a dispatch names: 0..32 valid names, duplicates dropped, order kept.

@@ -1,7 +1,11 @@
 //! Store records shaped for the wire.
 
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
 use crate::config::Config;
-use crate::domain::records::{Claimed, Event, Job, Runner};
+use crate::domain::records::{Claimed, Event, Job, RepoTarget, Runner, SecretInfo};
 use crate::wire;
 
 pub fn runner(r: Runner) -> wire::Runner {
@@ -20,6 +24,27 @@ pub fn runner(r: Runner) -> wire::Runner {
         created_at: r.created_at,
         approved_by: Some(r.approved_by),
         ephemeral: r.ephemeral,
+        outdated: r.outdated,
+        exclusive: r.exclusive,
+        repo_targets: r.repo_targets.into_iter().map(repo_target).collect(),
+    }
+}
+
+pub fn repo_target(t: RepoTarget) -> wire::RepoTarget {
+    wire::RepoTarget {
+        id: t.id,
+        provider: t.provider,
+        repository: t.repository,
+        label: t.label,
+        status: t.status,
+    }
+}
+
+pub fn secret(s: SecretInfo) -> wire::SecretInfo {
+    wire::SecretInfo {
+        name: s.name,
+        created_at: s.created_at,
+        updated_at: s.updated_at,
     }
 }
 
@@ -52,7 +77,14 @@ pub fn job(j: Job) -> wire::Job {
     }
 }
 
-pub fn leased(c: Claimed, config: &Config) -> wire::LeasedJob {
+/// A leased job as its runner sees it: `secrets` are the opened values of the secrets it
+/// names, `credential` the opened `source.credential_secret` (only ever in `source`).
+pub fn leased(
+    c: Claimed,
+    config: &Config,
+    secrets: BTreeMap<String, String>,
+    credential: Option<String>,
+) -> wire::LeasedJob {
     wire::LeasedJob {
         id: c.id,
         epoch: c.epoch,
@@ -64,9 +96,21 @@ pub fn leased(c: Claimed, config: &Config) -> wire::LeasedJob {
         lease_expires_at: c.lease_expires_at,
         lease_ttl_ms: config.lease_ttl_ms,
         heartbeat_interval_ms: config.lease_ttl_ms / 3,
-        secrets: Default::default(),
-        source: c.source,
+        secrets: wire::SecretValues(secrets),
+        source: c.source.as_ref().and_then(|v| leased_source(v, credential)),
     }
+}
+
+/// The stored source (validated at dispatch) with the credential's value in place of its name.
+fn leased_source(stored: &Value, credential: Option<String>) -> Option<wire::LeasedSource> {
+    let text = |k: &str| stored.get(k).and_then(Value::as_str).map(str::to_owned);
+    Some(wire::LeasedSource {
+        provider: text("provider")?,
+        repository: text("repository")?,
+        commit_sha: text("commit_sha")?,
+        git_ref: text("ref"),
+        credential: credential.map(wire::Redacted),
+    })
 }
 
 pub fn event(e: Event) -> wire::Event {

@@ -47,6 +47,7 @@ async fn time_claims(runner: &Client) -> anyhow::Result<Vec<f64>> {
                 wait_ms: Some(0),
                 max_jobs: Some(1),
                 capabilities: None,
+                ..Default::default()
             })
             .await?;
         samples.push(t.elapsed().as_secs_f64() * 1000.0);

@@ -76,6 +76,7 @@ pub async fn run(
                             wait_ms: Some(left),
                             max_jobs: Some(1),
                             capabilities: None,
+                            ..Default::default()
                         })
                         .await
                     {

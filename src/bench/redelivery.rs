@@ -36,6 +36,7 @@ pub async fn run(
             wait_ms: Some(1000),
             max_jobs: Some(10),
             capabilities: None,
+            ..Default::default()
         })
         .await?;
     anyhow::ensure!(
@@ -59,6 +60,7 @@ pub async fn run(
                 wait_ms: Some(5000),
                 max_jobs: Some(10),
                 capabilities: None,
+                ..Default::default()
             })
             .await?;
         got += jobs.len();

@@ -173,6 +173,7 @@ pub async fn runners(operator: &Client, n: usize, capacity: i64) -> anyhow::Resu
                     os: Some("linux".into()),
                     capabilities: None,
                     capacity: Some(capacity),
+                    ..Default::default()
                 },
             )
             .await?;

@@ -229,6 +229,7 @@ async fn end_to_end(
                         wait_ms: Some(1000),
                         max_jobs: Some(batch),
                         capabilities: None,
+                        ..Default::default()
                     })
                     .await
                 else {

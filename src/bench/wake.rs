@@ -49,6 +49,7 @@ pub async fn run(
                         wait_ms: Some(2000),
                         max_jobs: Some(1),
                         capabilities: None,
+                        ..Default::default()
                     })
                     .await
                 else {

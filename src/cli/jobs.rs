@@ -86,6 +86,16 @@ pub struct SubmitArgs {
     /// Dispatch at most once per key in the workspace.
     #[arg(long)]
     pub idempotency_key: Option<String>,
+    /// A workspace secret the command receives as an environment variable (repeatable).
+    #[arg(long = "secret", value_name = "NAME")]
+    pub secrets: Vec<String>,
+    /// Run in a checkout of exactly this commit: `REPOSITORY_URL@COMMIT_SHA` (40 hex).
+    #[arg(long, value_name = "REPO@SHA")]
+    pub source: Option<String>,
+    /// The secret holding the credential git uses to fetch `--source` (never exported to the
+    /// command).
+    #[arg(long, value_name = "NAME", requires = "source")]
+    pub source_credential: Option<String>,
     /// The command and its arguments, after `--`.
     #[arg(
         required = true,
@@ -99,7 +109,7 @@ pub struct SubmitArgs {
 #[derive(Debug, Subcommand)]
 pub enum JobCommand {
     /// Dispatch a command; prints the job id (with --wait, follows it instead).
-    Submit(SubmitArgs),
+    Submit(Box<SubmitArgs>),
     /// Show a job.
     Get { id: Uuid },
     /// Cancel a job; a running command is killed by its runner at its next heartbeat.
@@ -132,7 +142,7 @@ pub enum JobCommand {
 pub async fn run(conn: &Conn, command: JobCommand) -> anyhow::Result<i32> {
     let client = conn.client()?;
     match command {
-        JobCommand::Submit(args) => submit(&client, conn.json, args).await,
+        JobCommand::Submit(args) => submit(&client, conn.json, *args).await,
         JobCommand::Get { id } => {
             let job = client.job(id).await?;
             if conn.json {
@@ -204,6 +214,23 @@ pub async fn run(conn: &Conn, command: JobCommand) -> anyhow::Result<i32> {
     }
 }
 
+/// `REPOSITORY@SHA` as a git source; the last `@` separates them (URLs may hold one).
+///
+/// # Errors
+/// No `@`, or an empty side.
+pub fn parse_source(text: &str) -> Result<wire::Source, String> {
+    match text.rsplit_once('@') {
+        Some((repo, sha)) if !repo.is_empty() && !sha.is_empty() => Ok(wire::Source {
+            provider: "git".into(),
+            repository: repo.to_owned(),
+            commit_sha: sha.to_owned(),
+            git_ref: None,
+            credential_secret: None,
+        }),
+        _ => Err("expected REPOSITORY_URL@COMMIT_SHA".into()),
+    }
+}
+
 fn payload(args: &SubmitArgs) -> anyhow::Result<Value> {
     let mut env = BTreeMap::new();
     for pair in &args.env {
@@ -235,6 +262,14 @@ async fn submit(client: &Client, json_out: bool, args: SubmitArgs) -> anyhow::Re
     }
     req.priority = args.priority;
     req.max_attempts = args.max_attempts;
+    if !args.secrets.is_empty() {
+        req.secrets = Some(args.secrets.clone());
+    }
+    if let Some(text) = &args.source {
+        let mut source = parse_source(text).map_err(|e| anyhow::anyhow!("--source: {e}"))?;
+        source.credential_secret = args.source_credential.clone();
+        req.source = Some(serde_json::to_value(source)?);
+    }
     let job = match &args.idempotency_key {
         Some(key) => client.dispatch_idempotent(&req, key).await?.1,
         None => client.dispatch(&req).await?,

@@ -1,4 +1,5 @@
-//! The command line for people and scripts: `leasehold job|runners|join-code|pool|preflight`
+//! The command line for people and scripts:
+//! `leasehold job|runners|join-code|pool|preflight|secrets`
 //! and `leasehold runner connect|run`.
 //!
 //! It speaks only the public contract through [`crate::client`]. Output is for people by
@@ -9,6 +10,7 @@
 pub mod jobs;
 pub mod operators;
 pub mod runner;
+pub mod secrets;
 
 use std::fmt::Write as _;
 
@@ -85,6 +87,16 @@ pub enum Command {
         /// A capability the job needs (repeatable).
         #[arg(long = "require", value_name = "CAP")]
         require: Vec<String>,
+        /// The job's source, `REPOSITORY_URL@COMMIT_SHA`: is a runner approved for it?
+        #[arg(long, value_name = "REPO@SHA")]
+        source: Option<String>,
+    },
+    /// Workspace secrets that jobs receive as environment variables.
+    Secrets {
+        #[command(flatten)]
+        conn: Conn,
+        #[command(subcommand)]
+        command: secrets::SecretsCommand,
     },
     /// Enrol this machine as a runner, and run it.
     Runner {
@@ -107,7 +119,9 @@ pub async fn run(command: Command) -> anyhow::Result<i32> {
             conn,
             target,
             require,
-        } => operators::preflight(&conn, &target, require).await,
+            source,
+        } => operators::preflight(&conn, &target, require, source).await,
+        Command::Secrets { conn, command } => secrets::run(&conn, command).await,
         Command::Runner { command } => runner::run(command).await,
     }
 }

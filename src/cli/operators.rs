@@ -25,6 +25,12 @@ pub enum RunnersCommand {
         #[arg(long)]
         workspace: bool,
     },
+    /// The repository targets a runner advertised, and their status.
+    Targets { id: Uuid },
+    /// Approve a runner's repository target: jobs with that source may run there.
+    Approve { id: Uuid, target: Uuid },
+    /// Revoke a runner's repository target: no new job with that source runs there.
+    RevokeTarget { id: Uuid, target: Uuid },
 }
 
 #[derive(Debug, Subcommand)]
@@ -73,8 +79,20 @@ pub async fn runners(conn: &Conn, command: RunnersCommand) -> anyhow::Result<i32
                         format!("{}/{}", r.active_leases, r.capacity),
                         if r.capabilities.is_empty() {
                             "-".into()
-                        } else {
+                        } else if r.exclusive.is_empty() {
                             r.capabilities.join(",")
+                        } else {
+                            format!(
+                                "{} (only jobs requiring {})",
+                                r.capabilities.join(","),
+                                r.exclusive.join(",")
+                            )
+                        },
+                        match (&r.version, r.outdated) {
+                            (Some(v), true) => format!("{v} (outdated)"),
+                            (None, true) => "- (outdated)".into(),
+                            (Some(v), false) => v.clone(),
+                            (None, false) => "-".into(),
                         },
                         when(r.last_seen_at),
                     ]
@@ -88,10 +106,31 @@ pub async fn runners(conn: &Conn, command: RunnersCommand) -> anyhow::Result<i32
                     "PRESENCE",
                     "LEASES",
                     "CAPABILITIES",
+                    "VERSION",
                     "LAST SEEN",
                 ],
                 &rows,
             );
+            Ok(0)
+        }
+        RunnersCommand::Targets { id } => {
+            let runner = client
+                .runners(Tier::Workspace)
+                .await?
+                .into_iter()
+                .find(|r| r.id == id)
+                .ok_or_else(|| anyhow::anyhow!("no runner {id} in this workspace"))?;
+            print_targets(conn, &runner);
+            Ok(0)
+        }
+        RunnersCommand::Approve { id, target } => {
+            let runner = client.set_repo_target(id, target, true).await?;
+            print_targets(conn, &runner);
+            Ok(0)
+        }
+        RunnersCommand::RevokeTarget { id, target } => {
+            let runner = client.set_repo_target(id, target, false).await?;
+            print_targets(conn, &runner);
             Ok(0)
         }
         RunnersCommand::Revoke { id, workspace } => {
@@ -104,6 +143,30 @@ pub async fn runners(conn: &Conn, command: RunnersCommand) -> anyhow::Result<i32
             Ok(0)
         }
     }
+}
+
+fn print_targets(conn: &Conn, runner: &wire::Runner) {
+    if conn.json {
+        print_json(runner);
+        return;
+    }
+    let rows: Vec<Vec<String>> = runner
+        .repo_targets
+        .iter()
+        .map(|t| {
+            vec![
+                t.id.to_string(),
+                t.status.clone(),
+                t.provider.clone(),
+                t.repository.clone(),
+                t.label.clone().unwrap_or_else(|| "-".into()),
+            ]
+        })
+        .collect();
+    print_table(
+        &["TARGET", "STATUS", "PROVIDER", "REPOSITORY", "LABEL"],
+        &rows,
+    );
 }
 
 /// # Errors
@@ -167,12 +230,19 @@ pub async fn preflight(
     conn: &Conn,
     target: &TargetArgs,
     require: Vec<String>,
+    source: Option<String>,
 ) -> anyhow::Result<i32> {
+    let source = source
+        .map(|s| super::jobs::parse_source(&s).map_err(|e| anyhow::anyhow!("--source: {e}")))
+        .transpose()?
+        .map(serde_json::to_value)
+        .transpose()?;
     let report = conn
         .client()?
         .preflight(&wire::Preflight {
             target: target.target(),
             required_capabilities: (!require.is_empty()).then_some(require),
+            source,
         })
         .await?;
     if conn.json {

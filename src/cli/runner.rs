@@ -49,6 +49,13 @@ pub enum RunnerCommand {
         /// A capability this runner advertises, e.g. `linux` or `docker` (repeatable).
         #[arg(long = "capability", value_name = "CAP")]
         capabilities: Vec<String>,
+        /// A git repository URL this runner offers to build (repeatable); an operator approves it.
+        #[arg(long = "repo-target", value_name = "URL")]
+        repo_targets: Vec<String>,
+        /// A canary capability (repeatable): this runner then takes only jobs that require
+        /// every one of them.
+        #[arg(long = "exclusive", value_name = "CAP")]
+        exclusive: Vec<String>,
         /// Where to write the credentials.
         #[arg(long, value_name = "PATH")]
         config: Option<PathBuf>,
@@ -82,6 +89,14 @@ pub enum RunnerCommand {
         /// Longest wait of one lease long-poll.
         #[arg(long, value_name = "MS", default_value_t = 30_000, hide = true)]
         poll_wait_ms: u64,
+        /// A git repository URL this runner offers to build (repeatable); an operator approves
+        /// it before jobs with that source come here.
+        #[arg(long = "repo-target", value_name = "URL")]
+        repo_targets: Vec<String>,
+        /// A host (`name` or `name:port`) a job's git credential may be sent to (repeatable);
+        /// credentials for other hosts are withheld.
+        #[arg(long = "git-credential-host", value_name = "HOST")]
+        git_credential_hosts: Vec<String>,
     },
 }
 
@@ -141,6 +156,8 @@ pub async fn run(command: RunnerCommand) -> anyhow::Result<i32> {
             label,
             capacity,
             capabilities,
+            repo_targets,
+            exclusive,
             config,
         } => {
             let path = config_path(config);
@@ -148,9 +165,16 @@ pub async fn run(command: RunnerCommand) -> anyhow::Result<i32> {
                 code,
                 label: label.unwrap_or_else(hostname),
                 os: Some(std::env::consts::OS.to_owned()),
-                version: Some(env!("CARGO_PKG_VERSION").to_owned()),
+                version: Some(runner::VERSION.to_owned()),
                 capabilities: Some(capabilities),
+                exclusive: Some(exclusive),
                 capacity: Some(capacity),
+                repo_targets: (!repo_targets.is_empty()).then(|| {
+                    repo_targets
+                        .iter()
+                        .map(wire::AdvertisedTarget::git)
+                        .collect()
+                }),
             };
             let cfg = runner::enroll(&servers, &req).await?;
             cfg.save(&path)?;
@@ -178,6 +202,8 @@ pub async fn run(command: RunnerCommand) -> anyhow::Result<i32> {
             work_dir,
             capacity,
             poll_wait_ms,
+            repo_targets,
+            git_credential_hosts,
         } => {
             let path = config_path(config);
             let cfg = RunnerConfig::load(&path)?;
@@ -217,6 +243,8 @@ pub async fn run(command: RunnerCommand) -> anyhow::Result<i32> {
             opts.drain_timeout = Duration::from_secs_f64(drain_timeout);
             opts.capacity = capacity;
             opts.poll_wait = Duration::from_millis(poll_wait_ms);
+            opts.repo_targets = repo_targets;
+            opts.git_credential_hosts = git_credential_hosts;
             let stopper = Stopper::new();
             escalate_on_signals(stopper.clone())?;
             runner::run(opts, stopper).await?;

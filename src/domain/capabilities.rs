@@ -49,6 +49,19 @@ impl Vocabulary {
             .collect()
     }
 
+    /// What a runner advertises with an exclusive (canary) set: both filtered as advertised
+    /// names are, and every exclusive name also an advertised capability.
+    pub fn advertised_with_exclusive(
+        &self,
+        capabilities: &[String],
+        exclusive: &[String],
+    ) -> (Vec<String>, Vec<String>) {
+        let exclusive = self.advertised(exclusive);
+        let mut all = capabilities.to_vec();
+        all.extend(exclusive.iter().cloned());
+        (self.advertised(&all), exclusive)
+    }
+
     /// What a job requires: sorted, de-duplicated, or the first bad name as the error.
     ///
     /// # Errors
@@ -95,5 +108,10 @@ mod tests {
         assert_eq!(vocab.advertised(&v(&["linux", "gpu"])), v(&["linux"]));
         assert_eq!(vocab.required(&v(&["gpu"])), Err("gpu".to_string()));
         assert_eq!(vocab.required(&v(&["docker"])), Ok(v(&["docker"])));
+        assert_eq!(
+            vocab.advertised_with_exclusive(&v(&["docker"]), &v(&["linux", "gpu"])),
+            (v(&["docker", "linux"]), v(&["linux"])),
+            "an exclusive name the vocabulary drops is dropped from both"
+        );
     }
 }

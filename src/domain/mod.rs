@@ -1,8 +1,10 @@
 //! Pure rules of leasehold, with no I/O: credentials, owners and tenancy, capability names,
-//! job states and the records the store hands back.
+//! job states, runner versions, sealing of secrets and the records the store hands back.
 
 pub mod capabilities;
 pub mod credentials;
 pub mod owner;
 pub mod records;
+pub mod sealing;
 pub mod state;
+pub mod version;

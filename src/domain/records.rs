@@ -52,6 +52,30 @@ pub struct Runner {
     pub created_at: DateTime<Utc>,
     pub approved_by: String,
     pub ephemeral: bool,
+    /// Its version is below the minimum (or absent, or not semver) while one is set.
+    pub outdated: bool,
+    /// Canary names: it takes only jobs requiring all of them.
+    pub exclusive: Vec<String>,
+    pub repo_targets: Vec<RepoTarget>,
+}
+
+/// A repository a runner advertised, and whether an operator approved it for that runner.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RepoTarget {
+    pub id: Uuid,
+    pub provider: String,
+    pub repository: String,
+    pub label: Option<String>,
+    /// `pending`, `approved` or `revoked`.
+    pub status: String,
+}
+
+/// A secret as listed: never its value.
+#[derive(Debug, Clone)]
+pub struct SecretInfo {
+    pub name: String,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
 }
 
 /// A job row.

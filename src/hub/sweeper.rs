@@ -1,5 +1,7 @@
 //! Maintenance that every replica runs: lapsed leases back to parked (or failed `lease_lost`),
-//! `no_runner` and `queue_timeout` rejections, dead join codes, stale ephemeral runners.
+//! `no_runner` and `queue_timeout` rejections, dead join codes, stale ephemeral runners, and
+//! runners past the dormancy ceiling. At start it re-judges every runner's version against this
+//! replica's minimum, so a changed `LEASEHOLD_MIN_RUNNER_VERSION` takes effect everywhere.
 //!
 //! Idempotent and concurrent: each statement works in small batches with
 //! `FOR UPDATE SKIP LOCKED`, so any number of replicas sweep at once without a leader.
@@ -10,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::Hub;
 use crate::domain::state::JobState;
+use crate::domain::version;
 use crate::store::Result;
 
 /// Rows per statement; a full batch is followed at once by another.
@@ -17,6 +20,16 @@ const BATCH: i64 = 500;
 
 /// Run until `cancel` fires.
 pub async fn run(hub: Arc<Hub>, cancel: CancellationToken) {
+    let min = hub.config.min_runner_version.clone();
+    match hub
+        .store
+        .rejudge_versions(|v| version::is_outdated(v, min.as_ref()))
+        .await
+    {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(changed = n, "runner versions re-judged against the minimum"),
+        Err(e) => tracing::warn!(error = %e, "could not re-judge runner versions"),
+    }
     let mut tick = tokio::time::interval(hub.config.sweep_interval());
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -79,6 +92,11 @@ pub async fn sweep_once(hub: &Hub) -> Result<()> {
         .sweep_ephemeral_runners(BATCH, hub.config.ephemeral_purge_ms as i64)
         .await?;
     hub.metrics.sweep_batch("ephemeral_runners");
+    hub.after_moves(&moved);
+    // One batch of runners per sweep: a backlog drains over the next ticks.
+    let moved = store
+        .sweep_dormant_runners(BATCH, hub.config.dormancy_ceiling_ms as i64)
+        .await?;
     hub.after_moves(&moved);
     Ok(())
 }

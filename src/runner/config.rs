@@ -31,6 +31,9 @@ pub struct RunnerConfig {
     pub capacity: i64,
     /// Capability names this runner advertises.
     pub capabilities: Vec<String>,
+    /// Canary names: only jobs requiring all of them come here (also in `capabilities`).
+    #[serde(default)]
+    pub exclusive: Vec<String>,
     /// An ephemeral runner takes one job and its token dies once that job settles.
     pub ephemeral: bool,
 }
@@ -46,6 +49,7 @@ impl fmt::Debug for RunnerConfig {
             .field("workspace", &self.workspace)
             .field("capacity", &self.capacity)
             .field("capabilities", &self.capabilities)
+            .field("exclusive", &self.exclusive)
             .field("ephemeral", &self.ephemeral)
             .finish()
     }
@@ -135,6 +139,7 @@ mod tests {
             workspace: "acme".into(),
             capacity: 2,
             capabilities: vec!["linux".into()],
+            exclusive: Vec::new(),
             ephemeral: false,
         }
     }

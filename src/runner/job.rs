@@ -7,7 +7,9 @@
 //! more is reported: the fence would refuse it, and the job belongs to someone else now. A
 //! payload the runner cannot understand is reported with `fail`; anything that ran (or could
 //! not start) with `complete`. On release (draining past its deadline) the command is killed
-//! and the lease handed back with `release`, so another runner takes the job at once.
+//! and the lease handed back with `release`, so another runner takes the job at once. A job's
+//! secrets reach only its command's environment and are masked in its output; a job with a
+//! source runs only in a checkout of exactly its commit, or fails.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -131,7 +133,54 @@ async fn run_tracked(
         }
     };
 
-    let out = Output::new();
+    // Every secret value, and a credential, is masked in what the job streams.
+    let out = Output::masking(
+        job.secrets.0.values().map(String::as_str).chain(
+            job.source
+                .iter()
+                .filter_map(|s| s.credential.as_ref().map(|c| c.0.as_str())),
+        ),
+    );
+    if let Some(source) = &job.source {
+        let fetched = tokio::select! {
+            r = super::source::materialise(source, &dir.work, &dir.home, &shared.git_credential_hosts) => Some(r),
+            _ = lost.cancelled() => None,
+        };
+        match fetched {
+            None => {
+                dir.remove().await;
+                return JobEnd::Lost;
+            }
+            Some(Ok(())) => {
+                tracing::info!(job = %job.id, commit = %source.commit_sha, "source checked out");
+                if let Some(u) = shared.work.job_user() {
+                    let (work, uid, gid) = (dir.work.clone(), u.uid, u.gid);
+                    let handed = tokio::task::spawn_blocking(move || {
+                        super::source::hand_to(&work, uid, gid)
+                    })
+                    .await;
+                    if !matches!(handed, Ok(Ok(()))) {
+                        tracing::error!(job = %job.id, "cannot hand the checkout to the job's user; releasing the job");
+                        dir.remove().await;
+                        release(&servers, &job).await;
+                        return JobEnd::Released;
+                    }
+                }
+            }
+            Some(Err(message)) => {
+                // Never run anywhere but at the job's commit: the job fails, nothing falls back.
+                tracing::warn!(job = %job.id, commit = %source.commit_sha, "cannot check out the job's commit; reporting failure");
+                dir.remove().await;
+                let message = format!("source: {message}");
+                return report(&servers, lost, job.id, |c| {
+                    let message = message.clone();
+                    async move { c.fail(job.id, job.epoch, &message).await }
+                })
+                .await
+                .map_or(JobEnd::Unreported, |_| JobEnd::Failed);
+            }
+        }
+    }
     let shipped = CancellationToken::new();
     let shipper = AbortOnDropHandle::new(tokio::spawn({
         let (out, servers, shipped, lost) =
@@ -158,7 +207,8 @@ async fn run_tracked(
             }
         };
         let _watch = AbortOnDropHandle::new(tokio::spawn(stop_on));
-        let mut job_env = BTreeMap::new();
+        // Secrets first, so none can pose as one of the runner's own variables.
+        let mut job_env: BTreeMap<String, String> = job.secrets.0.clone();
         job_env.insert("LEASEHOLD_JOB_ID".to_owned(), job.id.to_string());
         job_env.insert("LEASEHOLD_ATTEMPT".to_owned(), job.attempt.to_string());
         job_env.insert("LEASEHOLD_WORKSPACE".to_owned(), job.workspace.clone());

@@ -12,6 +12,8 @@
 //! - [`job`]: one job from lease to report: heartbeat, output, result, release.
 //! - [`executor`]: runs a command in its own process group and classifies how it ended.
 //! - [`output`]: output lines to batched job events, bounded; the result's tails.
+//! - [`sandbox`]: direct execution or bubblewrap.
+//! - [`source`]: a job's repository commit, checked out exactly.
 //! - [`sandbox`]: direct execution or bubblewrap; the job's environment allow-list.
 //! - [`contain`]: nothing a job started outlives it (the sweep, the subreaper).
 //! - [`workdir`]: one locked directory per runner, one fresh directory per job.
@@ -31,6 +33,7 @@ pub mod output;
 pub mod payload;
 pub mod sandbox;
 pub mod servers;
+pub mod source;
 pub mod workdir;
 
 use std::collections::HashMap;
@@ -72,6 +75,11 @@ pub struct Options {
     pub capacity: Option<i64>,
     /// `wait_ms` of each lease long-poll.
     pub poll_wait: Duration,
+    /// Repository URLs this runner offers to build (`--repo-target`), advertised as git
+    /// targets for an operator to approve.
+    pub repo_targets: Vec<String>,
+    /// Hosts a job's git credential may be sent to (`--git-credential-host`).
+    pub git_credential_hosts: Vec<String>,
     /// Run jobs as this other, unprivileged user (the runner must be root): they cannot read
     /// the runner's files, its token included.
     pub job_user: Option<workdir::JobUser>,
@@ -92,6 +100,8 @@ impl Options {
             drain_timeout: Duration::from_secs(600),
             capacity: None,
             poll_wait: Duration::from_secs(30),
+            repo_targets: Vec::new(),
+            git_credential_hosts: Vec::new(),
             subreaper: false,
             job_user: None,
         }
@@ -132,6 +142,7 @@ pub struct Shared {
     /// A cgroup per job, where cgroup v2 is writable.
     pub(crate) cgroups: Option<contain::Cgroups>,
     pub(crate) runner_id: Uuid,
+    pub(crate) git_credential_hosts: Vec<String>,
     /// Jobs held now: epoch, and the token that stops the job when the service takes it back.
     running: Mutex<HashMap<Uuid, (i64, CancellationToken)>>,
 }
@@ -193,12 +204,25 @@ impl Summary {
     }
 }
 
+/// The version this runner reports on every heartbeat and lease call.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// How long a runner the service calls outdated waits before asking for a lease again.
+const OUTDATED_PAUSE: Duration = Duration::from_secs(60);
+
 fn heartbeat_body(opts: &Options, capacity: i64) -> wire::RunnerHeartbeat {
     wire::RunnerHeartbeat {
-        version: Some(env!("CARGO_PKG_VERSION").to_owned()),
+        version: Some(VERSION.to_owned()),
         capabilities: Some(opts.config.capabilities.clone()),
+        exclusive: Some(opts.config.exclusive.clone()),
         capacity: Some(capacity),
         running: None,
+        repo_targets: Some(
+            opts.repo_targets
+                .iter()
+                .map(wire::AdvertisedTarget::git)
+                .collect(),
+        ),
     }
 }
 
@@ -210,6 +234,7 @@ async fn runner_heartbeat(shared: Arc<Shared>) {
     loop {
         tick.tick().await;
         let body = wire::RunnerHeartbeat {
+            version: Some(VERSION.to_owned()),
             running: Some(shared.held()),
             ..Default::default()
         };
@@ -358,6 +383,7 @@ pub async fn run(opts: Options, stopper: Stopper) -> anyhow::Result<Summary> {
         sandbox,
         cgroups,
         runner_id: config.runner_id,
+        git_credential_hosts: opts.git_credential_hosts.clone(),
         running: Mutex::new(HashMap::new()),
     });
     let _presence = AbortOnDropHandle::new(tokio::spawn(runner_heartbeat(shared.clone())));
@@ -400,6 +426,9 @@ pub async fn run(opts: Options, stopper: Stopper) -> anyhow::Result<Summary> {
             continue;
         }
         let req = wire::Lease {
+            version: Some(VERSION.to_owned()),
+            repo_targets: None,
+            exclusive: None,
             wait_ms: Some(poll_wait_ms),
             max_jobs: Some(if once { 1 } else { free }),
             capabilities: None,
@@ -432,6 +461,17 @@ pub async fn run(opts: Options, stopper: Stopper) -> anyhow::Result<Summary> {
                 break Err(anyhow::anyhow!(
                     "the service refused this runner's token (revoked?); stopping"
                 ));
+            }
+            Err(CallError::Api(e)) if e.code() == Some("runner_outdated") => {
+                // Running jobs keep heartbeating and report as usual; no new lease until the
+                // runner is upgraded (or the minimum lowered).
+                if let crate::client::ClientError::Api { message, .. } = &e {
+                    tracing::error!(version = VERSION, running = jobs.len(), "{message}");
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(OUTDATED_PAUSE) => {}
+                    _ = stopper.drain.cancelled() => {}
+                }
             }
             Err(e) => {
                 let pause = servers::backoff(failures);
@@ -494,6 +534,7 @@ pub async fn enroll(servers_urls: &[String], req: &wire::Enroll) -> anyhow::Resu
         workspace: created.runner.workspace,
         capacity: i64::from(created.runner.capacity),
         capabilities: created.runner.capabilities,
+        exclusive: created.runner.exclusive,
         ephemeral: created.runner.ephemeral,
     })
 }

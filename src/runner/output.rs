@@ -9,7 +9,10 @@
 //! `output.dropped` event says how many. Every event's data fits the contract's 64 KiB
 //! serialised (chunks are cut on character boundaries by their escaped size). Chunks keep the
 //! order in which the runner read them, across both streams, and their concatenation per
-//! stream is exactly what the command wrote (invalid UTF-8 replaced by U+FFFD).
+//! stream is exactly what the command wrote (invalid UTF-8 replaced by U+FFFD), except that
+//! every value the job was given as a secret, and its base64 forms, reads `***`: lines are
+//! masked as they are queued (a value inside a run of more than [`MAX_LINE_BYTES`] without a
+//! newline may be cut and not seen whole), and tails as they are read.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -141,7 +144,12 @@ pub struct Output {
     /// Bytes read from the command's pipes so far.
     read: AtomicU64,
     wake: Notify,
+    /// Texts replaced by [`MASK`], longest first.
+    masks: Vec<String>,
 }
+
+/// What stands in for a secret in output.
+pub const MASK: &str = "***";
 
 impl Default for Output {
     fn default() -> Self {
@@ -151,6 +159,7 @@ impl Default for Output {
             waiting: AtomicUsize::new(0),
             read: AtomicU64::new(0),
             wake: Notify::new(),
+            masks: Vec::new(),
         }
     }
 }
@@ -158,6 +167,39 @@ impl Default for Output {
 impl Output {
     pub fn new() -> Arc<Self> {
         Arc::new(Self::default())
+    }
+
+    /// A buffer that masks each of `secrets`, and its standard and URL-safe base64 forms (with
+    /// and without padding), wherever they appear.
+    pub fn masking<'a>(secrets: impl IntoIterator<Item = &'a str>) -> Arc<Self> {
+        use base64::engine::general_purpose::{
+            STANDARD, STANDARD_NO_PAD, URL_SAFE, URL_SAFE_NO_PAD,
+        };
+        use base64::Engine;
+        let mut masks: Vec<String> = Vec::new();
+        for s in secrets.into_iter().filter(|s| !s.is_empty()) {
+            masks.push(s.to_owned());
+            for engine in [STANDARD, STANDARD_NO_PAD, URL_SAFE, URL_SAFE_NO_PAD] {
+                masks.push(engine.encode(s));
+            }
+        }
+        masks.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
+        masks.dedup();
+        Arc::new(Self {
+            masks,
+            ..Self::default()
+        })
+    }
+
+    /// `text` with every mask replaced.
+    fn mask(&self, text: String) -> String {
+        let mut text = text;
+        for m in &self.masks {
+            if text.contains(m.as_str()) {
+                text = text.replace(m.as_str(), MASK);
+            }
+        }
+        text
     }
 
     /// Queue `bytes` the command wrote to `stream`, waiting for room while the buffer is full.
@@ -176,7 +218,7 @@ impl Output {
         if bytes.is_empty() {
             return;
         }
-        let text = String::from_utf8_lossy(bytes);
+        let text = self.mask(String::from_utf8_lossy(bytes).into_owned());
         let need = cost(&text).min(MAX_PENDING);
         self.waiting.fetch_add(1, Ordering::SeqCst);
         let permits = self
@@ -208,7 +250,7 @@ impl Output {
     /// A line from the runner itself about the job, shown with the command's own output.
     /// It never waits: a note may exceed the buffer's bound by its own few bytes.
     pub fn note(&self, stream: Stream, text: &str) {
-        let text = format!("{text}\n");
+        let text = self.mask(format!("{text}\n"));
         self.push_tail(stream, text.as_bytes());
         self.pending
             .lock()
@@ -219,13 +261,15 @@ impl Output {
     /// The last [`TAIL_BYTES`] of a stream, as text (invalid UTF-8 replaced).
     pub fn tail(&self, stream: Stream) -> String {
         let p = self.pending.lock().expect("output lock");
-        let t = &p.tails[stream as usize];
-        let mut start = t.len().saturating_sub(TAIL_BYTES);
+        // Mask the whole kept buffer before cutting, so a secret near the cut is still seen.
+        let text = self.mask(String::from_utf8_lossy(&p.tails[stream as usize]).into_owned());
+        drop(p);
+        let mut start = text.len().saturating_sub(TAIL_BYTES);
         // Do not begin in the middle of a character.
-        while start < t.len() && start > 0 && (t[start] & 0xC0) == 0x80 && t.len() - start > 1 {
+        while !text.is_char_boundary(start) {
             start += 1;
         }
-        String::from_utf8_lossy(&t[start..]).into_owned()
+        text[start..].to_owned()
     }
 
     /// True while a reader waits for the shipper: the command is held back, not silent.
@@ -509,6 +553,24 @@ mod tests {
         assert!(
             dropped.len() <= 2,
             "announced when it starts and at the end"
+        );
+    }
+
+    #[tokio::test]
+    async fn secrets_and_their_base64_forms_are_masked_in_chunks_and_tails() {
+        use base64::Engine;
+        let b64 = base64::engine::general_purpose::STANDARD.encode("s3cr3t?");
+        let out = Output::masking(["s3cr3t?"]);
+        let input = format!("token=s3cr3t? encoded={b64}\nplain\n");
+        pump(input.as_bytes(), Stream::Stdout, out.clone()).await;
+        out.note(Stream::Stdout, "leasehold: s3cr3t?");
+        assert_eq!(
+            text_of(&out.take_batch(true)),
+            "token=*** encoded=***\nplain\nleasehold: ***\n"
+        );
+        assert_eq!(
+            out.tail(Stream::Stdout),
+            "token=*** encoded=***\nplain\nleasehold: ***\n"
         );
     }
 

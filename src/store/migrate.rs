@@ -24,6 +24,8 @@ migrations! {
     1 => "0001_schema.sql",
     2 => "0002_hot_path.sql",
     9 => "0009_traceparent.sql",
+    4 => "0004_secrets.sql",
+    5 => "0005_placement.sql",
 }
 
 /// Apply every pending migration.

@@ -22,9 +22,11 @@ pub mod keys;
 pub mod lease;
 pub mod listener;
 pub mod migrate;
+mod placement;
 pub mod pool;
 pub mod rows;
 pub mod runners;
+mod secrets;
 pub mod sql;
 pub mod sweep;
 
@@ -41,6 +43,7 @@ pub use depth::JobDepth;
 pub use error::{At, StoreError};
 pub use jobs::{FenceMiss, NewJob, Report};
 pub use lease::LeaseOutcome;
+pub use placement::{AdvertisedTargets, LeaseCaller};
 pub use runners::NewRunner;
 
 use crate::domain::records::Job;

@@ -7,6 +7,21 @@ use super::{sql, Result, Store};
 use crate::domain::records::PoolCounts;
 
 /// Queues a replica has waiters on, for [`Store::parked_queues`].
+/// What preflight counts over a target's runners.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PreflightCounts {
+    /// Advertising every required capability, requiring no exclusive name the job does not.
+    pub matching: i64,
+    /// Of those, not outdated.
+    pub current: i64,
+    /// Of those matching, holding an approved target for the source (all, without a source).
+    pub sourced: i64,
+    /// Current and sourced: they could take the job.
+    pub usable: i64,
+    /// Usable and online.
+    pub online: i64,
+}
+
 #[derive(Debug, Default, Clone)]
 pub struct WaitedQueues {
     /// Pool queues: (workspace, owner).
@@ -55,8 +70,9 @@ impl Store {
         })
     }
 
-    /// (matching, online matching) runners of a target in `workspace` for the required
-    /// capabilities; `any` counts the workspace's runners beside the owner's.
+    /// Runners of a target in `workspace` that could take a job with these requirements;
+    /// `any` counts the workspace's runners beside the owner's; `source_key` is the job's
+    /// `provider repository`, if it has a source.
     pub async fn preflight(
         &self,
         workspace: &str,
@@ -64,7 +80,8 @@ impl Store {
         runner_id: Option<Uuid>,
         any: bool,
         required: &[String],
-    ) -> Result<(i64, i64)> {
+        source_key: Option<&str>,
+    ) -> Result<PreflightCounts> {
         let rows = self
             .query(
                 sql::PREFLIGHT_RUNNERS,
@@ -75,10 +92,18 @@ impl Store {
                     &self.presence_window_ms,
                     &workspace,
                     &any,
+                    &source_key,
                 ],
             )
             .await?;
-        Ok((rows[0].get("matching"), rows[0].get("online")))
+        let r = &rows[0];
+        Ok(PreflightCounts {
+            matching: r.get("matching"),
+            current: r.get("current"),
+            sourced: r.get("sourced"),
+            usable: r.get("usable"),
+            online: r.get("online"),
+        })
     }
 
     /// Of the given queues, those with a parked job.

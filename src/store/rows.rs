@@ -115,6 +115,9 @@ pub fn runner(r: &Row) -> Runner {
         created_at: r.get("created_at"),
         approved_by: r.get("approved_by"),
         ephemeral: r.get("ephemeral"),
+        outdated: r.get("outdated"),
+        exclusive: r.get("exclusive"),
+        repo_targets: super::placement::repo_targets(&r.get("repo_targets")),
     }
 }
 

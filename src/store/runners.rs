@@ -24,6 +24,10 @@ pub struct NewRunner {
     pub ephemeral: bool,
     /// Enrolment counts as being seen; pairing by key does not.
     pub seen: bool,
+    /// Its version is outdated against the replica's minimum.
+    pub outdated: bool,
+    /// Canary names (also in `capabilities`).
+    pub exclusive: Vec<String>,
 }
 
 impl NewRunner {
@@ -31,7 +35,7 @@ impl NewRunner {
     fn params<'a>(
         &'a self,
         presence_window_ms: &'a i64,
-    ) -> [&'a (dyn tokio_postgres::types::ToSql + Sync); 13] {
+    ) -> [&'a (dyn tokio_postgres::types::ToSql + Sync); 15] {
         [
             &self.id,
             &self.owner,
@@ -46,6 +50,8 @@ impl NewRunner {
             &self.ephemeral,
             &self.seen,
             presence_window_ms,
+            &self.outdated,
+            &self.exclusive,
         ]
     }
 }
@@ -154,7 +160,9 @@ impl Store {
         id: Uuid,
         version: Option<&str>,
         capabilities: Option<&[String]>,
+        exclusive: Option<&[String]>,
         capacity: Option<i32>,
+        outdated: bool,
     ) -> Result<Option<Runner>> {
         Ok(self
             .query_opt(
@@ -165,6 +173,8 @@ impl Store {
                     &capabilities,
                     &capacity,
                     &self.presence_window_ms,
+                    &outdated,
+                    &exclusive,
                 ],
             )
             .await?

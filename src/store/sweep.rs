@@ -1,10 +1,9 @@
 //! Maintenance statements: lapsed leases, no-runner and queue-timeout rejections, dead join
-//! codes, stale ephemeral runners. Each works on a batch with `FOR UPDATE SKIP LOCKED`, so any
+//! codes, stale ephemeral runners (runners past the dormancy ceiling: [`super::placement`]).
+//! Each works on a batch with `FOR UPDATE SKIP LOCKED`, so any
 //! number of replicas may run them at once; each returns the jobs it moved, for wake-ups.
 
-use uuid::Uuid;
-
-use super::{rows, sql, At, Params, Result, Store};
+use super::{rows, sql, Params, Result, Store};
 use crate::domain::records::Moved;
 
 impl Store {
@@ -35,32 +34,7 @@ impl Store {
 
     /// Purge ephemeral runners unseen for `unseen_ms`, re-parking or rejecting their jobs.
     pub async fn sweep_ephemeral_runners(&self, batch: i64, unseen_ms: i64) -> Result<Vec<Moved>> {
-        let mut client = self.client().await?;
-        self.count(3);
-        let tx = client.transaction().await?;
-        let purge = tx
-            .prepare_cached(sql::SWEEP_EPHEMERAL_RUNNERS)
+        self.reap_runners(sql::SWEEP_EPHEMERAL_RUNNERS, batch, unseen_ms)
             .await
-            .at(sql::SWEEP_EPHEMERAL_RUNNERS)?;
-        let ids: Vec<Uuid> = tx
-            .query(&purge, &[&batch, &unseen_ms])
-            .await
-            .at(sql::SWEEP_EPHEMERAL_RUNNERS)?
-            .iter()
-            .map(|r| r.get(0))
-            .collect();
-        let jobs = tx
-            .prepare_cached(sql::RUNNER_REVOKE_JOBS)
-            .await
-            .at(sql::RUNNER_REVOKE_JOBS)?;
-        let mut out = Vec::new();
-        for id in ids {
-            self.count(1);
-            for row in tx.query(&jobs, &[&id]).await.at(sql::RUNNER_REVOKE_JOBS)? {
-                out.push(rows::moved(&row)?);
-            }
-        }
-        tx.commit().await?;
-        Ok(out)
     }
 }

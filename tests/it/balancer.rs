@@ -362,6 +362,7 @@ async fn haproxy_in_front_of_two_replicas_keeps_clients_apart_holds_long_polls_a
             version: None,
             capabilities: None,
             capacity: Some(1),
+            ..Default::default()
         })
         .send()
         .await

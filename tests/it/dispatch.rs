@@ -287,6 +287,7 @@ async fn pool_and_preflight_report_what_the_caller_could_target() {
     let pre = |caps: &[&str]| wire::Preflight {
         target: personal(),
         required_capabilities: Some(caps.iter().map(|s| s.to_string()).collect()),
+        source: None,
     };
     let report = alice.preflight(&pre(&["docker"])).await.unwrap();
     assert!(!report.ok);

@@ -34,6 +34,7 @@ async fn poll_until_job(r: &Client, within: Duration) -> wire::LeasedJob {
                 wait_ms: Some(2000),
                 max_jobs: Some(1),
                 capabilities: None,
+                ..Default::default()
             })
             .await
             .ok()?;
@@ -151,6 +152,7 @@ async fn kill_9_of_a_replica_during_a_long_poll_and_a_lease_loses_nothing() {
                 wait_ms: Some(30_000),
                 max_jobs: Some(1),
                 capabilities: None,
+                ..Default::default()
             })
             .await
         }
@@ -207,6 +209,7 @@ async fn sigterm_answers_open_long_polls_at_once_and_exits_cleanly() {
                         wait_ms: Some(30_000),
                         max_jobs: Some(1),
                         capabilities: None,
+                        ..Default::default()
                     })
                     .await;
                 (got, Instant::now())

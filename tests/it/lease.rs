@@ -286,6 +286,7 @@ async fn a_named_job_is_rejected_on_a_capability_mismatch_and_a_pool_job_only_sk
             wait_ms: Some(0),
             max_jobs: Some(2),
             capabilities: Some(vec!["docker".into()]),
+            ..Default::default()
         })
         .await
         .unwrap();

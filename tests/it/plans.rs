@@ -14,7 +14,7 @@ use crate::support::{connect, TestApp};
 
 /// Load 200 runners, 500 keys, 20,000 parked jobs of one owner, 5,000 completed and 500
 /// leased, then ANALYZE.
-async fn realistic_table(url: &str) {
+pub async fn realistic_table(url: &str) {
     let db = connect(url).await;
     db.batch_execute(
         "INSERT INTO runners (id, owner, workspace, label, capacity, token_hash, approved_by)
@@ -47,7 +47,7 @@ async fn realistic_table(url: &str) {
     .expect("load a realistic table");
 }
 
-fn assert_plan(name: &str, plan: &str, must: &[&str], never: &[&str]) {
+pub fn assert_plan(name: &str, plan: &str, must: &[&str], never: &[&str]) {
     for m in must {
         assert!(
             plan.contains(m),

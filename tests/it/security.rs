@@ -23,6 +23,7 @@ fn enrol_req(code: &str, label: &str) -> wire::Enroll {
         version: Some("0.1.0".into()),
         capabilities: Some(vec!["linux".into()]),
         capacity: Some(1),
+        ..Default::default()
     }
 }
 
@@ -349,7 +350,8 @@ async fn tenants_never_reach_each_others_objects() {
             globex
                 .preflight(&wire::Preflight {
                     target: named,
-                    required_capabilities: None
+                    required_capabilities: None,
+                    source: None,
                 })
                 .await
         ),

@@ -189,6 +189,7 @@ pub async fn pair(
                 os: Some("linux".into()),
                 capabilities: Some(capabilities.iter().map(|s| s.to_string()).collect()),
                 capacity: Some(capacity),
+                ..Default::default()
             },
         )
         .await
@@ -228,6 +229,7 @@ pub async fn lease(runner: &Client, wait_ms: i64, max_jobs: i64) -> Vec<wire::Le
             wait_ms: Some(wait_ms),
             max_jobs: Some(max_jobs),
             capabilities: None,
+            ..Default::default()
         })
         .await
         .expect("lease")

@@ -58,6 +58,7 @@ async fn a_personal_runner_serves_its_owner_only_in_its_own_workspace() {
         .preflight(&wire::Preflight {
             target: personal(),
             required_capabilities: None,
+            source: None,
         })
         .await
         .unwrap();

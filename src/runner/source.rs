@@ -1,0 +1,280 @@
+//! A job's repository source: exactly `commit_sha` of `repository`, checked out fresh in the
+//! job's work directory before the command runs there.
+//!
+//! Invariants: the checkout is `git init`, a fetch of that one commit, a detached checkout of
+//! it, and a check that `HEAD` is it; anything else fails the job, and nothing ever falls back
+//! to another commit, branch or checkout. A credential reaches git only through in-memory
+//! configuration (`GIT_CONFIG_COUNT` / `http.<url>.extraHeader` in git's own environment),
+//! never in the URL, a file, the command's environment or an event, and only when the
+//! repository's host is one the runner was told to trust (`--git-credential-host`). Git runs
+//! with a cleared environment, no system or global configuration, no credential helper and no
+//! prompt.
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine;
+use tokio::process::Command;
+
+use super::sandbox::DEFAULT_PATH;
+use crate::wire::LeasedSource;
+
+/// Longest a fetch or checkout may take.
+const GIT_TIMEOUT: Duration = Duration::from_secs(600);
+/// Bytes of git's error output kept for the failure message.
+const ERROR_TAIL: usize = 2048;
+
+/// `scheme://authority/` of an http(s) URL, and its authority without user information.
+fn http_origin(url: &str) -> Option<(String, String)> {
+    let (scheme, rest) = url.split_once("://")?;
+    let scheme = scheme.to_ascii_lowercase();
+    if scheme != "http" && scheme != "https" {
+        return None;
+    }
+    let authority = rest.split(['/', '?', '#']).next()?;
+    let host = authority.rsplit('@').next()?.to_ascii_lowercase();
+    if host.is_empty() {
+        return None;
+    }
+    Some((format!("{scheme}://{authority}/"), host))
+}
+
+/// Whether `host` (`name` or `name:port`) is in the allowed list (entries `name` or `name:port`).
+fn host_allowed(host: &str, allowed: &[String]) -> bool {
+    let name = host
+        .rsplit_once(':')
+        .filter(|(_, port)| port.chars().all(|c| c.is_ascii_digit()))
+        .map_or(host, |(n, _)| n);
+    allowed.iter().any(|a| {
+        let a = a.to_ascii_lowercase();
+        a == host || a == name
+    })
+}
+
+/// The `Authorization` header for a credential: `user:secret` as given, a bare token with the
+/// user `x-access-token` (the convention of the large git hosts), both as HTTP Basic.
+fn authorization(credential: &str) -> String {
+    let pair = if credential.contains(':') {
+        credential.to_owned()
+    } else {
+        format!("x-access-token:{credential}")
+    };
+    format!("Authorization: Basic {}", STANDARD.encode(pair))
+}
+
+/// What git needs to run in `dir`: a cleared environment and in-memory configuration.
+fn git(dir: &Path, home: &Path, path: &str, config: &[(String, String)]) -> Command {
+    let mut cmd = Command::new("git");
+    cmd.current_dir(dir)
+        .env_clear()
+        .env("PATH", path)
+        .env("HOME", home)
+        .env("LANG", "C")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .env("GIT_ASKPASS", "/bin/false")
+        .env("GIT_CONFIG_COUNT", config.len().to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    for (i, (k, v)) in config.iter().enumerate() {
+        cmd.env(format!("GIT_CONFIG_KEY_{i}"), k)
+            .env(format!("GIT_CONFIG_VALUE_{i}"), v);
+    }
+    cmd
+}
+
+/// Run one git command; its standard output on success, else a message with its error tail.
+async fn run(mut cmd: Command, what: &str) -> Result<String, String> {
+    let out = tokio::time::timeout(GIT_TIMEOUT, cmd.output())
+        .await
+        .map_err(|_| format!("{what}: no answer within {} s", GIT_TIMEOUT.as_secs()))?
+        .map_err(|e| format!("{what}: cannot run git: {e}"))?;
+    if out.status.success() {
+        return Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned());
+    }
+    let err = String::from_utf8_lossy(&out.stderr);
+    let mut start = err.len().saturating_sub(ERROR_TAIL);
+    while !err.is_char_boundary(start) {
+        start += 1;
+    }
+    Err(format!("{what} failed: {}", err[start..].trim()))
+}
+
+/// Check out exactly `source.commit_sha` into the empty directory `dir`. `home` is the job's
+/// home (git reads no configuration from it); `credential_hosts` are the hosts a credential
+/// may be sent to.
+///
+/// # Errors
+/// A message for the job's `fail` report: the source is malformed, the commit could not be
+/// fetched, or `HEAD` is not that commit.
+pub async fn materialise(
+    source: &LeasedSource,
+    dir: &Path,
+    home: &Path,
+    credential_hosts: &[String],
+) -> Result<(), String> {
+    let sha = &source.commit_sha;
+    if source.provider != "git" {
+        return Err(format!(
+            "source.provider '{}' is not supported; this runner fetches git",
+            source.provider
+        ));
+    }
+    if sha.len() != 40
+        || !sha
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    {
+        return Err("source.commit_sha is not a full commit id".into());
+    }
+    let repo = &source.repository;
+    if repo.starts_with('-') {
+        return Err("source.repository is not a repository URL".into());
+    }
+    let mut config = vec![
+        ("credential.helper".to_owned(), String::new()),
+        ("core.hooksPath".to_owned(), "/dev/null".to_owned()),
+    ];
+    if let Some(credential) = &source.credential {
+        match http_origin(repo) {
+            Some((origin, host)) if host_allowed(&host, credential_hosts) => {
+                config.push((format!("http.{origin}.extraHeader"), authorization(&credential.0)));
+                config.push(("http.followRedirects".to_owned(), "false".to_owned()));
+            }
+            Some((_, host)) => tracing::warn!(
+                %host,
+                "the job names a credential for a host not in --git-credential-host; fetching without it"
+            ),
+            None => tracing::warn!(
+                "the job names a credential, but its repository is not an http(s) URL; fetching without it"
+            ),
+        }
+    }
+    let path = DEFAULT_PATH;
+    let mut init = git(dir, home, path, &config);
+    init.args(["init", "--quiet", "."]);
+    run(init, "git init").await?;
+    let fetch = |depth: bool| {
+        let mut cmd = git(dir, home, path, &config);
+        cmd.args(["fetch", "--quiet", "--no-tags", "--no-recurse-submodules"]);
+        if depth {
+            cmd.arg("--depth=1");
+        }
+        cmd.args(["--", repo, sha]);
+        cmd
+    };
+    // A shallow fetch where the server allows it; the same commit in full where it does not
+    // (dumb HTTP). Either way only `sha` is asked for.
+    if run(fetch(true), "git fetch").await.is_err() {
+        run(fetch(false), &format!("git fetch of {sha}")).await?;
+    }
+    let mut checkout = git(dir, home, path, &config);
+    checkout.args([
+        "-c",
+        "advice.detachedHead=false",
+        "checkout",
+        "--quiet",
+        "--detach",
+        sha,
+    ]);
+    run(checkout, "git checkout").await?;
+    let mut head = git(dir, home, path, &config);
+    head.args(["rev-parse", "--verify", "HEAD^{commit}"]);
+    let head = run(head, "git rev-parse").await?;
+    if &head != sha {
+        return Err(format!(
+            "the checkout's HEAD is {head}, not the job's commit {sha}; refusing to run"
+        ));
+    }
+    Ok(())
+}
+
+/// Give a checkout to the job's user (`--job-user`): the runner fetched it as itself, the
+/// command runs as that user and must be able to write there.
+///
+/// # Errors
+/// A file could not be handed over.
+pub fn hand_to(dir: &Path, uid: u32, gid: u32) -> std::io::Result<()> {
+    std::os::unix::fs::lchown(dir, Some(uid), Some(gid))?;
+    if std::fs::symlink_metadata(dir)?.is_dir() {
+        for entry in std::fs::read_dir(dir)? {
+            hand_to(&entry?.path(), uid, gid)?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn credentials_go_only_to_allowed_http_hosts() {
+        let allowed = vec!["git.example.com".to_owned(), "127.0.0.1:9000".to_owned()];
+        let (origin, host) = http_origin("https://git.example.com/org/repo.git").unwrap();
+        assert_eq!(origin, "https://git.example.com/");
+        assert!(host_allowed(&host, &allowed));
+        let (_, host) = http_origin("http://127.0.0.1:9000/r.git").unwrap();
+        assert!(host_allowed(&host, &allowed));
+        let (_, host) = http_origin("http://127.0.0.1:9001/r.git").unwrap();
+        assert!(!host_allowed(&host, &allowed));
+        let (_, host) = http_origin("https://evil.example.com/git.example.com").unwrap();
+        assert!(!host_allowed(&host, &allowed));
+        let (_, host) = http_origin("https://git.example.com@evil.example.com/r").unwrap();
+        assert_eq!(host, "evil.example.com");
+        assert!(http_origin("file:///srv/repo.git").is_none());
+        assert!(http_origin("ssh://git.example.com/r").is_none());
+    }
+
+    #[test]
+    fn a_checkout_is_handed_to_the_job_user_whole() {
+        use std::os::unix::fs::MetadataExt;
+        if !nix::unistd::geteuid().is_root() {
+            eprintln!("skipping: handing files to another user needs root");
+            return;
+        }
+        let dir = std::env::temp_dir().join(format!("lh-hand-{}", uuid::Uuid::now_v7()));
+        std::fs::create_dir_all(dir.join(".git/objects")).unwrap();
+        std::fs::write(dir.join(".git/objects/x"), "x").unwrap();
+        std::os::unix::fs::symlink("/etc/passwd", dir.join("link")).unwrap();
+        hand_to(&dir, 65534, 65534).unwrap();
+        for p in [dir.clone(), dir.join(".git/objects/x")] {
+            assert_eq!(
+                std::fs::metadata(&p).unwrap().uid(),
+                65534,
+                "{}",
+                p.display()
+            );
+        }
+        assert_eq!(
+            std::fs::symlink_metadata(dir.join("link")).unwrap().uid(),
+            65534
+        );
+        assert_eq!(
+            std::fs::metadata("/etc/passwd").unwrap().uid(),
+            0,
+            "links not followed"
+        );
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn a_bare_token_is_sent_as_basic_with_the_conventional_user() {
+        assert_eq!(
+            authorization("tok"),
+            format!(
+                "Authorization: Basic {}",
+                STANDARD.encode("x-access-token:tok")
+            )
+        );
+        assert_eq!(
+            authorization("me:pw"),
+            format!("Authorization: Basic {}", STANDARD.encode("me:pw"))
+        );
+    }
+}

@@ -1,0 +1,220 @@
+//! Workspace secrets (shared/PROTOCOL.md v1.1 "Secrets").
+//!
+//! Invariants defended: admins write and delete, members list names only, ordered by name;
+//! names and values are validated (400 naming the field); without a sealing key a write is 503
+//! naming `LEASEHOLD_SECRETS_KEY`; a value is sealed with a fresh nonce each time and appears in
+//! no answer, no log line and no `pg_dump` of the database.
+
+use leasehold::client::Client;
+use leasehold::domain::sealing::SealKey;
+use reqwest::Method;
+use serde_json::{json, Value};
+
+use crate::procs::{serve, TempDir};
+use crate::support::{code, connect, fresh_database, TestApp};
+
+/// An HTTP call whose status and JSON body (or `null`) the test reads as they are.
+pub async fn call(
+    base: &str,
+    token: &str,
+    method: Method,
+    path: &str,
+    body: Option<Value>,
+) -> (u16, Value) {
+    let mut req = reqwest::Client::new()
+        .request(method, format!("{base}{path}"))
+        .bearer_auth(token);
+    if let Some(b) = body {
+        req = req.json(&b);
+    }
+    let resp = req.send().await.unwrap();
+    let status = resp.status().as_u16();
+    let bytes = resp.bytes().await.unwrap();
+    (
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
+}
+
+/// A test app whose replicas seal secrets with a fresh key.
+pub async fn app_with_secrets() -> TestApp {
+    TestApp::spawn_with(1, |c| c.secrets_key = Some(SealKey::generate())).await
+}
+
+#[tokio::test]
+async fn admins_write_members_list_names_and_bad_input_is_named() {
+    let app = app_with_secrets().await;
+    let admin = app.operator("acme", "root", true).await;
+    let member = app.operator("acme", "alice", false).await;
+    admin.put_secret("NPM_TOKEN", "npm-s3cret").await.unwrap();
+    admin.put_secret("A_FIRST", "one").await.unwrap();
+    // Replacing keeps one entry and moves updated_at.
+    let before = member.secrets().await.unwrap();
+    admin.put_secret("NPM_TOKEN", "npm-s3cret-2").await.unwrap();
+    let listed = member.secrets().await.unwrap();
+    let names: Vec<&str> = listed.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(names, ["A_FIRST", "NPM_TOKEN"], "ordered by name");
+    assert!(listed[1].updated_at > before[1].updated_at);
+    assert_eq!(listed[1].created_at, before[1].created_at);
+
+    let raw = call(
+        &app.url(0),
+        member.token().unwrap(),
+        Method::GET,
+        "/v1/secrets",
+        None,
+    )
+    .await;
+    assert_eq!(raw.0, 200);
+    let text = raw.1.to_string();
+    assert!(
+        !text.contains("npm-s3cret"),
+        "a list never carries a value: {text}"
+    );
+    assert_eq!(raw.1["secrets"][0]["name"], json!("A_FIRST"));
+
+    assert_eq!(code(member.put_secret("X", "v").await), "forbidden");
+    assert_eq!(code(member.delete_secret("A_FIRST").await), "forbidden");
+    let admin_key = admin.token().unwrap();
+    for (path, body, field) in [
+        ("/v1/secrets/lower", json!({"value": "v"}), "name"),
+        ("/v1/secrets/1ABC", json!({"value": "v"}), "name"),
+        ("/v1/secrets/OK", json!({"value": ""}), "value"),
+        ("/v1/secrets/OK", json!({"value": "a\u{0}b"}), "value"),
+        (
+            "/v1/secrets/OK",
+            json!({"value": "x".repeat(65_537)}),
+            "value",
+        ),
+        ("/v1/secrets/OK", json!({"value": 5}), "value"),
+    ] {
+        let (status, body) = call(&app.url(0), admin_key, Method::PUT, path, Some(body)).await;
+        assert_eq!(status, 400, "{path}: {body}");
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(message.starts_with(field), "{path}: {message}");
+        assert!(!message.contains("a\u{0}b"));
+    }
+    let (status, _) = call(
+        &app.url(0),
+        admin_key,
+        Method::PUT,
+        "/v1/secrets/BIG",
+        Some(json!({"value": "x".repeat(65_536)})),
+    )
+    .await;
+    assert_eq!(status, 204, "65536 bytes is within the limit");
+
+    admin.delete_secret("A_FIRST").await.unwrap();
+    assert_eq!(code(admin.delete_secret("A_FIRST").await), "not_found");
+    assert_eq!(
+        call(
+            &app.url(0),
+            admin_key,
+            Method::DELETE,
+            "/v1/secrets/bad-name",
+            None
+        )
+        .await
+        .0,
+        400
+    );
+    // Another workspace sees none of them.
+    let other = app.operator("globex", "root", true).await;
+    assert!(other.secrets().await.unwrap().is_empty());
+    assert_eq!(code(other.delete_secret("NPM_TOKEN").await), "not_found");
+}
+
+#[tokio::test]
+async fn without_a_key_a_secret_write_is_503_naming_the_variable() {
+    let app = TestApp::spawn().await;
+    let admin = app.operator("acme", "root", true).await;
+    let (status, body) = call(
+        &app.url(0),
+        admin.token().unwrap(),
+        Method::PUT,
+        "/v1/secrets/TOKEN",
+        Some(json!({"value": "v"})),
+    )
+    .await;
+    assert_eq!(status, 503);
+    assert_eq!(body["error"]["code"], json!("unavailable"));
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("LEASEHOLD_SECRETS_KEY"),
+        "{body}"
+    );
+    assert!(admin.secrets().await.unwrap().is_empty(), "nothing stored");
+}
+
+#[tokio::test]
+async fn a_value_is_sealed_with_a_fresh_nonce_and_absent_from_logs_and_the_dump() {
+    let database_url = fresh_database().await;
+    let dir = TempDir::new("secrets-dump");
+    let key = SealKey::generate().to_base64();
+    let (server, url) = serve(
+        &database_url,
+        &dir,
+        &[("LEASEHOLD_SECRETS_KEY", &key), ("LEASEHOLD_LOG", "debug")],
+    )
+    .await;
+    let store = leasehold::store::Store::connect(&database_url, 1, 90_000).unwrap();
+    let admin_key = leasehold::domain::credentials::Secret::generate(
+        leasehold::domain::credentials::Kind::ApiKey,
+    );
+    store
+        .insert_key(uuid::Uuid::now_v7(), "acme", "root", true, admin_key.hash())
+        .await
+        .unwrap();
+    let admin = Client::new(&url, Some(admin_key.reveal().to_owned()));
+    let value = "plaintext-Zq8vW3-value";
+    admin.put_secret("DEPLOY_TOKEN", value).await.unwrap();
+    admin.put_secret("SAME_VALUE", value).await.unwrap();
+    admin.secrets().await.unwrap();
+
+    let db = connect(&database_url).await;
+    let rows = db
+        .query("SELECT nonce, ciphertext FROM secrets ORDER BY name", &[])
+        .await
+        .unwrap();
+    let (n0, c0): (Vec<u8>, Vec<u8>) = (rows[0].get(0), rows[0].get(1));
+    let (n1, c1): (Vec<u8>, Vec<u8>) = (rows[1].get(0), rows[1].get(1));
+    assert_ne!(n0, n1, "a fresh nonce per value");
+    assert_ne!(c0, c1);
+
+    let pg_dump = leasehold::embedded_pg::find_tool("pg_dump")
+        .expect("pg_dump installed with the server binaries");
+    let out = std::process::Command::new(pg_dump)
+        .arg("--data-only")
+        .arg(&database_url)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dump = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        dump.contains("COPY public.secrets"),
+        "the dump has the data"
+    );
+    let hex: String = value.bytes().map(|b| format!("{b:02x}")).collect();
+    assert!(!dump.contains(value), "plaintext value in the dump");
+    assert!(!dump.contains(&hex), "hex of the value in the dump");
+    assert!(!dump.contains(&key), "the key in the dump");
+    drop(server);
+    let log = std::fs::read_to_string(
+        std::fs::read_dir(dir.path())
+            .unwrap()
+            .flatten()
+            .find(|e| e.file_name().to_string_lossy().starts_with("serve-"))
+            .unwrap()
+            .path(),
+    )
+    .unwrap();
+    assert!(!log.is_empty(), "the server logged at debug level");
+    assert!(!log.contains(value), "the value in a log line");
+    assert!(!log.contains(&key), "the key in a log line");
+}

@@ -1,0 +1,279 @@
+//! The reference runner's checkout of a job's source (shared/PROTOCOL.md v1.1 "Repository
+//! sources"), against real git repositories: one served from a local directory (a file URL)
+//! and one over HTTP (git's dumb protocol, served by a small server in the test that demands a
+//! credential).
+//!
+//! Invariants defended: exactly `commit_sha` is checked out (not the tip, no fallback when the
+//! commit does not exist); a credential reaches git only as an HTTP header, only for a host in
+//! the runner's `--git-credential-host` list, and is written to no file of the checkout.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::response::IntoResponse;
+use leasehold::runner::source::materialise;
+use leasehold::wire::{LeasedSource, Redacted};
+
+use crate::procs::TempDir;
+
+/// Run git in `dir`, returning its trimmed standard output.
+pub fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .args([
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@example.invalid",
+            "-c",
+            "init.defaultBranch=main",
+        ])
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .output()
+        .expect("git runs");
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// `false` (and the test skips, saying why) when git is not installed.
+pub fn have_git() -> bool {
+    let ok = Command::new("git")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        eprintln!("skipping: git is not installed");
+    }
+    ok
+}
+
+/// A repository with two commits (`file` says `v1`, then `v2`), and a bare copy of it that a
+/// dumb HTTP server can serve. Returns (work tree, bare repository, first commit, tip).
+pub fn two_commit_repo(dir: &TempDir) -> (PathBuf, PathBuf, String, String) {
+    let work = dir.join("origin");
+    std::fs::create_dir_all(&work).unwrap();
+    git(&work, &["init", "-q", "."]);
+    std::fs::write(work.join("file"), "v1\n").unwrap();
+    git(&work, &["add", "file"]);
+    git(&work, &["commit", "-q", "-m", "one"]);
+    let first = git(&work, &["rev-parse", "HEAD"]);
+    std::fs::write(work.join("file"), "v2\n").unwrap();
+    git(&work, &["commit", "-q", "-am", "two"]);
+    let tip = git(&work, &["rev-parse", "HEAD"]);
+    let bare = dir.join("served.git");
+    git(
+        dir.path(),
+        &[
+            "clone",
+            "-q",
+            "--bare",
+            work.to_str().unwrap(),
+            bare.to_str().unwrap(),
+        ],
+    );
+    git(&bare, &["update-server-info"]);
+    (work, bare, first, tip)
+}
+
+fn source(repository: &str, sha: &str, credential: Option<&str>) -> LeasedSource {
+    LeasedSource {
+        provider: "git".into(),
+        repository: repository.into(),
+        commit_sha: sha.into(),
+        git_ref: Some("main".into()),
+        credential: credential.map(|c| Redacted(c.into())),
+    }
+}
+
+/// A fresh job directory pair: (work, home).
+fn job_dirs(dir: &TempDir, name: &str) -> (PathBuf, PathBuf) {
+    let (work, home) = (
+        dir.join(&format!("{name}-work")),
+        dir.join(&format!("{name}-home")),
+    );
+    std::fs::create_dir_all(&work).unwrap();
+    std::fs::create_dir_all(&home).unwrap();
+    (work, home)
+}
+
+/// Every byte of every file under `dir`.
+fn all_bytes(dir: &Path) -> Vec<u8> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = entry.path();
+        if p.is_dir() {
+            out.extend(all_bytes(&p));
+        } else if let Ok(b) = std::fs::read(&p) {
+            out.extend(b);
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn exactly_the_commit_is_checked_out_from_a_file_url_and_a_missing_one_fails() {
+    if !have_git() {
+        return;
+    }
+    let dir = TempDir::new("source-file");
+    let (_, bare, first, tip) = two_commit_repo(&dir);
+    let url = format!("file://{}", bare.display());
+    let (work, home) = job_dirs(&dir, "a");
+    materialise(&source(&url, &first, None), &work, &home, &[])
+        .await
+        .unwrap();
+    assert_eq!(
+        git(&work, &["rev-parse", "HEAD"]),
+        first,
+        "not the tip {tip}"
+    );
+    assert_eq!(std::fs::read_to_string(work.join("file")).unwrap(), "v1\n");
+    assert_eq!(
+        git(&work, &["status", "--porcelain"]),
+        "",
+        "a clean checkout"
+    );
+
+    let (work, home) = job_dirs(&dir, "b");
+    let missing = "0123456789abcdef0123456789abcdef01234567";
+    let err = materialise(&source(&url, missing, None), &work, &home, &[])
+        .await
+        .unwrap_err();
+    assert!(err.contains("git fetch"), "{err}");
+    assert!(!work.join("file").exists(), "no fallback to another commit");
+    let err = materialise(
+        &source(&url, &first.to_uppercase(), None),
+        &work,
+        &home,
+        &[],
+    )
+    .await
+    .unwrap_err();
+    assert!(err.contains("commit"), "{err}");
+}
+
+/// What the dumb HTTP server saw.
+#[derive(Default)]
+struct Seen {
+    authorizations: Vec<Option<String>>,
+}
+
+/// Serve `root` over git's dumb HTTP protocol, answering 401 without `expected` authorization.
+async fn dumb_http(root: PathBuf, expected: String) -> (String, Arc<Mutex<Seen>>) {
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let state = (root, expected, seen.clone());
+    async fn serve_file(
+        State((root, expected, seen)): State<(PathBuf, String, Arc<Mutex<Seen>>)>,
+        headers: HeaderMap,
+        uri: Uri,
+    ) -> axum::response::Response {
+        let auth = headers
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        seen.lock().unwrap().authorizations.push(auth.clone());
+        if auth.as_deref() != Some(expected.as_str()) {
+            return (
+                StatusCode::UNAUTHORIZED,
+                [("www-authenticate", "Basic realm=\"git\"")],
+                "",
+            )
+                .into_response();
+        }
+        let rel = uri
+            .path()
+            .trim_start_matches('/')
+            .trim_start_matches("repo.git/");
+        if rel.contains("..") {
+            return StatusCode::NOT_FOUND.into_response();
+        }
+        match std::fs::read(root.join(rel)) {
+            Ok(bytes) => (StatusCode::OK, bytes).into_response(),
+            Err(_) => StatusCode::NOT_FOUND.into_response(),
+        }
+    }
+    let app = axum::Router::new().fallback(serve_file).with_state(state);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (format!("127.0.0.1:{}", addr.port()), seen)
+}
+
+#[tokio::test]
+async fn a_credential_goes_only_to_allowed_hosts_only_as_a_header_and_into_no_file() {
+    if !have_git() {
+        return;
+    }
+    use base64::Engine;
+    let dir = TempDir::new("source-http");
+    let (_, bare, first, _) = two_commit_repo(&dir);
+    let token = "ghs_Cr3dential-7wQ";
+    let expected = format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(format!("x-access-token:{token}"))
+    );
+    let (host, seen) = dumb_http(bare, expected.clone()).await;
+    let url = format!("http://{host}/repo.git");
+
+    // A host the runner does not trust never sees the credential, and the fetch fails.
+    let (work, home) = job_dirs(&dir, "untrusted");
+    let err = materialise(
+        &source(&url, &first, Some(token)),
+        &work,
+        &home,
+        &["git.example.com".into()],
+    )
+    .await
+    .unwrap_err();
+    assert!(err.contains("git fetch"), "{err}");
+    assert!(!err.contains(token));
+    assert!(
+        seen.lock()
+            .unwrap()
+            .authorizations
+            .iter()
+            .all(Option::is_none),
+        "no Authorization header sent to an untrusted host"
+    );
+
+    // A trusted host gets it as a header; the checkout is exactly the commit.
+    let (work, home) = job_dirs(&dir, "trusted");
+    materialise(
+        &source(&url, &first, Some(token)),
+        &work,
+        &home,
+        std::slice::from_ref(&host),
+    )
+    .await
+    .unwrap();
+    assert_eq!(git(&work, &["rev-parse", "HEAD"]), first);
+    assert_eq!(std::fs::read_to_string(work.join("file")).unwrap(), "v1\n");
+    assert!(
+        seen.lock()
+            .unwrap()
+            .authorizations
+            .iter()
+            .any(|a| a.as_deref() == Some(expected.as_str())),
+        "the credential travelled as an Authorization header"
+    );
+    let files = all_bytes(&work);
+    let b64 = expected.trim_start_matches("Basic ");
+    for needle in [token, b64] {
+        assert!(
+            !files.windows(needle.len()).any(|w| w == needle.as_bytes()),
+            "the credential was written into the checkout"
+        );
+    }
+    assert!(!all_bytes(&home)
+        .windows(token.len())
+        .any(|w| w == token.as_bytes()));
+}
