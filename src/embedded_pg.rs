@@ -110,36 +110,7 @@ impl EmbeddedPg {
         temporary: bool,
         extra: &[&str],
     ) -> anyhow::Result<Self> {
-        let bin = find_bin_dir()?;
-        let owner = if nix::unistd::Uid::effective().is_root() {
-            Some(postgres_ids()?)
-        } else {
-            None
-        };
-        std::fs::create_dir_all(dir)?;
-        let dir = dir.canonicalize()?;
-        if let Some((uid, gid)) = owner {
-            let status = Command::new("chown")
-                .arg("-R")
-                .arg(format!("{uid}:{gid}"))
-                .arg(&dir)
-                .status()?;
-            if !status.success() {
-                bail!("chown of {} failed", dir.display());
-            }
-        }
-        let mut pg = Self {
-            port: free_port()?,
-            dir,
-            bin,
-            owner,
-            durable,
-            temporary,
-            extra: Vec::new(),
-            server: None,
-            watchdog: None,
-        };
-        pg.extra = extra.iter().map(|s| s.to_string()).collect();
+        let mut pg = Self::prepare(dir, durable, temporary, extra)?;
         if !pg.dir.join("PG_VERSION").exists() {
             let out = pg
                 .command("initdb")
@@ -175,8 +146,103 @@ impl EmbeddedPg {
         Ok(pg)
     }
 
+    /// A streaming hot standby of `primary` in `dir` (which must not hold a cluster yet): a
+    /// base backup taken with `pg_basebackup -R` (so it follows the primary), started with the
+    /// same settings on `port` (a free one if `None`). It reports itself to the primary as
+    /// `application_name` (the name `synchronous_standby_names` lists).
+    ///
+    /// # Errors
+    /// The base backup or the server failed.
+    pub fn standby_of(
+        primary: &EmbeddedPg,
+        dir: &Path,
+        application_name: &str,
+        port: Option<u16>,
+        temporary: bool,
+    ) -> anyhow::Result<Self> {
+        let extra: Vec<&str> = primary.extra.iter().map(String::as_str).collect();
+        let mut pg = Self::prepare(dir, primary.durable, temporary, &extra)?;
+        if let Some(port) = port {
+            pg.port = port;
+        }
+        std::fs::set_permissions(&pg.dir, std::os::unix::fs::PermissionsExt::from_mode(0o700))?;
+        let conninfo = format!(
+            "host=127.0.0.1 port={} user=postgres application_name={application_name}",
+            primary.port
+        );
+        let out = pg
+            .command("pg_basebackup")
+            .args([
+                "-d",
+                &conninfo,
+                "-R",
+                "-X",
+                "stream",
+                "--no-sync",
+                "-c",
+                "fast",
+                "-D",
+            ])
+            .arg(&pg.dir)
+            .stdout(Stdio::null())
+            .output()?;
+        if !out.status.success() {
+            bail!(
+                "pg_basebackup failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        pg.start_server()?;
+        pg.start_watchdog(temporary)?;
+        Ok(pg)
+    }
+
+    /// Everything but the cluster itself: binaries, the OS user, the directory, a port.
+    fn prepare(dir: &Path, durable: bool, temporary: bool, extra: &[&str]) -> anyhow::Result<Self> {
+        let bin = find_bin_dir()?;
+        let owner = if nix::unistd::Uid::effective().is_root() {
+            Some(postgres_ids()?)
+        } else {
+            None
+        };
+        std::fs::create_dir_all(dir)?;
+        let dir = dir.canonicalize()?;
+        if let Some((uid, gid)) = owner {
+            let status = Command::new("chown")
+                .arg("-R")
+                .arg(format!("{uid}:{gid}"))
+                .arg(&dir)
+                .status()?;
+            if !status.success() {
+                bail!("chown of {} failed", dir.display());
+            }
+        }
+        Ok(Self {
+            port: free_port()?,
+            dir,
+            bin,
+            owner,
+            durable,
+            temporary,
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+            server: None,
+            watchdog: None,
+        })
+    }
+
     fn command(&self, program: &str) -> Command {
-        let mut cmd = Command::new(self.bin.join(program));
+        let mut path = self.bin.join(program);
+        if !path.is_file() {
+            // A PATH directory may link only initdb, pg_ctl and postgres: take the tool from
+            // where `postgres` really lives (the same version), else from anywhere.
+            path = std::fs::canonicalize(self.bin.join("postgres"))
+                .ok()
+                .and_then(|p| Some(p.parent()?.join(program)))
+                .filter(|p| p.is_file())
+                .or_else(|| find_tool(program))
+                .unwrap_or(path);
+        }
+        let mut cmd = Command::new(path);
         if let Some((uid, gid)) = self.owner {
             use std::os::unix::process::CommandExt;
             cmd.uid(uid).gid(gid);
@@ -298,6 +364,55 @@ impl EmbeddedPg {
             let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT);
             let _ = child.wait();
         }
+    }
+}
+
+impl EmbeddedPg {
+    /// `pg_ctl stop -m immediate`: the postmaster and its backends quit at once, as in a crash
+    /// (connections are cut, nothing is checkpointed; the WAL is intact).
+    ///
+    /// # Errors
+    /// `pg_ctl` failed.
+    pub fn stop_immediate(&mut self) -> anyhow::Result<()> {
+        let out = self
+            .command("pg_ctl")
+            .args(["stop", "-m", "immediate", "-w", "-D"])
+            .arg(&self.dir)
+            .output()?;
+        if let Some(mut child) = self.server.take() {
+            let _ = child.wait();
+        }
+        if !out.status.success() {
+            bail!(
+                "pg_ctl stop failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Ok(())
+    }
+
+    /// `pg_ctl promote`: a standby becomes a primary and accepts writes; waits until it does.
+    ///
+    /// # Errors
+    /// `pg_ctl` failed (not a standby, or promotion did not finish within its timeout).
+    pub fn promote(&self) -> anyhow::Result<()> {
+        let out = self
+            .command("pg_ctl")
+            .args(["promote", "-w", "-D"])
+            .arg(&self.dir)
+            .output()?;
+        if !out.status.success() {
+            bail!(
+                "pg_ctl promote failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Ok(())
+    }
+
+    /// The server process is running (it has not been stopped or killed through this handle).
+    pub fn is_running(&self) -> bool {
+        self.server.is_some()
     }
 }
 

@@ -22,6 +22,7 @@
 //!   bench).
 //! - [`config`]: the typed configuration of a replica.
 //! - [`bench`]: `leasehold bench`, the benchmark against a raw-SQL baseline.
+//! - [`drill`]: `leasehold drill`, faults on a schedule and a checker of the invariants.
 //!
 //! Imports run one way: `domain` imports nothing of ours; `store` imports `domain`; `hub`
 //! imports `store` and `domain`; `api` imports `hub`, `store`, `domain` and `wire`; `client`
@@ -34,6 +35,7 @@ pub mod cli;
 pub mod client;
 pub mod config;
 pub mod domain;
+pub mod drill;
 pub mod embedded_pg;
 pub mod hub;
 pub mod runner;

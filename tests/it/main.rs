@@ -5,6 +5,7 @@ mod support;
 
 mod dispatch;
 mod errors;
+mod failover;
 mod faults;
 mod lease;
 mod procs;
