@@ -51,6 +51,11 @@ enum Command {
     },
     /// Measure a real deployment against the raw-SQL limit (starts its own by default).
     Bench(leasehold::bench::BenchArgs),
+    /// Run a deployment under faults and prove nothing is lost (starts its own by default).
+    Drill(leasehold::drill::DrillArgs),
+    /// One drill runner process (started by `leasehold drill`).
+    #[command(hide = true)]
+    DrillWorker(leasehold::drill::worker::WorkerArgs),
     /// Operator tasks straight against the database.
     Admin {
         #[command(subcommand)]
@@ -89,7 +94,8 @@ fn init_tracing(default: &str) {
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let command = Cli::parse().command;
-    let quiet = matches!(&command, Command::People(c) if !matches!(c, cli::Command::Runner { .. }));
+    let quiet = matches!(&command, Command::People(c) if !matches!(c, cli::Command::Runner { .. }))
+        || matches!(&command, Command::Drill(_) | Command::DrillWorker(_));
     init_tracing(if quiet { "warn" } else { "info" });
     match run(command).await {
         Ok(code) => std::process::ExitCode::from(u8::try_from(code).unwrap_or(1)),
@@ -113,6 +119,8 @@ async fn run(command: Command) -> anyhow::Result<i32> {
             .await
             .map(|()| 0),
         Command::Bench(args) => leasehold::bench::run(args).await.map(|()| 0),
+        Command::Drill(args) => leasehold::drill::run(args).await,
+        Command::DrillWorker(args) => leasehold::drill::worker::run(args).await,
         Command::Admin {
             command:
                 AdminCommand::CreateKey {

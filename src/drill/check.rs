@@ -67,6 +67,8 @@ pub enum Event {
         at_ms: u64,
         healed_ms: u64,
     },
+    /// A violation seen outside the history (a replica that exited non-zero after SIGTERM).
+    Violation { what: String },
     /// The state a job was seen in at the end.
     Final {
         job: Uuid,
@@ -113,8 +115,17 @@ impl Verdict {
     }
 }
 
-/// Check `history` (in any order).
+/// Check a finished `history` (in any order), with the final state of every job.
 pub fn check(history: &[Event]) -> Verdict {
+    judge(history, true)
+}
+
+/// Check a history still being written: every invariant but those about how jobs end.
+pub fn check_live(history: &[Event]) -> Verdict {
+    judge(history, false)
+}
+
+fn judge(history: &[Event], end: bool) -> Verdict {
     let mut v = Verdict::default();
     let mut dispatched: BTreeMap<Uuid, u64> = BTreeMap::new();
     // (job, epoch) -> runner that holds it
@@ -165,6 +176,7 @@ pub fn check(history: &[Event]) -> Verdict {
             Event::Final { job, state, .. } => {
                 finals.insert(*job, state.clone());
             }
+            Event::Violation { what } => v.violations.push(what.clone()),
             Event::Reported { .. } => {}
         }
     }
@@ -221,7 +233,7 @@ pub fn check(history: &[Event]) -> Verdict {
         }
     }
     v.dispatched = dispatched.len() as u64;
-    for job in dispatched.keys() {
+    for job in dispatched.keys().filter(|_| end) {
         match finals.get(job) {
             Some(Some(s)) if s == "completed" => v.completed += 1,
             Some(Some(s)) if s != "parked" && s != "leased" => v.other_terminal += 1,

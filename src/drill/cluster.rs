@@ -45,7 +45,13 @@ impl Cluster {
             &root.join("n0"),
             durable,
             true,
-            &["synchronous_commit=on", "wal_keep_size=256MB"],
+            &[
+                "synchronous_commit=on",
+                "wal_keep_size=256MB",
+                // After a primary restart, synchronous commits wait until the standby
+                // reconnects; it retries every wal_retrieve_retry_interval (default 5 s).
+                "wal_retrieve_retry_interval=500ms",
+            ],
         )?;
         let mut cluster = Self {
             ports: [primary.port, 0],
