@@ -125,6 +125,20 @@ async fn a_primary_failover_loses_nothing_acknowledged_and_replicas_recover() {
         .insert_key(uuid::Uuid::now_v7(), "acme", "alice", true, key.hash())
         .await
         .unwrap();
+    // A write that reaches a read-only standby is "unavailable" (a 503), never a 500.
+    let on_standby = leasehold::store::Store::connect(
+        &cluster.standby.as_ref().unwrap().url("postgres"),
+        1,
+        90_000,
+    )
+    .unwrap();
+    let refused = on_standby
+        .insert_key(uuid::Uuid::now_v7(), "acme", "bob", false, b"x")
+        .await;
+    assert!(
+        matches!(refused, Err(leasehold::store::StoreError::Unavailable(_))),
+        "{refused:?}"
+    );
     let alice_a = Client::new(&a.url, Some(key.reveal().to_owned()));
     let alice_b = Client::new(&b.url, Some(key.reveal().to_owned()));
 
