@@ -90,6 +90,19 @@ impl Recorder {
         self.events.lock().expect("history lock").clone()
     }
 
+    /// Every job whose dispatch was acknowledged, in order.
+    pub fn dispatched_jobs(&self) -> Vec<Uuid> {
+        self.events
+            .lock()
+            .expect("history lock")
+            .iter()
+            .filter_map(|e| match e {
+                Event::Dispatched { job, .. } => Some(*job),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// How many events match `f`.
     pub fn count(&self, f: impl Fn(&Event) -> bool) -> usize {
         self.events

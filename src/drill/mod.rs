@@ -409,14 +409,7 @@ pub async fn run(args: DrillArgs) -> anyhow::Result<i32> {
     *progress.current.lock().expect("progress lock") = "settling".into();
     stop.store(true, Ordering::Relaxed);
     let _ = dispatcher.await;
-    let acked: Vec<Uuid> = history
-        .snapshot()
-        .iter()
-        .filter_map(|e| match e {
-            Event::Dispatched { job, .. } => Some(*job),
-            _ => None,
-        })
-        .collect();
+    let acked = history.dispatched_jobs();
     let settle_for = Duration::from_secs(60)
         + Duration::from_millis(max_ttl.load(Ordering::Relaxed).saturating_mul(3));
     let finals = settle(&clients, &acked, settle_for).await;
@@ -844,5 +837,21 @@ async fn inject(
             kill(w.pid().context("runner not running")?, Signal::SIGUSR1)?;
             Ok((w.name.clone(), history.now()))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_duration;
+    use std::time::Duration;
+
+    #[test]
+    fn durations_parse_with_and_without_units() {
+        assert_eq!(parse_duration("5s"), Ok(Duration::from_secs(5)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("3"), Ok(Duration::from_secs(3)));
+        assert!(parse_duration("5h").is_err());
+        assert!(parse_duration("soon").is_err());
     }
 }

@@ -219,14 +219,7 @@ async fn a_primary_failover_loses_nothing_acknowledged_and_replicas_recover() {
 
     // Every acknowledged job settles; then the history is judged.
     let db = connect(&url).await;
-    let acked: Vec<uuid::Uuid> = history
-        .snapshot()
-        .iter()
-        .filter_map(|e| match e {
-            Event::Dispatched { job, .. } => Some(*job),
-            _ => None,
-        })
-        .collect();
+    let acked = history.dispatched_jobs();
     let finals = eventually(Duration::from_secs(30), "every job settled", || async {
         let rows = db
             .query(
