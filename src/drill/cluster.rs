@@ -22,9 +22,20 @@ pub struct Cluster {
     pub standby: Option<EmbeddedPg>,
     /// The two ports the URL lists, in order.
     ports: [u16; 2],
-    root: PathBuf,
     /// Servers made so far (names their directories).
     generation: u32,
+    /// Declared last: fields drop in order, so the servers (and their directories) are gone
+    /// when this removes the directory that held them.
+    root: RootDir,
+}
+
+/// The cluster's directory, removed on drop.
+struct RootDir(PathBuf);
+
+impl Drop for RootDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 impl Cluster {
@@ -57,8 +68,8 @@ impl Cluster {
             ports: [primary.port, 0],
             primary,
             standby: None,
-            root,
             generation: 0,
+            root: RootDir(root),
         };
         let standby = cluster.new_standby(None)?;
         cluster.ports[1] = standby.port;
@@ -70,7 +81,7 @@ impl Cluster {
         self.generation += 1;
         EmbeddedPg::standby_of(
             &self.primary,
-            &self.root.join(format!("n{}", self.generation)),
+            &self.root.0.join(format!("n{}", self.generation)),
             STANDBY_NAME,
             port,
             true,
@@ -169,13 +180,6 @@ impl Cluster {
     pub fn restart_primary(&mut self) -> anyhow::Result<()> {
         self.primary.stop();
         self.primary.start_server()
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        // The servers stop (and delete their directories) as their handles drop.
-        let _ = std::fs::remove_dir(&self.root);
     }
 }
 
