@@ -125,13 +125,23 @@ async fn a_primary_failover_loses_nothing_acknowledged_and_replicas_recover() {
         .insert_key(uuid::Uuid::now_v7(), "acme", "alice", true, key.hash())
         .await
         .unwrap();
-    // A write that reaches a read-only standby is "unavailable" (a 503), never a 500.
-    let on_standby = leasehold::store::Store::connect(
-        &cluster.standby.as_ref().unwrap().url("postgres"),
-        1,
-        90_000,
+    // A write that reaches a read-only standby is "unavailable" (a 503), never a 500. (A
+    // synchronous commit waits for the standby's flush, not its replay: wait for the schema.)
+    let standby_url = cluster.standby.as_ref().unwrap().url("postgres");
+    let standby_db = connect(&standby_url).await;
+    eventually(
+        Duration::from_secs(30),
+        "the standby replays the schema",
+        || async {
+            let row = standby_db
+                .query_one("SELECT to_regclass('api_keys') IS NOT NULL", &[])
+                .await
+                .ok()?;
+            row.get::<_, bool>(0).then_some(())
+        },
     )
-    .unwrap();
+    .await;
+    let on_standby = leasehold::store::Store::connect(&standby_url, 1, 90_000).unwrap();
     let refused = on_standby
         .insert_key(uuid::Uuid::now_v7(), "acme", "bob", false, b"x")
         .await;
