@@ -442,13 +442,13 @@ pub async fn run(args: DrillArgs) -> anyhow::Result<i32> {
         history.push(Event::Final { job, state, epoch });
     }
     let verdict = check::check(&history.snapshot());
-    if let Ok(path) = std::env::var("LEASEHOLD_DRILL_HISTORY") {
+    if let Some(path) = &args.history {
         let text: String = history
             .snapshot()
             .iter()
             .map(|e| format!("{e:?}\n"))
             .collect();
-        std::fs::write(path, text)?;
+        std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
     }
     let report = report::Report::new(&args, seed, external, urls.len(), &skipped, &verdict);
     if args.json {
