@@ -13,7 +13,9 @@
 
 pub mod check;
 pub mod cluster;
+mod faults;
 pub mod history;
+mod procs;
 mod report;
 pub mod worker;
 
@@ -28,51 +30,20 @@ use anyhow::{bail, Context};
 use futures_util::StreamExt;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
-use serde_json::{json, Value};
-use tokio::io::AsyncBufReadExt;
+use serde_json::json;
 use uuid::Uuid;
 
 use crate::client::Client;
 use crate::domain::credentials::{Kind, Secret};
 use crate::store::Store;
 use crate::wire;
-use check::{Event, Outcome};
+use check::Event;
 use cluster::Cluster;
 use history::Recorder;
 
-/// A fault the drill injects.
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum FaultKind {
-    /// SIGKILL a replica, then start it again.
-    KillReplica,
-    /// SIGTERM a replica (it must drain and exit 0), then start it again.
-    TermReplica,
-    /// Restart the PostgreSQL primary (fast shutdown, start).
-    RestartDb,
-    /// Crash the primary (`-m immediate`), promote the standby, rebuild a standby.
-    FailoverDb,
-    /// SIGSTOP a runner holding a lease past its TTL, then SIGCONT it.
-    FreezeRunner,
-    /// Drop a runner's long-poll connection mid-request.
-    CutRunner,
-}
-
-impl FaultKind {
-    pub fn name(self) -> &'static str {
-        match self {
-            FaultKind::KillReplica => "kill-replica",
-            FaultKind::TermReplica => "term-replica",
-            FaultKind::RestartDb => "restart-db",
-            FaultKind::FailoverDb => "failover-db",
-            FaultKind::FreezeRunner => "freeze-runner",
-            FaultKind::CutRunner => "cut-runner",
-        }
-    }
-
-    fn needs_own_deployment(self) -> bool {
-        !matches!(self, FaultKind::FreezeRunner | FaultKind::CutRunner)
-    }
-}
+use faults::inject;
+pub use faults::FaultKind;
+use procs::{free_port, start_worker, Own, ReplicaProc, OWN_LEASE_TTL_MS};
 
 #[derive(clap::Args, Debug)]
 pub struct DrillArgs {
@@ -137,107 +108,11 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(secs))
 }
 
-/// Lease TTL of the drill's own replicas: short, so a frozen runner's lease lapses quickly.
-const OWN_LEASE_TTL_MS: u64 = 2_000;
-/// A frozen runner stays frozen this much past the lease TTL (and the sweep).
-const FREEZE_MARGIN_MS: u64 = 1_500;
-/// The longest lease TTL the drill will freeze a runner past.
-const MAX_FREEZE_TTL_MS: u64 = 30_000;
-
-/// One `leasehold serve` process of this binary on a fixed port.
-struct ReplicaProc {
-    name: String,
-    port: u16,
-    child: Option<tokio::process::Child>,
-}
-
-impl ReplicaProc {
-    fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
-    }
-
-    async fn start(&mut self, database_url: &str, logs: &std::path::Path) -> anyhow::Result<()> {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(logs.join(format!("{}.log", self.name)))?;
-        let mut cmd = tokio::process::Command::new(std::env::current_exe()?);
-        cmd.args(["serve", "--listen", &format!("127.0.0.1:{}", self.port)])
-            .args(["--database-url", database_url])
-            .env("LEASEHOLD_LOG", "warn")
-            .env("LEASEHOLD_AUTH_BURST", "1000000")
-            .env("LEASEHOLD_AUTH_REFILL_PER_S", "100000")
-            .env("LEASEHOLD_LEASE_TTL_MS", OWN_LEASE_TTL_MS.to_string())
-            .env("LEASEHOLD_SWEEP_INTERVAL_MS", "200")
-            .stdout(std::process::Stdio::piped())
-            .stderr(log)
-            .kill_on_drop(true);
-        let mut child = cmd.spawn()?;
-        let mut lines = tokio::io::BufReader::new(child.stdout.take().context("stdout")?).lines();
-        tokio::time::timeout(Duration::from_secs(60), async {
-            while let Some(line) = lines.next_line().await? {
-                if line.starts_with("leasehold listening on ") {
-                    return Ok(());
-                }
-            }
-            bail!("{} exited before listening", self.name)
-        })
-        .await
-        .with_context(|| format!("{} did not listen within 60 s", self.name))??;
-        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-        self.child = Some(child);
-        Ok(())
-    }
-}
-
-/// A `leasehold drill-worker` process and what the drill knows of it.
-struct WorkerProc {
-    name: String,
-    child: tokio::process::Child,
-    /// The job it holds a lease on now, if any.
-    holding: Arc<Mutex<Option<Uuid>>>,
-    /// Freeze it the moment it next reports a lease (its report then comes late).
-    freeze: Arc<FreezeTrap>,
-}
-
-/// Set by the freeze fault, sprung by the worker's output reader on its next lease line.
-#[derive(Default)]
-struct FreezeTrap {
-    armed: AtomicBool,
-    sprung: tokio::sync::Notify,
-}
-
-impl WorkerProc {
-    fn pid(&self) -> Option<nix::unistd::Pid> {
-        self.child
-            .id()
-            .map(|p| nix::unistd::Pid::from_raw(p as i32))
-    }
-
-    fn holds(&self) -> bool {
-        self.holding.lock().expect("holding lock").is_some()
-    }
-}
-
-/// The drill's own deployment, when it started one.
-struct Own {
-    cluster: Cluster,
-    database_url: String,
-    replicas: Vec<ReplicaProc>,
-    logs: PathBuf,
-}
-
 /// Live counters for the progress line.
 #[derive(Default)]
 struct Progress {
     faults: AtomicU64,
     current: Mutex<String>,
-}
-
-fn free_port() -> anyhow::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
 }
 
 /// Run the drill; the exit status is 0 only when no invariant was violated.
@@ -497,103 +372,6 @@ async fn mint_key(database_url: &str, workspace: &str) -> anyhow::Result<String>
     Ok(key.reveal().to_owned())
 }
 
-fn start_worker(
-    name: &str,
-    urls: &[String],
-    capability: &str,
-    token: &str,
-    logs: &std::path::Path,
-    history: &Recorder,
-    max_ttl: &Arc<AtomicU64>,
-) -> anyhow::Result<WorkerProc> {
-    let log = std::fs::File::create(logs.join(format!("{name}.log")))?;
-    let mut cmd = tokio::process::Command::new(std::env::current_exe()?);
-    cmd.arg("drill-worker")
-        .arg("--server")
-        .args(urls)
-        .args(["--capability", capability])
-        .env("LEASEHOLD_RUNNER_TOKEN", token)
-        .env("LEASEHOLD_LOG", "warn")
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(log)
-        .kill_on_drop(true);
-    let mut child = cmd.spawn()?;
-    let stdout = child.stdout.take().context("worker stdout")?;
-    let holding = Arc::new(Mutex::new(None));
-    let freeze = Arc::new(FreezeTrap::default());
-    let pid = child
-        .id()
-        .map(|p| nix::unistd::Pid::from_raw(p as i32))
-        .context("worker pid")?;
-    let (name_owned, history, hold, max_ttl, trap) = (
-        name.to_owned(),
-        history.clone(),
-        holding.clone(),
-        max_ttl.clone(),
-        freeze.clone(),
-    );
-    tokio::spawn(async move {
-        let mut lines = tokio::io::BufReader::new(stdout).lines();
-        while let Ok(Some(line)) = lines.next_line().await {
-            let Ok(v) = serde_json::from_str::<Value>(&line) else {
-                continue;
-            };
-            if v["e"] == "leased" && trap.armed.swap(false, Ordering::AcqRel) {
-                // Within a millisecond of the lease, well inside the worker's hold.
-                let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP);
-                trap.sprung.notify_one();
-            }
-            record_worker_line(&name_owned, &v, &history, &hold, &max_ttl);
-        }
-    });
-    Ok(WorkerProc {
-        name: name.to_owned(),
-        child,
-        holding,
-        freeze,
-    })
-}
-
-fn record_worker_line(
-    name: &str,
-    v: &Value,
-    history: &Recorder,
-    holding: &Mutex<Option<Uuid>>,
-    max_ttl: &AtomicU64,
-) {
-    let at = history.from_unix_ms(v["at"].as_u64().unwrap_or(0));
-    let job = v["job"].as_str().and_then(|s| s.parse::<Uuid>().ok());
-    let epoch = v["epoch"].as_i64().unwrap_or(0);
-    match (v["e"].as_str(), job) {
-        (Some("leased"), Some(job)) => {
-            *holding.lock().expect("holding lock") = Some(job);
-            max_ttl.fetch_max(v["ttl_ms"].as_u64().unwrap_or(0), Ordering::Relaxed);
-            history.push(Event::Leased {
-                job,
-                epoch,
-                runner: name.to_owned(),
-                at_ms: at,
-            });
-        }
-        (Some("reported"), Some(job)) => {
-            *holding.lock().expect("holding lock") = None;
-            let outcome = match v["outcome"].as_str() {
-                Some("accepted") => Outcome::Accepted,
-                Some("refused") => Outcome::Refused,
-                _ => Outcome::Unknown,
-            };
-            history.reported(job, epoch, name, outcome, at);
-        }
-        (Some("error"), _) => history.push(Event::ServerError {
-            status: v["status"].as_u64().unwrap_or(0) as u16,
-            what: format!("{name} {}", v["what"].as_str().unwrap_or("call")),
-            at_ms: at,
-        }),
-        _ => {}
-    }
-}
-
 /// Dispatch at `rate` per second until `stop`, each job under its own idempotency key retried
 /// (through the next replica) until it is answered, so every job made is acknowledged.
 async fn dispatch_loop(
@@ -751,93 +529,6 @@ async fn settle(
             (*id, s, e)
         })
         .collect()
-}
-
-/// Inject one fault and repair it; the target's name and when the repair finished.
-async fn inject(
-    kind: FaultKind,
-    rng: &mut rand::rngs::StdRng,
-    own: Option<&mut Own>,
-    workers: &mut [WorkerProc],
-    max_ttl: &AtomicU64,
-    history: &Recorder,
-) -> anyhow::Result<(String, u64)> {
-    use nix::sys::signal::{kill, Signal};
-    match kind {
-        FaultKind::KillReplica | FaultKind::TermReplica => {
-            let own = own.context("no replicas of the drill's own")?;
-            let i = rng.random_range(0..own.replicas.len());
-            let r = &mut own.replicas[i];
-            let name = r.name.clone();
-            let mut child = r.child.take().context("replica not running")?;
-            if kind == FaultKind::KillReplica {
-                child.kill().await?;
-            } else {
-                if let Some(pid) = child.id() {
-                    kill(nix::unistd::Pid::from_raw(pid as i32), Signal::SIGTERM)?;
-                }
-                match tokio::time::timeout(Duration::from_secs(15), child.wait()).await {
-                    Ok(Ok(status)) if status.success() => {}
-                    Ok(Ok(status)) => history.push(Event::Violation {
-                        what: format!("{name} exited {status} after SIGTERM"),
-                    }),
-                    _ => {
-                        let _ = child.kill().await;
-                        history.push(Event::Violation {
-                            what: format!("{name} did not exit within 15 s of SIGTERM"),
-                        });
-                    }
-                }
-            }
-            r.start(&own.database_url, &own.logs).await?;
-            Ok((name, history.now()))
-        }
-        FaultKind::RestartDb => {
-            let own = own.context("no database of the drill's own")?;
-            tokio::task::block_in_place(|| own.cluster.restart_primary())?;
-            Ok(("primary".into(), history.now()))
-        }
-        FaultKind::FailoverDb => {
-            let own = own.context("no database of the drill's own")?;
-            tokio::task::block_in_place(|| own.cluster.crash_primary())?;
-            own.cluster.promote_standby().await?;
-            let healed = history.now();
-            // A new standby, so the drill can fail over again.
-            own.cluster.rebuild_standby().await?;
-            Ok(("primary".into(), healed))
-        }
-        FaultKind::FreezeRunner => {
-            // Frozen right after it leases a job, so its report comes after the lease lapsed
-            // (and usually after another runner took the job at a higher epoch).
-            let w = &workers[rng.random_range(0..workers.len())];
-            let pid = w.pid().context("runner not running")?;
-            w.freeze.armed.store(true, Ordering::Release);
-            let sprung = tokio::time::timeout(Duration::from_secs(5), w.freeze.sprung.notified())
-                .await
-                .is_ok();
-            if !sprung && w.freeze.armed.swap(false, Ordering::AcqRel) {
-                // No lease came: freeze it mid long-poll instead.
-                kill(pid, Signal::SIGSTOP)?;
-            }
-            let ttl = max_ttl.load(Ordering::Relaxed).clamp(1, MAX_FREEZE_TTL_MS);
-            tokio::time::sleep(Duration::from_millis(ttl + FREEZE_MARGIN_MS)).await;
-            kill(pid, Signal::SIGCONT)?;
-            Ok((w.name.clone(), history.now()))
-        }
-        FaultKind::CutRunner => {
-            let idle: Vec<usize> = (0..workers.len())
-                .filter(|&i| !workers[i].holds())
-                .collect();
-            let i = if idle.is_empty() {
-                rng.random_range(0..workers.len())
-            } else {
-                idle[rng.random_range(0..idle.len())]
-            };
-            let w = &workers[i];
-            kill(w.pid().context("runner not running")?, Signal::SIGUSR1)?;
-            Ok((w.name.clone(), history.now()))
-        }
-    }
 }
 
 #[cfg(test)]
