@@ -24,6 +24,7 @@
 //! - [`config`]: the typed configuration of a replica.
 //! - [`telemetry`]: Prometheus metrics of a replica.
 //! - [`bench`]: `leasehold bench`, the benchmark against a raw-SQL baseline.
+//! - [`drill`]: `leasehold drill`, faults on a schedule and a checker of the invariants.
 //!
 //! Imports run one way: `domain` imports nothing of ours; `store` imports `domain`; `hub`
 //! imports `store` and `domain`; `api` imports `hub`, `store`, `domain` and `wire`; `telemetry`
@@ -37,6 +38,7 @@ pub mod cli;
 pub mod client;
 pub mod config;
 pub mod domain;
+pub mod drill;
 pub mod embedded_pg;
 pub mod hub;
 pub mod openapi;

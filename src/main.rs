@@ -52,6 +52,11 @@ enum Command {
     },
     /// Measure a real deployment against the raw-SQL limit (starts its own by default).
     Bench(leasehold::bench::BenchArgs),
+    /// Run a deployment under faults and prove nothing is lost (starts its own by default).
+    Drill(leasehold::drill::DrillArgs),
+    /// One drill runner process (started by `leasehold drill`).
+    #[command(hide = true)]
+    DrillWorker(leasehold::drill::worker::WorkerArgs),
     /// Operator tasks straight against the database.
     Admin {
         #[command(subcommand)]
@@ -120,7 +125,8 @@ fn init_tracing(default: &str, traces: bool) -> Option<leasehold::telemetry::tra
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let command = Cli::parse().command;
-    let quiet = matches!(&command, Command::People(c) if !matches!(c, cli::Command::Runner { .. }));
+    let quiet = matches!(&command, Command::People(c) if !matches!(c, cli::Command::Runner { .. }))
+        || matches!(&command, Command::Drill(_) | Command::DrillWorker(_));
     let server = matches!(&command, Command::Serve(_) | Command::Dev { .. });
     let traces = init_tracing(if quiet { "warn" } else { "info" }, server);
     let outcome = run(command).await;
@@ -165,6 +171,8 @@ async fn run(command: Command) -> anyhow::Result<i32> {
             println!("{n} secret(s) re-sealed with the current key");
             Ok(0)
         }
+        Command::Drill(args) => leasehold::drill::run(args).await,
+        Command::DrillWorker(args) => leasehold::drill::worker::run(args).await,
         Command::Admin {
             command:
                 AdminCommand::CreateKey {

@@ -8,6 +8,7 @@ mod browser;
 mod dispatch;
 mod embedded_pg;
 mod errors;
+mod failover;
 mod faults;
 mod lease;
 mod logs;
