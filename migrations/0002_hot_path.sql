@@ -13,7 +13,13 @@ DROP INDEX jobs_claim_pool;
 CREATE INDEX jobs_claim_pool ON jobs (workspace, owner, priority DESC, id)
     WHERE state = 'parked' AND runner_id IS NULL;
 DROP INDEX runners_live_by_owner;
-CREATE INDEX runners_live_by_owner ON runners (workspace, owner) WHERE revoked_at IS NULL;
+CREATE INDEX runners_live_by_owner ON runners (workspace, owner)
+    WHERE revoked_at IS NULL AND owner IS NOT NULL;
+-- (`owner IS NOT NULL` is always true; it keeps a token look-up, which never names the owner,
+-- from scanning this index whole when statistics say the table is empty: see 5.)
+DROP INDEX runners_live_by_workspace;
+CREATE INDEX runners_live_by_workspace ON runners (workspace)
+    WHERE revoked_at IS NULL AND workspace IS NOT NULL;
 
 -- 2. Which pool a pool job was dispatched to; NULL for a job named for a runner. An 'any' job is
 --    owned by its dispatching subject and may also be taken by the workspace's runners, whose
@@ -61,6 +67,10 @@ CREATE INDEX jobs_lease_check ON jobs (lease_check_at)
 DROP INDEX jobs_no_runner_check;
 CREATE INDEX jobs_no_runner_check ON jobs (no_runner_check_at)
     WHERE state = 'parked' AND no_runner_check_at IS NOT NULL;
+-- The same for the listing index: a statement that reaches jobs by id alone must use the
+-- primary key, never walk this one for the id column it also carries.
+DROP INDEX jobs_by_workspace;
+CREATE INDEX jobs_by_workspace ON jobs (workspace, id) WHERE workspace IS NOT NULL;
 
 -- 6. Events are appended only by the statement that just changed or fenced their job, and jobs
 --    are never deleted: the foreign key's per-row check (an index probe and a KEY SHARE row

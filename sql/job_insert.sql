@@ -1,30 +1,30 @@
--- Park jobs, authenticated in the same statement: each item carries the SHA-256 of its caller's
--- API key and is parked only while that key is live. One statement parks one dispatch, a batch
--- dispatch, or dispatches of several callers coalesced by the replica (hub::combine); every
--- parked job gets its first `state` event. Items are inserted in array order.
--- $1 a JSON array of items: {ord (position), id, key (hex sha256), pool ('personal'|'workspace'|'any', or null
--- for a named runner), runner_id, owner (named runners only: the runner's owner), kind,
--- payload, required_capabilities, priority, max_attempts, no_runner_timeout_ms,
--- queue_timeout_ms, idempotency_key, secrets, source, source_key, traceparent}.
--- No row for an item: its key is not live, or its idempotency key was already used in the
--- workspace (earlier, or by an earlier item of this statement); the caller then reads the first.
-WITH items AS (
+-- Park one job, authenticated in the same statement: it is parked only while the caller's API
+-- key is live. A batch dispatch, and dispatches of several callers coalesced by the replica
+-- (store::combine), are several of these in one transaction, sent pipelined. The job gets its
+-- first `state` event.
+-- $1 sha256 of the caller's API key; $2 the job as a JSON object: {id, pool ('personal' |
+-- 'workspace' | 'any', or null for a named runner), runner_id, owner (named runners only: the
+-- runner's owner), kind, payload, required_capabilities, priority, max_attempts,
+-- no_runner_timeout_ms, queue_timeout_ms, idempotency_key, secrets, source, source_key,
+-- traceparent}. Every input is a parameter and the key a unique-index probe, so the plan
+-- cannot turn into a join whatever the statistics say.
+-- No row: the key is not live, or the idempotency key was already used in the workspace
+-- (earlier, or earlier in the same transaction); the caller then reads the first job.
+WITH k AS (
+    SELECT workspace, subject FROM api_keys WHERE token_hash = $1 AND revoked_at IS NULL
+),
+items AS (
     SELECT x.*, k.workspace,
            CASE x.pool WHEN 'workspace' THEN 'ws:' || k.workspace
                        WHEN 'personal' THEN k.subject
                        WHEN 'any' THEN k.subject
                        ELSE x.owner END AS queue_owner
-      FROM jsonb_to_recordset($1::jsonb) AS x (
-               ord bigint, id uuid, key text, pool text, runner_id uuid, owner text, kind text,
+      FROM jsonb_to_record($2::jsonb) AS x (
+               id uuid, pool text, runner_id uuid, owner text, kind text,
                payload jsonb, required_capabilities text[], priority integer, max_attempts integer,
                no_runner_timeout_ms bigint, queue_timeout_ms bigint, idempotency_key text,
-               secrets text[], source jsonb, source_key text, traceparent text)
-      -- Per item, by the unique key index (OFFSET 0 keeps the planner from turning this into a
-      -- join over every key).
-      CROSS JOIN LATERAL (
-          SELECT k.workspace, k.subject FROM api_keys k
-           WHERE k.token_hash = decode(x.key, 'hex') AND k.revoked_at IS NULL
-          OFFSET 0) AS k
+               secrets text[], source jsonb, source_key text, traceparent text),
+           k
 ),
 inserted AS (
     INSERT INTO jobs (id, workspace, owner, runner_id, pool, state, kind, payload,
@@ -40,7 +40,6 @@ inserted AS (
            CASE WHEN queue_owner LIKE 'ws:%' THEN workspace END,
            secrets, source, source_key, traceparent, 1
       FROM items
-     ORDER BY ord
     ON CONFLICT (workspace, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING *
 ),

@@ -105,8 +105,9 @@ leased AS (
            billing_tenant = CASE WHEN j.pool = 'any'
                                  THEN CASE WHEN $4 LIKE 'ws:%' THEN j.workspace END
                                  ELSE j.billing_tenant END
-      FROM picked
-     WHERE j.id = picked.id
+     -- Not a join: a join's order is the planner's to choose, and on a table it believes empty it
+     -- would walk every job.
+     WHERE j.id = ANY (ARRAY(SELECT id FROM picked))
     RETURNING j.id, j.workspace, j.epoch, j.attempts, j.kind, j.payload, j.required_capabilities,
               j.priority, j.runner_id IS NOT NULL AS named, j.lease_expires_at, j.event_seq,
               j.secrets, j.source, j.traceparent

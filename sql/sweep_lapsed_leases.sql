@@ -28,7 +28,8 @@ judged AS (
            lease_expires_at = CASE WHEN j.lease_expires_at > now() THEN j.lease_expires_at END,
            event_seq = j.event_seq + CASE WHEN j.lease_expires_at > now() THEN 0 ELSE 1 END
       FROM due
-     WHERE j.id = due.id
+     -- The ANY gives the primary key an index condition whichever way the join is planned.
+     WHERE j.id = due.id AND j.id = ANY (ARRAY(SELECT id FROM due))
     RETURNING j.id, j.workspace, j.owner, j.runner_id, j.pool, j.state, j.epoch, j.event_seq,
               due.holder
 ),

@@ -31,7 +31,8 @@ judged AS (
                                             WHERE t.runner_id = r.id
                                               AND t.status = 'approved'))))
            + j.no_runner_timeout_ms * interval '1 millisecond' AS deadline
-      FROM jobs j JOIN due ON due.id = j.id
+      FROM jobs j
+     WHERE j.id = ANY (ARRAY(SELECT id FROM due))
 ),
 moved AS (
     UPDATE jobs j
@@ -45,7 +46,7 @@ moved AS (
            no_runner_check_at = judged.deadline,
            event_seq = j.event_seq + CASE WHEN judged.deadline <= now() THEN 1 ELSE 0 END
       FROM judged
-     WHERE j.id = judged.id
+     WHERE j.id = judged.id AND j.id = ANY (ARRAY(SELECT id FROM judged))
     RETURNING j.id, j.workspace, j.owner, j.runner_id, j.pool, j.state, j.epoch, j.event_seq
 ),
 events AS (

@@ -13,8 +13,7 @@ moved AS (
            error = jsonb_build_object('reason', 'queue_timeout',
                                       'message', 'the job was still parked when its queue timeout passed'),
            event_seq = j.event_seq + 1
-      FROM due
-     WHERE j.id = due.id
+     WHERE j.id = ANY (ARRAY(SELECT id FROM due))
     RETURNING j.id, j.workspace, j.owner, j.runner_id, j.pool, j.state, j.epoch, j.event_seq
 ),
 events AS (

@@ -6,10 +6,10 @@
 //! revocation commits; a fenced transition matches only the live runner holding the lease at
 //! that epoch, and when it matches nothing the store says why as a typed [`FenceMiss`].
 
-use std::collections::HashMap;
 use std::sync::OnceLock;
 
 use serde_json::{json, Value};
+use tokio_postgres::types::ToSql;
 use uuid::Uuid;
 
 use super::combine::Combiner;
@@ -51,11 +51,10 @@ pub struct NewJob {
 }
 
 impl NewJob {
-    fn item(&self, ord: usize) -> Value {
+    /// The `$2` of `job_insert.sql`.
+    fn item(&self) -> Value {
         json!({
-            "ord": ord,
             "id": self.id,
-            "key": hex(&self.key_hash),
             "pool": self.pool,
             "runner_id": self.runner_id,
             "owner": self.owner,
@@ -101,10 +100,6 @@ pub enum FenceMiss {
 /// The answer of a fenced call: what it did, or why it matched nothing.
 pub type Fenced<T> = std::result::Result<T, FenceMiss>;
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 impl Store {
     /// A store for a combiner's own task: the same pool and counters, no combiners of its own.
     fn for_combiner(&self) -> Store {
@@ -121,14 +116,18 @@ impl Store {
     /// # Errors
     /// The database failed; nothing was parked.
     pub async fn insert_jobs(&self, jobs: &[NewJob]) -> Result<Vec<Option<Job>>> {
-        let items = Value::Array(jobs.iter().enumerate().map(|(i, j)| j.item(i)).collect());
-        let rows = self.query(sql::JOB_INSERT, &[&items]).await?;
-        let mut parked: HashMap<Uuid, Job> = HashMap::with_capacity(rows.len());
-        for row in &rows {
-            let job = rows::job(row)?;
-            parked.insert(job.id, job);
-        }
-        Ok(jobs.iter().map(|j| parked.remove(&j.id)).collect())
+        let items: Vec<Value> = jobs.iter().map(NewJob::item).collect();
+        let params: Vec<[&(dyn ToSql + Sync); 2]> = jobs
+            .iter()
+            .zip(&items)
+            .map(|(j, item)| [&j.key_hash as &(dyn ToSql + Sync), item])
+            .collect();
+        let rows = self
+            .each_in_one_transaction(sql::JOB_INSERT, &params)
+            .await?;
+        rows.iter()
+            .map(|row| row.as_ref().map(rows::job).transpose())
+            .collect()
     }
 
     /// Park one job, coalesced with other callers' concurrent dispatches.
@@ -243,27 +242,24 @@ impl Store {
     /// # Errors
     /// The database failed; nothing was settled.
     pub async fn complete_jobs(&self, reports: &[Report]) -> Result<Vec<Option<Job>>> {
-        let items = Value::Array(
-            reports
-                .iter()
-                .enumerate()
-                .map(|(i, r)| {
-                    json!({"ord": i, "id": r.id, "epoch": r.epoch, "token": hex(&r.token_hash),
-                           "result": r.result})
-                })
-                .collect(),
-        );
+        let params: Vec<[&(dyn ToSql + Sync); 5]> = reports
+            .iter()
+            .map(|r| {
+                [
+                    &r.id as &(dyn ToSql + Sync),
+                    &r.epoch,
+                    &r.token_hash,
+                    &r.result,
+                    &self.seen_refresh_ms,
+                ]
+            })
+            .collect();
         let rows = self
-            .query(sql::JOB_COMPLETE, &[&items, &self.seen_refresh_ms])
+            .each_in_one_transaction(sql::JOB_COMPLETE, &params)
             .await?;
-        let mut out: Vec<Option<Job>> = vec![None; reports.len()];
-        for row in &rows {
-            let ord: i64 = row.get("ord");
-            if let Some(slot) = out.get_mut(ord as usize) {
-                *slot = Some(rows::job(row)?);
-            }
-        }
-        Ok(out)
+        rows.iter()
+            .map(|row| row.as_ref().map(rows::job).transpose())
+            .collect()
     }
 
     /// First terminal report wins: complete a job, coalesced with other runners' concurrent

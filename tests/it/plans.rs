@@ -60,19 +60,33 @@ pub fn assert_plan(name: &str, plan: &str, must: &[&str], never: &[&str]) {
 }
 
 #[tokio::test]
-async fn hot_statements_reach_their_rows_by_the_right_index_in_generic_plans() {
+async fn hot_statements_reach_their_rows_by_the_right_index_on_a_full_table() {
     let app = TestApp::spawn().await;
     realistic_table(&app.database_url).await;
+    check_hot_plans(&app).await;
+}
+
+/// A new deployment: every table ANALYZEd while empty. A generic plan made now is kept for the
+/// connection's life, and statistics of an empty table make any scan look free.
+#[tokio::test]
+async fn hot_statements_reach_their_rows_by_the_right_index_on_a_table_analyzed_empty() {
+    let app = TestApp::spawn().await;
+    connect(&app.database_url)
+        .await
+        .batch_execute("ANALYZE")
+        .await
+        .unwrap();
+    check_hot_plans(&app).await;
+}
+
+async fn check_hot_plans(app: &TestApp) {
     let job = "'00000000-0000-7000-8000-000000000001'::uuid";
     let runner = "'00000000-0000-7000-8000-000000000002'::uuid";
     let token = "sha256('token1'::bytea)";
-    let report = json!([{"ord": 0, "id": "00000000-0000-7000-8000-000000000001", "epoch": 1,
-                         "token": "00", "result": null}])
-    .to_string();
-    let item = json!([{"ord": 0, "id": "00000000-0000-7000-8000-000000000003", "key": "00",
-                       "pool": "workspace", "kind": "command", "payload": {},
-                       "required_capabilities": [], "priority": 0, "max_attempts": 3,
-                       "no_runner_timeout_ms": 300000, "secrets": []}])
+    let item = json!({"id": "00000000-0000-7000-8000-000000000003",
+                      "pool": "workspace", "kind": "command", "payload": {},
+                      "required_capabilities": [], "priority": 0, "max_attempts": 3,
+                      "no_runner_timeout_ms": 300000, "secrets": []})
     .to_string();
     let statements: Vec<(&str, &'static str, String)> = vec![
         (
@@ -88,7 +102,7 @@ async fn hot_statements_reach_their_rows_by_the_right_index_in_generic_plans() {
         (
             "job_complete",
             sql::JOB_COMPLETE,
-            format!("'{report}', 30000"),
+            format!("{job}, 1, {token}, 'null'::jsonb, 30000"),
         ),
         (
             "job_fail",
@@ -110,7 +124,11 @@ async fn hot_statements_reach_their_rows_by_the_right_index_in_generic_plans() {
             sql::JOB_EVENTS_APPEND,
             format!("{job}, 1, {token}, ARRAY['stdout'], ARRAY['{{}}'::jsonb], 30000"),
         ),
-        ("job_insert", sql::JOB_INSERT, format!("'{item}'")),
+        (
+            "job_insert",
+            sql::JOB_INSERT,
+            format!("sha256('key1'::bytea), '{item}'"),
+        ),
         (
             "job_fence_miss",
             sql::JOB_FENCE_MISS,
@@ -139,9 +157,9 @@ async fn hot_statements_reach_their_rows_by_the_right_index_in_generic_plans() {
             "Index Scan using jobs_claim_named",
             "Index Scan using jobs_claim_pool",
             "Index Scan using jobs_claim_any",
-            "Index Scan using jobs_pkey",
+            "jobs_pkey",
         ],
-        &["Seq Scan on jobs", "Bitmap Heap Scan on jobs"],
+        &["Seq Scan"],
     );
     assert!(
         plan("lease_claim").contains("CTE r\n    ->  Index Scan using runners_"),
@@ -166,7 +184,7 @@ async fn hot_statements_reach_their_rows_by_the_right_index_in_generic_plans() {
             name,
             plan(name),
             &["using jobs_pkey on jobs", "runners_token_hash_key"],
-            &["Seq Scan on jobs", "jobs_leased_by", "jobs_lease_check"],
+            &["Seq Scan", "jobs_leased_by", "jobs_lease_check"],
         );
     }
     assert_plan(
@@ -179,7 +197,7 @@ async fn hot_statements_reach_their_rows_by_the_right_index_in_generic_plans() {
         "job_insert",
         plan("job_insert"),
         &["api_keys_token_hash_key"],
-        &["Seq Scan on api_keys"],
+        &["Seq Scan"],
     );
     assert_plan(
         "job_fence_miss",
