@@ -16,7 +16,8 @@
 //! - [`api`]: the axum router, authentication, the error type and its JSON mapping.
 //! - [`server`]: wires store, hub and api into one replica with an ordered shutdown.
 //! - [`client`]: a typed HTTP client over [`wire`] (runner, CLI, bench and tests use it).
-//! - [`runner`]: the reference runner: enrolment, lease loop, executor, sandbox, drain.
+//! - [`runner`]: the reference runner: enrolment, lease loop, executor, sandbox, drain, and
+//!   its command line (`leasehold runner connect|run`).
 //! - [`cli`]: the human command line (`leasehold job|runners|join-code|pool|preflight`).
 //! - [`openapi`]: `leasehold openapi`, the API's OpenAPI document on standard output.
 //! - [`embedded_pg`]: a private PostgreSQL from the installed binaries (`leasehold dev`, tests,
@@ -26,9 +27,11 @@
 //! - [`bench`]: `leasehold bench`, the benchmark against a raw-SQL baseline.
 //!
 //! Imports run one way: `domain` imports nothing of ours; `store` imports `domain`; `hub`
-//! imports `store` and `domain`; `api` imports `hub`, `store`, `domain` and `wire`; `telemetry`
-//! imports nothing of ours and any of them may import it; `client`
-//! imports only `wire`; `runner` and `cli` import only `client` and `wire`.
+//! imports `store`, `domain` and `config`; `api` imports `hub`, `store`, `domain`, `config`
+//! and `wire`; `telemetry` imports nothing of ours and any of them may import it; `client`
+//! imports only `wire`; `runner` and `cli` import only `client` and `wire`, never each other:
+//! what both need lives there (the `command` job kind in [`wire::command`], retry back-off and
+//! "is this failure transient" in [`client`]).
 #![forbid(unsafe_code)]
 
 pub mod api;

@@ -61,6 +61,11 @@ enum Command {
     Openapi,
     #[command(flatten)]
     People(cli::Command),
+    /// Enrol this machine as a runner, and run it.
+    Runner {
+        #[command(subcommand)]
+        command: runner::cli::RunnerCommand,
+    },
 }
 
 #[derive(Subcommand)]
@@ -120,7 +125,7 @@ fn init_tracing(default: &str, traces: bool) -> Option<leasehold::telemetry::tra
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let command = Cli::parse().command;
-    let quiet = matches!(&command, Command::People(c) if !matches!(c, cli::Command::Runner { .. }));
+    let quiet = matches!(&command, Command::People(_));
     let server = matches!(&command, Command::Serve(_) | Command::Dev { .. });
     let traces = init_tracing(if quiet { "warn" } else { "info" }, server);
     let outcome = run(command).await;
@@ -141,6 +146,7 @@ async fn main() -> std::process::ExitCode {
 async fn run(command: Command) -> anyhow::Result<i32> {
     match command {
         Command::People(c) => cli::run(c).await,
+        Command::Runner { command } => runner::cli::run(command).await,
         Command::Serve(config) => serve(config).await.map(|()| 0),
         Command::Dev {
             data_dir,

@@ -6,16 +6,16 @@
 //! stdout / stderr as it was; leasehold's own notes go to stderr, prefixed `leasehold:`.
 //! A lost connection is retried with back-off, resuming after the last `seq` seen.
 
-use std::collections::BTreeMap;
 use std::io::Write;
 
-use anyhow::{bail, Context};
+use anyhow::Context;
 use clap::{Args, Subcommand, ValueEnum};
-use serde_json::{json, Value};
+use serde_json::Value;
 use uuid::Uuid;
 
 use super::{print_json, print_table, when, Conn};
-use crate::client::{Client, ClientError};
+use crate::client::Client;
+use crate::wire::command::{self, CommandSpec};
 use crate::wire::{self, Event, Job, Target};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -232,27 +232,24 @@ pub fn parse_source(text: &str) -> Result<wire::Source, String> {
 }
 
 fn payload(args: &SubmitArgs) -> anyhow::Result<Value> {
-    let mut env = BTreeMap::new();
+    let mut spec = CommandSpec::new(args.argv.clone());
     for pair in &args.env {
         let (k, v) = pair
             .split_once('=')
             .with_context(|| format!("--env {pair}: expected NAME=VALUE"))?;
-        env.insert(k.to_owned(), v.to_owned());
+        spec.env.insert(k.to_owned(), v.to_owned());
     }
-    let mut p = json!({ "argv": args.argv, "env": env });
-    if let Some(cwd) = &args.cwd {
-        p["cwd"] = json!(cwd);
-    }
+    spec.cwd.clone_from(&args.cwd);
     if let Some(t) = args.timeout {
-        if !t.is_finite() || t <= 0.0 {
-            bail!("--timeout must be a positive number of seconds");
-        }
-        p["timeout_s"] = json!(t);
+        spec.timeout = Some(command::timeout_from_secs(t).with_context(|| {
+            format!(
+                "--timeout must be a positive number of seconds, at most {}",
+                command::MAX_TIMEOUT_S
+            )
+        })?);
     }
-    if let Some(s) = &args.stdin {
-        p["stdin"] = json!(s);
-    }
-    Ok(p)
+    spec.stdin.clone_from(&args.stdin);
+    Ok(spec.to_payload())
 }
 
 async fn submit(client: &Client, json_out: bool, args: SubmitArgs) -> anyhow::Result<i32> {
@@ -316,23 +313,13 @@ enum Show {
     Quiet,
 }
 
-/// The exit status `submit --wait` ends with: the command's own; 124 for a timeout (as
-/// `timeout(1)`); 128+N for a signal (as a shell); 1 when the job did not complete.
+/// The exit status `submit --wait` ends with: the command's own as a shell reports it (see
+/// [`command::exit_status`]); 1 when the job did not complete.
 pub fn exit_code(job: &Job) -> i32 {
     if job.state != "completed" {
         return 1;
     }
-    let r = job.result.as_ref().unwrap_or(&Value::Null);
-    if r["timed_out"].as_bool() == Some(true) {
-        return 124;
-    }
-    if let Some(code) = r["exit_code"].as_i64() {
-        return code as i32;
-    }
-    if let Some(sig) = r["signal"].as_i64() {
-        return 128 + sig as i32;
-    }
-    0
+    command::exit_status(job.result.as_ref().unwrap_or(&Value::Null))
 }
 
 fn note(_id: Uuid, text: &str) {
@@ -414,14 +401,6 @@ fn is_terminal_state(e: &Event) -> bool {
         )
 }
 
-/// Whether a failed call is worth retrying: no answer, or the service asked to retry.
-fn transient(e: &ClientError) -> bool {
-    match e {
-        ClientError::Transport(_) => true,
-        ClientError::Api { status, .. } => matches!(status.as_u16(), 502..=504),
-    }
-}
-
 /// Print a job's events as they arrive until it ends; returns the ended job.
 async fn follow_job(client: &Client, id: Uuid, mode: Show) -> anyhow::Result<Job> {
     let mut after = 0i64;
@@ -432,11 +411,11 @@ async fn follow_job(client: &Client, id: Uuid, mode: Show) -> anyhow::Result<Job
                 failures = 0;
                 p
             }
-            Err(e) if transient(&e) && failures < 30 => {
+            Err(e) if e.is_transient() && failures < 30 => {
                 if failures == 0 {
                     note(id, &format!("lost the service ({e}); retrying"));
                 }
-                tokio::time::sleep(crate::runner::servers::backoff(failures.min(5))).await;
+                tokio::time::sleep(crate::client::backoff(failures.min(5))).await;
                 failures += 1;
                 continue;
             }
@@ -583,6 +562,7 @@ fn describe(job: &Job) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn job(state: &str, result: Value) -> Job {
         serde_json::from_value(json!({
