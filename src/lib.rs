@@ -19,6 +19,10 @@
 //! - [`runner`]: the reference runner: enrolment, lease loop, executor, sandbox, drain, and
 //!   its command line (`leasehold runner connect|run`).
 //! - [`cli`]: the human command line (`leasehold job|runners|join-code|pool|preflight`).
+//! - [`serve`], [`dev`], [`admin`]: `leasehold serve`, `leasehold dev` (a private PostgreSQL,
+//!   a replica and a local runner on one machine), `leasehold admin` (straight against the
+//!   database). Like [`bench`] and [`openapi`], operator commands live beside [`cli`], which
+//!   stays the people's HTTP commands; `main.rs` only parses and dispatches.
 //! - [`openapi`]: `leasehold openapi`, the API's OpenAPI document on standard output.
 //! - [`embedded_pg`]: a private PostgreSQL from the installed binaries (`leasehold dev`, tests,
 //!   bench).
@@ -34,16 +38,19 @@
 //! "is this failure transient" in [`client`]).
 #![forbid(unsafe_code)]
 
+pub mod admin;
 pub mod api;
 pub mod bench;
 pub mod cli;
 pub mod client;
 pub mod config;
+pub mod dev;
 pub mod domain;
 pub mod embedded_pg;
 pub mod hub;
 pub mod openapi;
 pub mod runner;
+pub mod serve;
 pub mod server;
 pub mod store;
 pub mod telemetry;
