@@ -198,6 +198,32 @@ pub async fn pair(
     (created.runner, client)
 }
 
+/// An enrolment request with `code`, for one `linux` slot.
+pub fn enrol_req(code: &str, label: &str) -> wire::Enroll {
+    wire::Enroll {
+        code: code.into(),
+        label: label.into(),
+        os: Some("linux".into()),
+        version: Some("0.1.0".into()),
+        capabilities: Some(vec!["linux".into()]),
+        capacity: Some(1),
+        ..Default::default()
+    }
+}
+
+/// A join code of `tier` valid for ten minutes, minted by `operator`.
+pub async fn join_code(operator: &Client, tier: wire::Tier, ephemeral: bool) -> String {
+    operator
+        .create_join_code(&wire::CreateJoinCode {
+            tier,
+            ttl_s: Some(600),
+            ephemeral: Some(ephemeral),
+        })
+        .await
+        .unwrap()
+        .code
+}
+
 /// Dispatch `payload` to `target` with defaults.
 pub async fn dispatch(
     operator: &Client,
