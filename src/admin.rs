@@ -68,7 +68,8 @@ pub async fn run(command: AdminCommand) -> anyhow::Result<i32> {
     }
 }
 
-/// Mint an API key for `subject` in `workspace` and return it (shown once).
+/// Mint an API key for `subject` in `workspace` against `database_url` and return it (shown
+/// once).
 ///
 /// # Errors
 /// A name is invalid, or the key cannot be stored.
@@ -78,12 +79,26 @@ pub async fn create_key(
     subject: &str,
     admin: bool,
 ) -> anyhow::Result<String> {
+    let store = Store::connect(database_url, 1, 90_000)?;
+    mint_key(&store, workspace, subject, admin).await
+}
+
+/// Mint an API key through `store`: the one way keys are made outside the HTTP API (`admin
+/// create-key`, `dev`, the bench and the tests all come here). Returns the key, shown once.
+///
+/// # Errors
+/// A name is invalid, or the key cannot be stored.
+pub async fn mint_key(
+    store: &Store,
+    workspace: &str,
+    subject: &str,
+    admin: bool,
+) -> anyhow::Result<String> {
     anyhow::ensure!(
         crate::domain::owner::is_valid_name(workspace)
             && crate::domain::owner::is_valid_name(subject),
         "workspace and subject must be 1..128 of A-Z a-z 0-9 . _ @ -"
     );
-    let store = Store::connect(database_url, 1, 90_000)?;
     let key = Secret::generate(Kind::ApiKey);
     store
         .insert_key(Uuid::now_v7(), workspace, subject, admin, key.hash())

@@ -24,6 +24,7 @@
 //!   database). Like [`bench`] and [`openapi`], operator commands live beside [`cli`], which
 //!   stays the people's HTTP commands; `main.rs` only parses and dispatches.
 //! - [`openapi`]: `leasehold openapi`, the API's OpenAPI document on standard output.
+//! - [`launch`]: `leasehold serve` as a child process, for the tests and the bench.
 //! - [`embedded_pg`]: a private PostgreSQL from the installed binaries (`leasehold dev`, tests,
 //!   bench).
 //! - [`config`]: the typed configuration of a replica.
@@ -48,6 +49,7 @@ pub mod dev;
 pub mod domain;
 pub mod embedded_pg;
 pub mod hub;
+pub mod launch;
 pub mod openapi;
 pub mod runner;
 pub mod serve;

@@ -19,7 +19,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         .with_context(|| format!("binding {}", config.listen))?;
     let replica = server::start(config, listener).await?;
     // Scripts and tests read the bound address from this line.
-    println!("leasehold listening on http://{}", replica.addr);
+    println!("{}http://{}", crate::launch::LISTENING, replica.addr);
     let token = replica.shutdown_token();
     tokio::spawn(stop_on_signal(token));
     replica.stop_after_shutdown(Duration::from_secs(9)).await;

@@ -159,15 +159,10 @@ async fn a_value_is_sealed_with_a_fresh_nonce_and_absent_from_logs_and_the_dump(
         &[("LEASEHOLD_SECRETS_KEY", &key), ("LEASEHOLD_LOG", "debug")],
     )
     .await;
-    let store = leasehold::store::Store::connect(&database_url, 1, 90_000).unwrap();
-    let admin_key = leasehold::domain::credentials::Secret::generate(
-        leasehold::domain::credentials::Kind::ApiKey,
+    let admin = Client::new(
+        &url,
+        Some(crate::support::key_in(&database_url, "acme", "root", true).await),
     );
-    store
-        .insert_key(uuid::Uuid::now_v7(), "acme", "root", true, admin_key.hash())
-        .await
-        .unwrap();
-    let admin = Client::new(&url, Some(admin_key.reveal().to_owned()));
     let value = "plaintext-Zq8vW3-value";
     admin.put_secret("DEPLOY_TOKEN", value).await.unwrap();
     admin.put_secret("SAME_VALUE", value).await.unwrap();
