@@ -9,7 +9,7 @@ use leasehold::wire::{self, Tier};
 use serde_json::{json, Value};
 
 use crate::support::{
-    code, connect, dispatch, enrol_req, join_code, lease, pair, personal, TestApp,
+    code, connect, data_dump, dispatch, enrol_req, join_code, lease, pair, personal, TestApp,
 };
 
 #[tokio::test]
@@ -174,19 +174,7 @@ async fn the_database_holds_no_plaintext_secret() {
         .await
         .unwrap();
     secrets.push(enrolled.token);
-    let pg_dump = leasehold::embedded_pg::find_tool("pg_dump")
-        .expect("pg_dump installed with the server binaries");
-    let out = std::process::Command::new(pg_dump)
-        .arg("--data-only")
-        .arg(&app.database_url)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let dump = String::from_utf8_lossy(&out.stdout);
+    let dump = data_dump(&app.database_url);
     assert!(
         dump.contains("COPY public.runners"),
         "the dump has the data"

@@ -178,19 +178,7 @@ async fn a_value_is_sealed_with_a_fresh_nonce_and_absent_from_logs_and_the_dump(
     assert_ne!(n0, n1, "a fresh nonce per value");
     assert_ne!(c0, c1);
 
-    let pg_dump = leasehold::embedded_pg::find_tool("pg_dump")
-        .expect("pg_dump installed with the server binaries");
-    let out = std::process::Command::new(pg_dump)
-        .arg("--data-only")
-        .arg(&database_url)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let dump = String::from_utf8_lossy(&out.stdout);
+    let dump = crate::support::data_dump(&database_url);
     assert!(
         dump.contains("COPY public.secrets"),
         "the dump has the data"

@@ -325,6 +325,24 @@ pub async fn readiness(url: &str, want: u16, within: Duration) {
     .await;
 }
 
+/// `pg_dump --data-only` of `database_url`: every row, as text, to search for what must not be
+/// stored in plain text.
+pub fn data_dump(database_url: &str) -> String {
+    let pg_dump = leasehold::embedded_pg::find_tool("pg_dump")
+        .expect("pg_dump installed with the server binaries");
+    let out = std::process::Command::new(pg_dump)
+        .arg("--data-only")
+        .arg(database_url)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// Connections of the replicas' pools to `database_url`'s database, from `pg_stat_activity`.
 pub async fn pool_connections(database_url: &str) -> i64 {
     let client = connect(database_url).await;
