@@ -202,6 +202,120 @@ impl EmbeddedPg {
         temporary: bool,
         extra: &[&str],
     ) -> anyhow::Result<Self> {
+        let mut pg = Self::prepare(dir, durable, temporary, extra)?;
+        let password_file = pg.dir.join(PASSWORD_FILE);
+        if !pg.dir.join("PG_VERSION").exists() {
+            let password = new_password();
+            // initdb reads the password from a file its user can open: a private one in the
+            // temporary directory, removed at once.
+            let pwfile =
+                std::env::temp_dir().join(format!("leasehold-pw-{}", uuid::Uuid::now_v7()));
+            save_password(&pwfile, &password)?;
+            if let Some((uid, gid)) = pg.owner {
+                std::os::unix::fs::chown(&pwfile, Some(uid), Some(gid))?;
+            }
+            let out = pg
+                .command("initdb")
+                .args([
+                    "-U",
+                    "postgres",
+                    "--auth=scram-sha-256",
+                    "-E",
+                    "UTF8",
+                    "--no-sync",
+                ])
+                .arg(format!("--pwfile={}", pwfile.display()))
+                .arg("-D")
+                .arg(&pg.dir)
+                .stdout(Stdio::null())
+                .output();
+            let _ = std::fs::remove_file(&pwfile);
+            let out = out.context("starting initdb")?;
+            if !out.status.success() {
+                bail!("initdb failed: {}", String::from_utf8_lossy(&out.stderr));
+            }
+            save_password(&password_file, &password)?;
+            // The server's own user owns every file of its data directory, this one too
+            // (pg_basebackup copies them all); 0600 still keeps every other user out.
+            if let Some((uid, gid)) = pg.owner {
+                std::os::unix::fs::chown(&password_file, Some(uid), Some(gid))?;
+            }
+        }
+        // A server left over from a crashed run of this same directory.
+        let stale = pg.dir.join("postmaster.pid");
+        if stale.exists() {
+            let _ = pg
+                .command("pg_ctl")
+                .args(["stop", "-m", "immediate", "-D"])
+                .arg(&pg.dir)
+                .output();
+            let _ = std::fs::remove_file(&stale);
+        }
+        pg.password = match std::fs::read_to_string(&password_file) {
+            Ok(p) => p.trim().to_owned(),
+            Err(_) => pg.set_password(&password_file)?,
+        };
+        pg.start_server()?;
+        pg.start_watchdog(temporary)?;
+        Ok(pg)
+    }
+
+    /// A streaming hot standby of `primary` in `dir` (which must not hold a cluster yet): a
+    /// base backup taken with `pg_basebackup -R` (so it follows the primary), started with the
+    /// same settings on `port` (a free one if `None`). It reports itself to the primary as
+    /// `application_name` (the name `synchronous_standby_names` lists).
+    ///
+    /// # Errors
+    /// The base backup or the server failed.
+    pub fn standby_of(
+        primary: &EmbeddedPg,
+        dir: &Path,
+        application_name: &str,
+        port: Option<u16>,
+        temporary: bool,
+    ) -> anyhow::Result<Self> {
+        let extra: Vec<&str> = primary.extra.iter().map(String::as_str).collect();
+        let mut pg = Self::prepare(dir, primary.durable, temporary, &extra)?;
+        if let Some(port) = port {
+            pg.port = port;
+        }
+        std::fs::set_permissions(&pg.dir, std::os::unix::fs::PermissionsExt::from_mode(0o700))?;
+        let conninfo = format!(
+            "host=127.0.0.1 port={} user=postgres password={} application_name={application_name}",
+            primary.port, primary.password
+        );
+        let out = pg
+            .command("pg_basebackup")
+            .args([
+                "-d",
+                &conninfo,
+                "-R",
+                "-X",
+                "stream",
+                "--no-sync",
+                "-c",
+                "fast",
+                "-D",
+            ])
+            .arg(&pg.dir)
+            .stdout(Stdio::null())
+            .output()?;
+        if !out.status.success() {
+            bail!(
+                "pg_basebackup failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        // The copy carries the primary's password file (and its pg_hba.conf).
+        pg.password = primary.password.clone();
+        pg.start_server()?;
+        pg.start_watchdog(temporary)?;
+        Ok(pg)
+    }
+
+    /// A server not yet initialised: where its data lives (reachable by the `postgres` OS user
+    /// when root), its port and settings.
+    fn prepare(dir: &Path, durable: bool, temporary: bool, extra: &[&str]) -> anyhow::Result<Self> {
         let bin = find_bin_dir()?;
         let owner = if nix::unistd::Uid::effective().is_root() {
             Some(postgres_ids()?)
@@ -236,7 +350,7 @@ impl EmbeddedPg {
                 bail!("chown of {} failed", dir.display());
             }
         }
-        let mut pg = Self {
+        Ok(Self {
             port: free_port()?,
             dir,
             password: String::new(),
@@ -244,65 +358,25 @@ impl EmbeddedPg {
             owner,
             durable,
             temporary,
-            extra: Vec::new(),
+            extra: extra.iter().map(|s| s.to_string()).collect(),
             server: None,
             watchdog: None,
-        };
-        pg.extra = extra.iter().map(|s| s.to_string()).collect();
-        let password_file = pg.dir.join(PASSWORD_FILE);
-        if !pg.dir.join("PG_VERSION").exists() {
-            let password = new_password();
-            // initdb reads the password from a file its user can open: a private one in the
-            // temporary directory, removed at once.
-            let pwfile =
-                std::env::temp_dir().join(format!("leasehold-pw-{}", uuid::Uuid::now_v7()));
-            save_password(&pwfile, &password)?;
-            if let Some((uid, gid)) = pg.owner {
-                std::os::unix::fs::chown(&pwfile, Some(uid), Some(gid))?;
-            }
-            let out = pg
-                .command("initdb")
-                .args([
-                    "-U",
-                    "postgres",
-                    "--auth=scram-sha-256",
-                    "-E",
-                    "UTF8",
-                    "--no-sync",
-                ])
-                .arg(format!("--pwfile={}", pwfile.display()))
-                .arg("-D")
-                .arg(&pg.dir)
-                .stdout(Stdio::null())
-                .output();
-            let _ = std::fs::remove_file(&pwfile);
-            let out = out.context("starting initdb")?;
-            if !out.status.success() {
-                bail!("initdb failed: {}", String::from_utf8_lossy(&out.stderr));
-            }
-            save_password(&password_file, &password)?;
-        }
-        // A server left over from a crashed run of this same directory.
-        let stale = pg.dir.join("postmaster.pid");
-        if stale.exists() {
-            let _ = pg
-                .command("pg_ctl")
-                .args(["stop", "-m", "immediate", "-D"])
-                .arg(&pg.dir)
-                .output();
-            let _ = std::fs::remove_file(&stale);
-        }
-        pg.password = match std::fs::read_to_string(&password_file) {
-            Ok(p) => p.trim().to_owned(),
-            Err(_) => pg.set_password(&password_file)?,
-        };
-        pg.start_server()?;
-        pg.start_watchdog(temporary)?;
-        Ok(pg)
+        })
     }
 
     fn command(&self, program: &str) -> Command {
-        let mut cmd = Command::new(self.bin.join(program));
+        let mut path = self.bin.join(program);
+        if !path.is_file() {
+            // A PATH directory may link only initdb, pg_ctl and postgres: take the tool from
+            // where `postgres` really lives (the same version), else from anywhere.
+            path = std::fs::canonicalize(self.bin.join("postgres"))
+                .ok()
+                .and_then(|p| Some(p.parent()?.join(program)))
+                .filter(|p| p.is_file())
+                .or_else(|| find_tool(program))
+                .unwrap_or(path);
+        }
+        let mut cmd = Command::new(path);
         if let Some((uid, gid)) = self.owner {
             use std::os::unix::process::CommandExt;
             cmd.uid(uid).gid(gid);
@@ -397,6 +471,11 @@ impl EmbeddedPg {
     }
 
     /// A connection URL for `database` on this server, with its password.
+    /// The `postgres` role's password (standbys made by [`Self::standby_of`] share it).
+    pub fn password(&self) -> &str {
+        &self.password
+    }
+
     pub fn url(&self, database: &str) -> String {
         format!(
             "postgres://postgres:{}@127.0.0.1:{}/{database}",
@@ -442,9 +521,14 @@ impl EmbeddedPg {
             );
         }
         let hba = "local all all scram-sha-256\nhost all all 127.0.0.1/32 scram-sha-256\n\
-                   host all all ::1/128 scram-sha-256\n";
+                   host all all ::1/128 scram-sha-256\n\
+                   local replication all scram-sha-256\n\
+                   host replication all 127.0.0.1/32 scram-sha-256\n";
         std::fs::write(self.dir.join("pg_hba.conf"), hba)?;
         save_password(file, &password)?;
+        if let Some((uid, gid)) = self.owner {
+            std::os::unix::fs::chown(file, Some(uid), Some(gid))?;
+        }
         Ok(password)
     }
 
@@ -471,6 +555,55 @@ impl EmbeddedPg {
             let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT);
             let _ = child.wait();
         }
+    }
+}
+
+impl EmbeddedPg {
+    /// `pg_ctl stop -m immediate`: the postmaster and its backends quit at once, as in a crash
+    /// (connections are cut, nothing is checkpointed; the WAL is intact).
+    ///
+    /// # Errors
+    /// `pg_ctl` failed.
+    pub fn stop_immediate(&mut self) -> anyhow::Result<()> {
+        let out = self
+            .command("pg_ctl")
+            .args(["stop", "-m", "immediate", "-w", "-D"])
+            .arg(&self.dir)
+            .output()?;
+        if let Some(mut child) = self.server.take() {
+            let _ = child.wait();
+        }
+        if !out.status.success() {
+            bail!(
+                "pg_ctl stop failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Ok(())
+    }
+
+    /// `pg_ctl promote`: a standby becomes a primary and accepts writes; waits until it does.
+    ///
+    /// # Errors
+    /// `pg_ctl` failed (not a standby, or promotion did not finish within its timeout).
+    pub fn promote(&self) -> anyhow::Result<()> {
+        let out = self
+            .command("pg_ctl")
+            .args(["promote", "-w", "-D"])
+            .arg(&self.dir)
+            .output()?;
+        if !out.status.success() {
+            bail!(
+                "pg_ctl promote failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Ok(())
+    }
+
+    /// The server process is running (it has not been stopped or killed through this handle).
+    pub fn is_running(&self) -> bool {
+        self.server.is_some()
     }
 }
 

@@ -1,5 +1,6 @@
-//! Starting `leasehold serve` as a child process, for the tests and the benchmark that need a
-//! real replica process (to kill it, signal it, or measure it apart from themselves).
+//! Starting `leasehold serve` as a child process, for the tests, the benchmark and the drill,
+//! which need a real replica process (to kill it, signal it, or measure it apart from
+//! themselves).
 //!
 //! Invariants: [`ServeProcess::start`] returns only once the replica listens, with the URL it
 //! printed on its first line ([`LISTENING`]); the child's standard output is drained for its
@@ -43,14 +44,27 @@ impl ServeProcess {
         K: AsRef<OsStr>,
         V: AsRef<OsStr>,
     {
+        Self::start_on(exe, "127.0.0.1:0", database_url, env, stderr).await
+    }
+
+    /// [`ServeProcess::start`] listening on `listen` (a fixed port, for a replica that must
+    /// come back where it was).
+    ///
+    /// # Errors
+    /// It could not be spawned, or exited or did not listen within [`START_WITHIN`].
+    pub async fn start_on<K, V>(
+        exe: impl AsRef<OsStr>,
+        listen: &str,
+        database_url: &str,
+        env: impl IntoIterator<Item = (K, V)>,
+        stderr: Stdio,
+    ) -> anyhow::Result<Self>
+    where
+        K: AsRef<OsStr>,
+        V: AsRef<OsStr>,
+    {
         let mut child = Command::new(exe)
-            .args([
-                "serve",
-                "--listen",
-                "127.0.0.1:0",
-                "--database-url",
-                database_url,
-            ])
+            .args(["serve", "--listen", listen, "--database-url", database_url])
             .env("LEASEHOLD_LOG", "warn")
             .envs(env)
             .stdin(Stdio::null())

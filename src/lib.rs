@@ -24,12 +24,13 @@
 //!   database). Like [`bench`] and [`openapi`], operator commands live beside [`cli`], which
 //!   stays the people's HTTP commands; `main.rs` only parses and dispatches.
 //! - [`openapi`]: `leasehold openapi`, the API's OpenAPI document on standard output.
-//! - [`launch`]: `leasehold serve` as a child process, for the tests and the bench.
+//! - [`launch`]: `leasehold serve` as a child process, for the tests, the bench and the drill.
 //! - [`embedded_pg`]: a private PostgreSQL from the installed binaries (`leasehold dev`, tests,
 //!   bench).
 //! - [`config`]: the typed configuration of a replica.
 //! - [`telemetry`]: Prometheus metrics of a replica.
 //! - [`bench`]: `leasehold bench`, the benchmark against a raw-SQL baseline.
+//! - [`drill`]: `leasehold drill`, faults on a schedule and a checker of the invariants.
 //!
 //! Imports run one way: `domain` imports nothing of ours; `store` imports `domain`; `hub`
 //! imports `store`, `domain` and `config`; `api` imports `hub`, `store`, `domain`, `config`
@@ -47,6 +48,7 @@ pub mod client;
 pub mod config;
 pub mod dev;
 pub mod domain;
+pub mod drill;
 pub mod embedded_pg;
 pub mod hub;
 pub mod launch;

@@ -26,6 +26,11 @@ enum Command {
     Dev(dev::DevArgs),
     /// Measure a real deployment against the raw-SQL limit (starts its own by default).
     Bench(leasehold::bench::BenchArgs),
+    /// Run a deployment under faults and prove nothing is lost (starts its own by default).
+    Drill(leasehold::drill::DrillArgs),
+    /// One drill runner process (started by `leasehold drill`).
+    #[command(hide = true)]
+    DrillWorker(leasehold::drill::worker::WorkerArgs),
     /// Operator tasks straight against the database.
     Admin {
         #[command(subcommand)]
@@ -74,7 +79,10 @@ fn init_tracing(default: &str, traces: bool) -> Option<leasehold::telemetry::tra
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let command = Cli::parse().command;
-    let quiet = matches!(&command, Command::People(_));
+    let quiet = matches!(
+        &command,
+        Command::People(_) | Command::Drill(_) | Command::DrillWorker(_)
+    );
     let server = matches!(&command, Command::Serve(_) | Command::Dev(_));
     let traces = init_tracing(if quiet { "warn" } else { "info" }, server);
     let outcome = run(command).await;
@@ -100,6 +108,8 @@ async fn run(command: Command) -> anyhow::Result<i32> {
         Command::Dev(args) => dev::run(args).await.map(|()| 0),
         Command::Bench(args) => leasehold::bench::run(args).await.map(|()| 0),
         Command::Openapi => leasehold::openapi::run().map(|()| 0),
+        Command::Drill(args) => leasehold::drill::run(args).await,
+        Command::DrillWorker(args) => leasehold::drill::worker::run(args).await,
         Command::Admin { command } => admin::run(command).await,
     }
 }

@@ -1,6 +1,6 @@
 //! One replica: store, hub, background loops and the HTTP server, with an ordered shutdown.
 //!
-//! Start order: migrate (under sqlx's advisory lock), pool, notifier, LISTEN, sweeper, re-check
+//! Start order: migrate (under an advisory lock), pool, notifier, LISTEN, sweeper, re-check
 //! loop, HTTP. Stop order: answer long-polls and stop accepting, let in-flight requests finish,
 //! then stop the background loops, all under one deadline. Connections are accepted by
 //! [`proxy_protocol::ClientListener`], which learns each one's client from a trusted load

@@ -27,12 +27,14 @@ impl Deployment {
     pub async fn start(database_url: Option<&str>) -> anyhow::Result<Self> {
         match database_url {
             Some(url) => {
-                let (head, _) = url
+                let (head, tail) = url
                     .rsplit_once('/')
                     .context("--database-url names a database")?;
+                // Keep the parameters (`?target_session_attrs=read-write` with several hosts).
+                let params = tail.find('?').map_or("", |i| &tail[i..]);
                 Ok(Self {
                     _pg: None,
-                    base: format!("{head}/{{db}}"),
+                    base: format!("{head}/{{db}}{params}"),
                 })
             }
             None => {

@@ -90,7 +90,8 @@ impl<T> At<T> for Result<T, tokio_postgres::Error> {
     }
 }
 
-/// Connection lost, refused, or the server is shutting down / starting / out of connections.
+/// Connection lost, refused, the server is shutting down / starting / out of connections, or a
+/// write reached a read-only server (25006: a standby, mid-failover).
 fn is_unavailable(e: &tokio_postgres::Error) -> bool {
     if e.is_closed() {
         return true;
@@ -98,7 +99,11 @@ fn is_unavailable(e: &tokio_postgres::Error) -> bool {
     match e.code() {
         Some(code) => {
             let c = code.code();
-            c.starts_with("08") || c.starts_with("57P") || c == "53300" || c == "53400"
+            c.starts_with("08")
+                || c.starts_with("57P")
+                || c == "53300"
+                || c == "53400"
+                || c == "25006"
         }
         // No SQLSTATE: an I/O or protocol-level failure of the connection.
         None => e.as_db_error().is_none(),

@@ -100,6 +100,9 @@ pub async fn connect_as(
 > {
     let mut config: tokio_postgres::Config = database_url.parse()?;
     config.application_name(application_name);
-    config.connect_timeout(std::time::Duration::from_secs(5));
+    // Per host: with several hosts a dead one must leave time for the next.
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(std::time::Duration::from_secs(2));
+    }
     config.connect(NoTls).await
 }

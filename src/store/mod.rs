@@ -90,6 +90,16 @@ impl Store {
             pg.get_options().unwrap_or_default()
         );
         pg.options(options.trim());
+        // With several hosts, a dead one must not use up the whole create timeout before the
+        // next is tried.
+        if pg.get_connect_timeout().is_none() {
+            pg.connect_timeout(Duration::from_secs(1));
+        }
+        // Fast recycling (no round trip per checkout) is enough across a failover: a connection
+        // to the dead primary is closed and dropped on checkout, and `target_session_attrs` in
+        // the URL keeps new ones off a standby. A read-write server only turns read-only by
+        // restarting, which closes every connection; a write that meets one anyway (25006) is
+        // a 503, like any other unreachable database.
         let manager = Manager::from_config(
             pg,
             NoTls,

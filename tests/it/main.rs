@@ -9,6 +9,7 @@ mod dispatch;
 mod embedded_pg;
 mod enrolment;
 mod errors;
+mod failover;
 mod faults;
 mod fuzz;
 mod lease;

@@ -41,3 +41,53 @@ async fn every_statement_prepares_and_returns_what_its_mapping_reads() {
         );
     }
 }
+
+/// Migrations are recorded with their checksums: replicas starting together migrate once, a
+/// second run is a no-op, and a migration whose text changed after it was applied stops the
+/// start.
+#[tokio::test]
+async fn migrations_apply_once_under_the_lock_and_a_changed_one_is_refused() {
+    use leasehold::store::migrate;
+    let app = TestApp::spawn().await;
+    let url = app.database_url.clone();
+    let db = crate::support::connect(&url).await;
+    // Start from an empty schema so the concurrent runs have real work to race over.
+    db.batch_execute("DROP SCHEMA public CASCADE; CREATE SCHEMA public")
+        .await
+        .unwrap();
+    let runs: Vec<_> = (0..3)
+        .map(|_| {
+            let url = url.clone();
+            tokio::spawn(async move { migrate::run(&url).await })
+        })
+        .collect();
+    for r in runs {
+        r.await.unwrap().expect("concurrent migration");
+    }
+    migrate::run(&url).await.expect("a second run is a no-op");
+    let applied: Vec<i64> = db
+        .query(
+            "SELECT version FROM leasehold_migrations ORDER BY version",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let wanted: Vec<i64> = migrate::migrations()
+        .unwrap()
+        .iter()
+        .map(|m| m.version)
+        .collect();
+    assert_eq!(applied, wanted);
+
+    db.batch_execute("UPDATE leasehold_migrations SET checksum = '\\x00' WHERE version = 1")
+        .await
+        .unwrap();
+    let err = migrate::run(&url).await.expect_err("a changed migration");
+    assert!(
+        err.to_string().contains("was changed after it was applied"),
+        "{err:#}"
+    );
+}
