@@ -12,13 +12,14 @@
 //! - [`domain`]: pure rules, no I/O: credentials, owners, capabilities, job states.
 //! - [`store`]: PostgreSQL: the pool, one function per statement in `sql/`, migrations, the
 //!   LISTEN connection.
-//! - [`hub`]: long-poll waiters and their wake-up, the notifier, the sweeper.
+//! - [`hub`]: long-poll waiters and their wake-up, job transitions with the wake each owes,
+//!   the notifier, the sweeper.
 //! - [`api`]: the axum router, authentication, the error type and its JSON mapping.
 //! - [`server`]: wires store, hub and api into one replica with an ordered shutdown.
 //! - [`client`]: a typed HTTP client over [`wire`] (runner, CLI, bench and tests use it).
 //! - [`runner`]: the reference runner: enrolment, lease loop, executor, sandbox, drain, and
 //!   its command line (`leasehold runner connect|run`).
-//! - [`cli`]: the human command line (`leasehold job|runners|join-code|pool|preflight`).
+//! - [`cli`]: the human command line (`leasehold job|runners|join-code|pool|preflight|secrets`).
 //! - [`serve`], [`dev`], [`admin`]: `leasehold serve`, `leasehold dev` (a private PostgreSQL,
 //!   a replica and a local runner on one machine), `leasehold admin` (straight against the
 //!   database). Like [`bench`] and [`openapi`], operator commands live beside [`cli`], which
