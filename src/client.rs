@@ -40,6 +40,31 @@ impl ClientError {
             ClientError::Transport(_) => None,
         }
     }
+
+    /// Whether the call is worth repeating (here or at another replica): no answer at all,
+    /// or an answer that asks to try again (502, 503, 504). Any other answer is final.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            ClientError::Transport(_) => true,
+            ClientError::Api { status, .. } => matches!(status.as_u16(), 502..=504),
+        }
+    }
+}
+
+/// First back-off after a failed round; doubles each round up to [`MAX_BACKOFF`].
+pub const BASE_BACKOFF: Duration = Duration::from_millis(250);
+/// The longest back-off.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(30);
+
+/// Full-jitter exponential back-off for the `round`th consecutive failed round (from 0), so a
+/// fleet of callers does not hammer a recovering service in step.
+pub fn backoff(round: u32) -> Duration {
+    use rand::Rng;
+    let cap = BASE_BACKOFF
+        .saturating_mul(1u32 << round.min(16))
+        .min(MAX_BACKOFF);
+    let ms = rand::rng().random_range(cap.as_millis() as u64 / 2..=cap.as_millis() as u64);
+    Duration::from_millis(ms)
 }
 
 pub type Result<T> = std::result::Result<T, ClientError>;
@@ -401,5 +426,20 @@ impl Client {
             &wire::Fence { epoch },
         )
         .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_and_is_capped() {
+        for round in 0..40 {
+            let b = backoff(round);
+            assert!(b <= MAX_BACKOFF, "{b:?}");
+            assert!(b >= BASE_BACKOFF / 2, "{b:?}");
+        }
+        assert!(backoff(3) >= Duration::from_millis(1000));
     }
 }

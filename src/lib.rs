@@ -12,13 +12,20 @@
 //! - [`domain`]: pure rules, no I/O: credentials, owners, capabilities, job states.
 //! - [`store`]: PostgreSQL: the pool, one function per statement in `sql/`, migrations, the
 //!   LISTEN connection.
-//! - [`hub`]: long-poll waiters and their wake-up, the notifier, the sweeper.
+//! - [`hub`]: long-poll waiters and their wake-up, job transitions with the wake each owes,
+//!   the notifier, the sweeper.
 //! - [`api`]: the axum router, authentication, the error type and its JSON mapping.
 //! - [`server`]: wires store, hub and api into one replica with an ordered shutdown.
 //! - [`client`]: a typed HTTP client over [`wire`] (runner, CLI, bench and tests use it).
-//! - [`runner`]: the reference runner: enrolment, lease loop, executor, sandbox, drain.
-//! - [`cli`]: the human command line (`leasehold job|runners|join-code|pool|preflight`).
+//! - [`runner`]: the reference runner: enrolment, lease loop, executor, sandbox, drain, and
+//!   its command line (`leasehold runner connect|run`).
+//! - [`cli`]: the human command line (`leasehold job|runners|join-code|pool|preflight|secrets`).
+//! - [`serve`], [`dev`], [`admin`]: `leasehold serve`, `leasehold dev` (a private PostgreSQL,
+//!   a replica and a local runner on one machine), `leasehold admin` (straight against the
+//!   database). Like [`bench`] and [`openapi`], operator commands live beside [`cli`], which
+//!   stays the people's HTTP commands; `main.rs` only parses and dispatches.
 //! - [`openapi`]: `leasehold openapi`, the API's OpenAPI document on standard output.
+//! - [`launch`]: `leasehold serve` as a child process, for the tests, the bench and the drill.
 //! - [`embedded_pg`]: a private PostgreSQL from the installed binaries (`leasehold dev`, tests,
 //!   bench).
 //! - [`config`]: the typed configuration of a replica.
@@ -27,22 +34,28 @@
 //! - [`drill`]: `leasehold drill`, faults on a schedule and a checker of the invariants.
 //!
 //! Imports run one way: `domain` imports nothing of ours; `store` imports `domain`; `hub`
-//! imports `store` and `domain`; `api` imports `hub`, `store`, `domain` and `wire`; `telemetry`
-//! imports nothing of ours and any of them may import it; `client`
-//! imports only `wire`; `runner` and `cli` import only `client` and `wire`.
+//! imports `store`, `domain` and `config`; `api` imports `hub`, `store`, `domain`, `config`
+//! and `wire`; `telemetry` imports nothing of ours and any of them may import it; `client`
+//! imports only `wire`; `runner` and `cli` import only `client` and `wire`, never each other:
+//! what both need lives there (the `command` job kind in [`wire::command`], retry back-off and
+//! "is this failure transient" in [`client`]).
 #![forbid(unsafe_code)]
 
+pub mod admin;
 pub mod api;
 pub mod bench;
 pub mod cli;
 pub mod client;
 pub mod config;
+pub mod dev;
 pub mod domain;
 pub mod drill;
 pub mod embedded_pg;
 pub mod hub;
+pub mod launch;
 pub mod openapi;
 pub mod runner;
+pub mod serve;
 pub mod server;
 pub mod store;
 pub mod telemetry;

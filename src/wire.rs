@@ -2,6 +2,8 @@
 //! runner and the tests. Responses serialise every documented field, `null` where empty;
 //! requests ignore unknown fields and leave range checks to the server's validation.
 
+pub mod command;
+
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;

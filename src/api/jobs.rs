@@ -236,11 +236,8 @@ pub async fn dispatch(
         && names.is_empty()
         && matches!(checked.target, wire::Target::Pool { .. })
     {
-        return match store.park(new_job(&key.hash, checked, None, None)).await? {
-            Some(parked) => {
-                st.hub.job_parked(&parked.queue());
-                Ok((StatusCode::CREATED, Json(views::job(parked))))
-            }
+        return match st.hub.park(new_job(&key.hash, checked, None, None)).await? {
+            Some(parked) => Ok((StatusCode::CREATED, Json(views::job(parked)))),
             None => Err(st.auth_failed(key.ip)),
         };
     }
@@ -259,11 +256,8 @@ pub async fn dispatch(
         require_secrets(&checked, &existing, "")?;
     }
     let job = new_job(&key.hash, checked, runner.as_ref(), idempotency_key);
-    match store.park(job.clone()).await? {
-        Some(parked) => {
-            st.hub.job_parked(&parked.queue());
-            Ok((StatusCode::CREATED, Json(views::job(parked))))
-        }
+    match st.hub.park(job.clone()).await? {
+        Some(parked) => Ok((StatusCode::CREATED, Json(views::job(parked)))),
         None => match &job.idempotency_key {
             // A concurrent dispatch with the same key won the insert.
             Some(k) => {
@@ -350,15 +344,11 @@ pub async fn dispatch_batch(
         jobs.push(new_job(&key.hash, c, runner.as_ref(), idempotency_key));
     }
     let store = &st.hub.store;
-    let parked = store.insert_jobs(&jobs).await?;
+    let parked = st.hub.park_many(&jobs).await?;
     let mut out = Vec::with_capacity(jobs.len());
-    let mut fresh = Vec::new();
     for (job, parked) in jobs.iter().zip(parked) {
         match (parked, &job.idempotency_key) {
-            (Some(p), _) => {
-                fresh.push(p.queue());
-                out.push(views::job(p));
-            }
+            (Some(p), _) => out.push(views::job(p)),
             // Used before (earlier, or by an earlier item of this batch): the first job.
             (None, Some(k)) => {
                 let first = store
@@ -370,9 +360,6 @@ pub async fn dispatch_batch(
             // The key was revoked between the check and the insert: nothing was parked.
             (None, None) => return Err(st.auth_failed(key.ip)),
         }
-    }
-    for q in &fresh {
-        st.hub.job_parked(q);
     }
     Ok((StatusCode::CREATED, Json(wire::Jobs { jobs: out })))
 }
@@ -441,8 +428,7 @@ pub async fn cancel(
     PathId(id): PathId,
 ) -> ApiResult<Json<wire::Job>> {
     let store = &st.hub.store;
-    if let Some(job) = store.cancel_job(id, &key.workspace, &key.subject).await? {
-        st.hub.job_changed(id);
+    if let Some(job) = st.hub.cancel(id, &key.workspace, &key.subject).await? {
         return Ok(Json(views::job(job)));
     }
     // Unknown, or already terminal: a terminal job is returned unchanged.

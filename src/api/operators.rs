@@ -140,13 +140,10 @@ pub async fn revoke_workspace_runner(
 }
 
 async fn revoke(st: &AppState, id: Uuid, owner: &str, workspace: &str) -> ApiResult<StatusCode> {
-    let moved = st
-        .hub
-        .store
+    st.hub
         .revoke_runner(id, owner, workspace)
         .await?
         .ok_or(ApiError::NotFound)?;
-    st.hub.after_moves(&moved);
     Ok(StatusCode::NO_CONTENT)
 }
 

@@ -198,8 +198,7 @@ async fn hand_over(
         Ok(opened) => opened,
         Err(e) => {
             let back: Vec<(Uuid, i64)> = jobs.iter().map(|c| (c.id, c.epoch)).collect();
-            let moved = st.hub.store.give_back(&back, &token.hash).await?;
-            st.hub.after_moves(&moved);
+            st.hub.give_back(&back, &token.hash).await?;
             return Err(e);
         }
     };
@@ -211,12 +210,9 @@ async fn hand_over(
                 out.push(views::leased(c, &st.hub.config, values, credential));
             }
             secrets::ForLease::Missing(name) => {
-                let moved = st
-                    .hub
-                    .store
+                st.hub
                     .reject_secret_missing(c.id, c.epoch, &token.hash, &name)
                     .await?;
-                st.hub.after_moves(&moved);
             }
         }
     }
@@ -317,11 +313,9 @@ pub async fn append_events(
     }
     let answer = st
         .hub
-        .store
         .append_events(id, req.epoch, &token.hash, &kinds, &data)
         .await?;
     let next = fenced(&st, &token, answer)?;
-    st.hub.job_changed(id);
     Ok((
         StatusCode::ACCEPTED,
         Json(wire::Appended {
@@ -340,8 +334,7 @@ pub async fn complete(
     validate::no_nul("result", &result)?;
     let answer = st
         .hub
-        .store
-        .complete_job(Report {
+        .complete(Report {
             id,
             epoch: req.epoch,
             token_hash: token.hash.clone(),
@@ -350,7 +343,6 @@ pub async fn complete(
         .await?;
     let job = fenced(&st, &token, answer)?;
     traces::job_step("complete", id, job.epoch, job.traceparent.as_deref());
-    st.hub.job_changed(id);
     Ok(Json(views::job(job)))
 }
 
@@ -367,12 +359,10 @@ pub async fn fail(
     }
     let answer = st
         .hub
-        .store
-        .fail_job(id, req.epoch, &token.hash, &req.message)
+        .fail(id, req.epoch, &token.hash, &req.message)
         .await?;
     let job = fenced(&st, &token, answer)?;
     traces::job_step("fail", id, job.epoch, job.traceparent.as_deref());
-    st.hub.job_changed(id);
     Ok(Json(views::job(job)))
 }
 
@@ -382,10 +372,8 @@ pub async fn release(
     PathId(id): PathId,
     Body(req): Body<wire::Fence>,
 ) -> ApiResult<Json<wire::Job>> {
-    let answer = st.hub.store.release_job(id, req.epoch, &token.hash).await?;
+    let answer = st.hub.release(id, req.epoch, &token.hash).await?;
     let job = fenced(&st, &token, answer)?;
     traces::job_step("release", id, job.epoch, job.traceparent.as_deref());
-    st.hub.job_parked(&job.queue());
-    st.hub.job_changed(id);
     Ok(Json(views::job(job)))
 }

@@ -2,17 +2,15 @@
 //! commit on, as in shared/PERF-FACTS.md) or the one given, and `leasehold serve` replicas as
 //! real processes of this same binary.
 
-use std::time::Duration;
+use std::process::Stdio;
 
 use anyhow::Context;
 use serde_json::{json, Value};
-use tokio::io::AsyncBufReadExt;
 use uuid::Uuid;
 
 use crate::client::Client;
-use crate::domain::credentials::{Kind, Secret};
 use crate::embedded_pg::EmbeddedPg;
-use crate::store::Store;
+use crate::launch::ServeProcess;
 use crate::wire;
 
 pub struct Deployment {
@@ -98,66 +96,39 @@ pub async fn connect(url: &str) -> anyhow::Result<tokio_postgres::Client> {
     Ok(client)
 }
 
-/// A `leasehold serve` process of this binary.
-pub struct ReplicaProcess {
-    pub child: tokio::process::Child,
-    pub url: String,
-}
+/// A `leasehold serve` process of this binary, started by [`crate::launch`] with the bench's
+/// settings (authentication never rate limited).
+pub struct ReplicaProcess(ServeProcess);
 
 impl ReplicaProcess {
     /// Start a replica on port 0 against `database_url` with extra environment.
     ///
     /// # Errors
-    /// It did not start listening within 30 s.
+    /// It did not start listening.
     pub async fn start(database_url: &str, env: &[(&str, String)]) -> anyhow::Result<Self> {
         let exe = std::env::current_exe()?;
-        let mut cmd = tokio::process::Command::new(exe);
-        cmd.args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--database-url",
-            database_url,
-        ])
-        .env("LEASEHOLD_LOG", "warn")
-        .env("LEASEHOLD_AUTH_BURST", "100000")
-        .stdout(std::process::Stdio::piped())
-        .kill_on_drop(true);
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        let mut child = cmd.spawn()?;
-        let mut lines = tokio::io::BufReader::new(child.stdout.take().context("stdout")?).lines();
-        let url = tokio::time::timeout(Duration::from_secs(30), async {
-            while let Some(line) = lines.next_line().await? {
-                if let Some(url) = line.strip_prefix("leasehold listening on ") {
-                    return Ok::<_, anyhow::Error>(url.to_owned());
-                }
-            }
-            anyhow::bail!("replica exited before listening")
-        })
-        .await
-        .context("replica did not listen within 30 s")??;
-        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-        Ok(Self { child, url })
-    }
-
-    pub fn pid(&self) -> Option<u32> {
-        self.child.id()
+        let env = [("LEASEHOLD_AUTH_BURST", "100000".to_owned())]
+            .into_iter()
+            .chain(env.iter().map(|(k, v)| (*k, v.clone())));
+        let process = ServeProcess::start(exe, database_url, env, Stdio::inherit()).await?;
+        Ok(Self(process))
     }
 }
 
-/// An API key minted straight in the database, as `leasehold admin create-key` does.
+impl std::ops::Deref for ReplicaProcess {
+    type Target = ServeProcess;
+
+    fn deref(&self) -> &ServeProcess {
+        &self.0
+    }
+}
+
+/// An admin API key minted straight in the database, as `leasehold admin create-key` does.
 ///
 /// # Errors
 /// The database refused.
 pub async fn api_key(database_url: &str, workspace: &str, subject: &str) -> anyhow::Result<String> {
-    let store = Store::connect(database_url, 1, 90_000)?;
-    let key = Secret::generate(Kind::ApiKey);
-    store
-        .insert_key(Uuid::now_v7(), workspace, subject, true, key.hash())
-        .await?;
-    Ok(key.reveal().to_owned())
+    crate::admin::create_key(database_url, workspace, subject, true).await
 }
 
 /// Pair `n` workspace-tier runners through `operator`, each with `capacity`.

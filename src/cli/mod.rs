@@ -1,6 +1,6 @@
 //! The command line for people and scripts:
-//! `leasehold job|runners|join-code|pool|preflight|secrets`
-//! and `leasehold runner connect|run`.
+//! `leasehold job|runners|join-code|pool|preflight|secrets`. (The runner's own command line,
+//! `leasehold runner connect|run`, lives with the runner.)
 //!
 //! It speaks only the public contract through [`crate::client`]. Output is for people by
 //! default and JSON with `--json`; an error prints the service's message (never a debug dump)
@@ -9,7 +9,6 @@
 
 pub mod jobs;
 pub mod operators;
-pub mod runner;
 pub mod secrets;
 
 use std::fmt::Write as _;
@@ -98,11 +97,6 @@ pub enum Command {
         #[command(subcommand)]
         command: secrets::SecretsCommand,
     },
-    /// Enrol this machine as a runner, and run it.
-    Runner {
-        #[command(subcommand)]
-        command: runner::RunnerCommand,
-    },
 }
 
 /// Run a command; the result is the process's exit status.
@@ -122,7 +116,6 @@ pub async fn run(command: Command) -> anyhow::Result<i32> {
             source,
         } => operators::preflight(&conn, &target, require, source).await,
         Command::Secrets { conn, command } => secrets::run(&conn, command).await,
-        Command::Runner { command } => runner::run(command).await,
     }
 }
 

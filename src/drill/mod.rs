@@ -34,8 +34,6 @@ use serde_json::json;
 use uuid::Uuid;
 
 use crate::client::Client;
-use crate::domain::credentials::{Kind, Secret};
-use crate::store::Store;
 use crate::wire;
 use check::Event;
 use cluster::Cluster;
@@ -364,13 +362,9 @@ where
 /// An admin key of `workspace`, minted straight in the database (as `admin create-key` does).
 async fn mint_key(database_url: &str, workspace: &str) -> anyhow::Result<String> {
     crate::server::migrate_with_patience(database_url, Duration::from_secs(30)).await?;
-    let store = Store::connect(database_url, 1, 90_000)?;
-    let key = Secret::generate(Kind::ApiKey);
-    store
-        .insert_key(Uuid::now_v7(), workspace, "drill", true, key.hash())
+    crate::admin::create_key(database_url, workspace, "drill", true)
         .await
-        .context("minting the drill's API key")?;
-    Ok(key.reveal().to_owned())
+        .context("minting the drill's API key")
 }
 
 /// Dispatch at `rate` per second until `stop`, each job under its own idempotency key retried

@@ -7,9 +7,8 @@
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
-use anyhow::{bail, Context};
+use anyhow::Context;
 use serde_json::Value;
 use tokio::io::AsyncBufReadExt;
 use uuid::Uuid;
@@ -17,6 +16,7 @@ use uuid::Uuid;
 use super::check::{Event, Outcome};
 use super::cluster::Cluster;
 use super::history::Recorder;
+use crate::launch::ServeProcess;
 
 /// Lease TTL of the drill's own replicas: short, so a frozen runner's lease lapses quickly.
 pub(super) const OWN_LEASE_TTL_MS: u64 = 2_000;
@@ -42,30 +42,22 @@ impl ReplicaProc {
             .create(true)
             .append(true)
             .open(logs.join(format!("{}.log", self.name)))?;
-        let mut cmd = tokio::process::Command::new(std::env::current_exe()?);
-        cmd.args(["serve", "--listen", &format!("127.0.0.1:{}", self.port)])
-            .args(["--database-url", database_url])
-            .env("LEASEHOLD_LOG", "warn")
-            .env("LEASEHOLD_AUTH_BURST", "1000000")
-            .env("LEASEHOLD_AUTH_REFILL_PER_S", "100000")
-            .env("LEASEHOLD_LEASE_TTL_MS", OWN_LEASE_TTL_MS.to_string())
-            .env("LEASEHOLD_SWEEP_INTERVAL_MS", "200")
-            .stdout(std::process::Stdio::piped())
-            .stderr(log)
-            .kill_on_drop(true);
-        let mut child = cmd.spawn()?;
-        let mut lines = tokio::io::BufReader::new(child.stdout.take().context("stdout")?).lines();
-        tokio::time::timeout(Duration::from_secs(60), async {
-            while let Some(line) = lines.next_line().await? {
-                if line.starts_with("leasehold listening on ") {
-                    return Ok(());
-                }
-            }
-            bail!("{} exited before listening", self.name)
-        })
+        let env = [
+            ("LEASEHOLD_AUTH_BURST", "1000000".to_owned()),
+            ("LEASEHOLD_AUTH_REFILL_PER_S", "100000".to_owned()),
+            ("LEASEHOLD_LEASE_TTL_MS", OWN_LEASE_TTL_MS.to_string()),
+            ("LEASEHOLD_SWEEP_INTERVAL_MS", "200".to_owned()),
+        ];
+        let listen = format!("127.0.0.1:{}", self.port);
+        let ServeProcess { child, .. } = ServeProcess::start_on(
+            std::env::current_exe()?,
+            &listen,
+            database_url,
+            env,
+            log.into(),
+        )
         .await
-        .with_context(|| format!("{} did not listen within 60 s", self.name))??;
-        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        .with_context(|| format!("starting {}", self.name))?;
         self.child = Some(child);
         Ok(())
     }

@@ -9,6 +9,7 @@
 
 pub mod notifier;
 pub mod sweeper;
+mod transitions;
 pub mod waiters;
 
 use std::sync::atomic::{AtomicBool, Ordering};

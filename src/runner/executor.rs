@@ -19,7 +19,6 @@ use std::time::Duration;
 
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
-use serde::Serialize;
 use tokio::io::AsyncWriteExt;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
@@ -27,9 +26,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::contain;
 use super::output::{pump, Output, Stream};
-use super::payload::CommandSpec;
 use super::sandbox::{is_executable, which, Sandbox, DEFAULT_PATH};
 use super::workdir::JobDir;
+use crate::wire::command::{CommandResult, CommandSpec, Outcome};
 
 /// Between SIGTERM and SIGKILL when a command times out.
 pub const TERM_GRACE: Duration = Duration::from_secs(5);
@@ -37,39 +36,6 @@ pub const TERM_GRACE: Duration = Duration::from_secs(5);
 /// stops reading (a process outside the job's reach may hold them open). Time the readers
 /// spend held back by a slow server does not count.
 const DRAIN_PIPES: Duration = Duration::from_secs(2);
-
-/// How a command ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Outcome {
-    /// Exited with status 0.
-    Succeeded,
-    /// Exited with a non-zero status.
-    Failed,
-    /// Killed by a signal it did not ask for from us.
-    Signalled,
-    /// Ran past `timeout_s` and was killed.
-    TimedOut,
-    /// Never ran: the executable or working directory is missing or not usable.
-    StartFailed,
-}
-
-/// The `result` reported with `complete`.
-#[derive(Debug, Clone, Serialize)]
-pub struct CommandResult {
-    pub outcome: Outcome,
-    /// The exit status; for a command that could not start, 127 (not found) or 126 (not
-    /// executable), as a shell reports them; `null` when killed by a signal.
-    pub exit_code: Option<i32>,
-    /// The signal that ended it, if one did.
-    pub signal: Option<i32>,
-    pub timed_out: bool,
-    pub duration_ms: u64,
-    pub stdout_tail: String,
-    pub stderr_tail: String,
-    /// Why it could not start, for [`Outcome::StartFailed`].
-    pub error: Option<String>,
-}
 
 /// How an execution ended.
 #[derive(Debug)]

@@ -21,7 +21,6 @@ use tokio_util::task::AbortOnDropHandle;
 
 use super::executor::{self, Execution};
 use super::output::{self, Output};
-use super::payload;
 use super::servers::{CallError, Servers};
 use super::{Shared, Stopper};
 use crate::wire::LeasedJob;
@@ -109,7 +108,7 @@ async fn run_tracked(
         interval,
     )));
 
-    let spec = match payload::parse(&job.kind, &job.payload) {
+    let spec = match crate::wire::command::parse(&job.kind, &job.payload) {
         Ok(spec) => spec,
         Err(message) => {
             tracing::warn!(job = %job.id, %message, "cannot run this job; reporting failure");

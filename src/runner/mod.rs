@@ -8,11 +8,10 @@
 //!
 //! - [`config`]: the credentials file (`runner.json`, mode 0600).
 //! - [`servers`]: failover across several `--server` URLs with jittered back-off.
-//! - [`payload`]: the `command` kind's payload.
+//! - [`cli`]: `leasehold runner connect|run`, the runner's command line.
 //! - [`job`]: one job from lease to report: heartbeat, output, result, release.
 //! - [`executor`]: runs a command in its own process group and classifies how it ended.
 //! - [`output`]: output lines to batched job events, bounded; the result's tails.
-//! - [`sandbox`]: direct execution or bubblewrap.
 //! - [`source`]: a job's repository commit, checked out exactly.
 //! - [`sandbox`]: direct execution or bubblewrap; the job's environment allow-list.
 //! - [`contain`]: nothing a job started outlives it (the sweep, the subreaper).
@@ -25,12 +24,12 @@
 //! is asked for, running jobs get until the drain deadline, and what is left is released so
 //! another runner takes it without waiting for the lease to lapse.
 
+pub mod cli;
 pub mod config;
 pub mod contain;
 pub mod executor;
 pub mod job;
 pub mod output;
-pub mod payload;
 pub mod sandbox;
 pub mod servers;
 pub mod source;
@@ -474,7 +473,7 @@ pub async fn run(opts: Options, stopper: Stopper) -> anyhow::Result<Summary> {
                 }
             }
             Err(e) => {
-                let pause = servers::backoff(failures);
+                let pause = crate::client::backoff(failures);
                 failures += 1;
                 match &e {
                     CallError::Api(_) => tracing::error!(error = %e, "lease refused"),

@@ -12,37 +12,15 @@ use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use rand::Rng;
 use tokio::time::Instant;
 
-use crate::client::{Client, ClientError};
-
-/// First back-off after a full round of failures; doubles each round up to [`MAX_BACKOFF`].
-const BASE_BACKOFF: Duration = Duration::from_millis(250);
-const MAX_BACKOFF: Duration = Duration::from_secs(30);
+use crate::client::{backoff, Client, ClientError};
 
 /// The runner's view of the service: several replicas, one preferred at a time.
 pub struct Servers {
     clients: Vec<Client>,
     /// Index of the server calls go to first; moves on when that one does not answer.
     current: AtomicUsize,
-}
-
-/// Whether an outcome means "this server did not really answer; another may".
-fn should_fail_over(e: &ClientError) -> bool {
-    match e {
-        ClientError::Transport(_) => true,
-        ClientError::Api { status, .. } => matches!(status.as_u16(), 502..=504),
-    }
-}
-
-/// Full-jitter exponential back-off for the `round`th consecutive failed round.
-pub fn backoff(round: u32) -> Duration {
-    let cap = BASE_BACKOFF
-        .saturating_mul(1u32 << round.min(16))
-        .min(MAX_BACKOFF);
-    let ms = rand::rng().random_range(cap.as_millis() as u64 / 2..=cap.as_millis() as u64);
-    Duration::from_millis(ms)
 }
 
 impl Servers {
@@ -91,7 +69,7 @@ impl Servers {
             let outcome = tokio::time::timeout(attempt_timeout, f(client)).await;
             let err = match outcome {
                 Ok(Ok(v)) => return Ok(v),
-                Ok(Err(e)) if !should_fail_over(&e) => return Err(CallError::Api(e)),
+                Ok(Err(e)) if !e.is_transient() => return Err(CallError::Api(e)),
                 Ok(Err(e)) => CallError::Unreachable(e.to_string()),
                 Err(_) => CallError::Unreachable(format!(
                     "no answer within {} ms",
@@ -150,20 +128,5 @@ impl CallError {
     /// A 401: the token is revoked (or an ephemeral runner's job has settled).
     pub fn is_unauthorized(&self) -> bool {
         matches!(self, CallError::Api(e) if e.status().map(|s| s.as_u16()) == Some(401))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn backoff_grows_and_is_capped() {
-        for round in 0..40 {
-            let b = backoff(round);
-            assert!(b <= MAX_BACKOFF, "{b:?}");
-            assert!(b >= BASE_BACKOFF / 2, "{b:?}");
-        }
-        assert!(backoff(3) >= Duration::from_millis(1000));
     }
 }

@@ -10,15 +10,14 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use leasehold::client::Client;
-use leasehold::domain::credentials::{Kind, Secret};
-use leasehold::store::Store;
 use leasehold::wire::{self, Tier};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpSocket;
-use uuid::Uuid;
 
 use crate::procs::TempDir;
-use crate::support::{eventually, fresh_database, lease, pair, ServeProcess, TestApp};
+use crate::support::{
+    eventually, fresh_database, key_in, lease, pair, serve_process, ServeProcess, TestApp,
+};
 
 fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()
@@ -283,8 +282,8 @@ async fn haproxy_in_front_of_two_replicas_keeps_clients_apart_holds_long_polls_a
         ("LEASEHOLD_AUTH_REFILL_PER_S", "0.001"),
         ("LEASEHOLD_MAX_WAIT_MS", "3000"),
     ];
-    let mut replica1 = ServeProcess::start(&database_url, &env).await;
-    let replica2 = ServeProcess::start(&database_url, &env).await;
+    let mut replica1 = serve_process(&database_url, &env).await;
+    let replica2 = serve_process(&database_url, &env).await;
     let addr =
         |p: &ServeProcess| -> SocketAddr { p.url.trim_start_matches("http://").parse().unwrap() };
     let dir = TempDir::new("haproxy");
@@ -322,13 +321,10 @@ async fn haproxy_in_front_of_two_replicas_keeps_clients_apart_holds_long_polls_a
     }
     let lb = format!("http://127.0.0.1:{port}");
 
-    let store = Store::connect(&database_url, 1, 90_000).unwrap();
-    let key = Secret::generate(Kind::ApiKey);
-    store
-        .insert_key(Uuid::now_v7(), "acme", "admin", true, key.hash())
-        .await
-        .unwrap();
-    let admin = Client::new(&lb, Some(key.reveal().to_owned()));
+    let admin = Client::new(
+        &lb,
+        Some(key_in(&database_url, "acme", "admin", true).await),
+    );
 
     // Per-client buckets: A's bad tokens exhaust A's bucket on each replica it reaches...
     let a = http_from("127.0.0.2");
@@ -381,7 +377,7 @@ async fn haproxy_in_front_of_two_replicas_keeps_clients_apart_holds_long_polls_a
     );
 
     // A killed replica is taken out of rotation by its health checks; the balancer serves on.
-    replica1.kill9().await;
+    replica1.kill9().await.unwrap();
     let killed = Instant::now();
     let down = [("replica1", "DOWN"), ("replica2", "UP")];
     eventually(

@@ -7,7 +7,11 @@ use std::time::{Duration, Instant};
 use leasehold::wire::{self, Tier};
 use serde_json::json;
 
-use crate::support::{code, dispatch, lease, pair, personal, workspace_pool, TestApp};
+use leasehold::hub::sweeper::sweep_once;
+
+use crate::support::{
+    code, connect, dispatch, eventually, lease, pair, personal, workspace_pool, TestApp,
+};
 
 #[tokio::test]
 async fn idempotent_dispatch_returns_the_first_job_and_4xx_does_not_use_the_key() {
@@ -135,16 +139,19 @@ async fn provenance_and_billing_are_stamped_by_the_server() {
 
 #[tokio::test]
 async fn a_job_no_runner_could_take_is_rejected_no_runner_and_an_old_one_queue_timeout() {
-    let app = TestApp::spawn().await;
+    // The test drives the sweeper itself; the replica's own would sweep only once an hour.
+    let app = TestApp::spawn_with(1, |c| c.sweep_interval_ms = 3_600_000).await;
+    let hub = &app.replicas[0].hub;
+    let db = connect(&app.database_url).await;
     let alice = app.operator("acme", "alice", false).await;
     let mut d = wire::Dispatch::new(personal(), json!(null));
     d.no_runner_timeout_ms = Some(1000);
     let orphan = alice.dispatch(&d).await.unwrap();
-    let started = Instant::now();
+    until_due(&db, orphan.id, "no_runner_check_at").await;
+    sweep_once(hub).await.unwrap();
     let rejected = alice.wait_job(orphan.id, 10_000).await.unwrap();
     assert_eq!(rejected.state, "rejected");
     assert_eq!(rejected.error.unwrap()["reason"], "no_runner");
-    assert!(started.elapsed() < Duration::from_secs(5));
 
     // An online but busy runner keeps a job waiting past no_runner, but not past queue_timeout.
     let (_, r) = pair(&alice, Tier::Personal, &[], 1).await;
@@ -154,14 +161,38 @@ async fn a_job_no_runner_could_take_is_rejected_no_runner_and_an_old_one_queue_t
     d.no_runner_timeout_ms = Some(1000);
     d.queue_timeout_ms = Some(2500);
     let waiting = alice.dispatch(&d).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    until_due(&db, waiting.id, "no_runner_check_at").await;
+    sweep_once(hub).await.unwrap();
     assert_eq!(
         alice.job(waiting.id).await.unwrap().state,
         "parked",
         "a busy online runner keeps it waiting"
     );
+    let checked_again_later: bool = db
+        .query_one(
+            "SELECT no_runner_check_at > now() FROM jobs WHERE id = $1",
+            &[&waiting.id],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(checked_again_later, "the sweep looked, and will look again");
+    until_due(&db, waiting.id, "queue_deadline").await;
+    sweep_once(hub).await.unwrap();
     let timed_out = alice.wait_job(waiting.id, 10_000).await.unwrap();
+    assert_eq!(timed_out.state, "rejected");
     assert_eq!(timed_out.error.unwrap()["reason"], "queue_timeout");
+}
+
+/// Wait until the job's deadline `column` has passed by the database's clock (which is the
+/// one the sweeper judges by).
+async fn until_due(db: &tokio_postgres::Client, id: uuid::Uuid, column: &str) {
+    let sql = format!("SELECT {column} <= now() FROM jobs WHERE id = $1");
+    eventually(Duration::from_secs(10), column, || async {
+        let due: bool = db.query_one(&sql, &[&id]).await.unwrap().get(0);
+        due.then_some(())
+    })
+    .await;
 }
 
 #[tokio::test]

@@ -17,7 +17,9 @@ use leasehold::drill::history::Recorder;
 use leasehold::wire::{self, Tier};
 use serde_json::json;
 
-use crate::support::{connect, eventually, pair, personal, readiness, until_waiters, ServeProcess};
+use crate::support::{
+    connect, eventually, key_in, pair, personal, readiness, serve_process, until_waiters,
+};
 
 /// Lease and complete until `stop`, riding out 503s and refused connections; a report is retried
 /// at the same epoch until it is answered.
@@ -112,19 +114,12 @@ async fn a_primary_failover_loses_nothing_acknowledged_and_replicas_recover() {
         // Only the re-check after LISTEN reconnects, or a notification, may wake the parked poll.
         ("LEASEHOLD_RECHECK_INTERVAL_MS", "600000"),
     ];
-    let a = ServeProcess::start(&url, &env).await;
-    let b = ServeProcess::start(&url, &env).await;
+    let a = serve_process(&url, &env).await;
+    let b = serve_process(&url, &env).await;
     for r in [&a, &b] {
         readiness(&r.url, 200, Duration::from_secs(10)).await;
     }
-    let key = leasehold::domain::credentials::Secret::generate(
-        leasehold::domain::credentials::Kind::ApiKey,
-    );
-    leasehold::store::Store::connect(&url, 1, 90_000)
-        .unwrap()
-        .insert_key(uuid::Uuid::now_v7(), "acme", "alice", true, key.hash())
-        .await
-        .unwrap();
+    let key = key_in(&url, "acme", "alice", true).await;
     // A write that reaches a read-only standby is "unavailable" (a 503), never a 500. (A
     // synchronous commit waits for the standby's flush, not its replay: wait for the schema.)
     let standby_url = cluster.standby.as_ref().unwrap().url("postgres");
@@ -149,8 +144,8 @@ async fn a_primary_failover_loses_nothing_acknowledged_and_replicas_recover() {
         matches!(refused, Err(leasehold::store::StoreError::Unavailable(_))),
         "{refused:?}"
     );
-    let alice_a = Client::new(&a.url, Some(key.reveal().to_owned()));
-    let alice_b = Client::new(&b.url, Some(key.reveal().to_owned()));
+    let alice_a = Client::new(&a.url, Some(key.clone()));
+    let alice_b = Client::new(&b.url, Some(key));
 
     let history = Recorder::new();
     let stop_work = Arc::new(AtomicBool::new(false));

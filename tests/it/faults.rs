@@ -13,8 +13,8 @@ use leasehold::wire::{self, Tier};
 use serde_json::json;
 
 use crate::support::{
-    dispatch, eventually, lease, pair, personal, readiness, start_replica, test_config, waiters,
-    ServeProcess, TestApp,
+    dispatch, eventually, key_in, lease, pair, personal, readiness, serve_process, start_replica,
+    test_config, waiters, TestApp,
 };
 
 async fn private_pg() -> EmbeddedPg {
@@ -53,16 +53,7 @@ async fn a_database_restart_loses_nothing_and_long_polls_resume() {
     let replica = start_replica(config).await;
     let base = format!("http://{}", replica.addr);
     readiness(&base, 200, Duration::from_secs(10)).await;
-    let store = leasehold::store::Store::connect(&url, 1, 90_000).unwrap();
-    let key = leasehold::domain::credentials::Secret::generate(
-        leasehold::domain::credentials::Kind::ApiKey,
-    );
-    store
-        .insert_key(uuid::Uuid::now_v7(), "acme", "alice", false, key.hash())
-        .await
-        .unwrap();
-    drop(store);
-    let alice = Client::new(&base, Some(key.reveal().to_owned()));
+    let alice = Client::new(&base, Some(key_in(&url, "acme", "alice", false).await));
     let (_, r) = pair(&alice, Tier::Personal, &["linux"], 1).await;
     // A job no runner here can take stays parked across the restart.
     let mut d = wire::Dispatch::new(personal(), json!("needs a gpu"));
@@ -133,8 +124,8 @@ async fn a_database_restart_loses_nothing_and_long_polls_resume() {
 async fn kill_9_of_a_replica_during_a_long_poll_and_a_lease_loses_nothing() {
     let app = TestApp::spawn_with(0, |_| {}).await;
     let env = [("LEASEHOLD_LEASE_TTL_MS", "30000")];
-    let mut a = ServeProcess::start(&app.database_url, &env).await;
-    let b = ServeProcess::start(&app.database_url, &env).await;
+    let mut a = serve_process(&app.database_url, &env).await;
+    let b = serve_process(&app.database_url, &env).await;
     let key = app.key("acme", "alice", false).await;
     let alice_b = Client::new(&b.url, Some(key));
     let (_, runner_b) = pair(&alice_b, Tier::Personal, &[], 2).await;
@@ -161,7 +152,7 @@ async fn kill_9_of_a_replica_during_a_long_poll_and_a_lease_loses_nothing() {
         (waiters(&a.url).await? == 1).then_some(())
     })
     .await;
-    a.kill9().await;
+    a.kill9().await.unwrap();
     assert!(
         open_poll.await.unwrap().is_err(),
         "the open long-poll is cut, not answered"
@@ -189,7 +180,7 @@ async fn kill_9_of_a_replica_during_a_long_poll_and_a_lease_loses_nothing() {
 #[tokio::test]
 async fn sigterm_answers_open_long_polls_at_once_and_exits_cleanly() {
     let app = TestApp::spawn_with(0, |_| {}).await;
-    let mut a = ServeProcess::start(&app.database_url, &[]).await;
+    let mut a = serve_process(&app.database_url, &[]).await;
     let alice = Client::new(&a.url, Some(app.key("acme", "alice", false).await));
     let (_, r) = pair(&alice, Tier::Personal, &[], 2).await;
     let job = dispatch(
@@ -225,7 +216,7 @@ async fn sigterm_answers_open_long_polls_at_once_and_exits_cleanly() {
     })
     .await;
     let signalled = Instant::now();
-    let status = a.terminate().await;
+    let status = a.terminate(Duration::from_secs(15)).await.unwrap();
     assert!(status.success(), "exit status {status:?}");
     assert!(signalled.elapsed() < Duration::from_secs(10));
     for p in polls {

@@ -5,7 +5,6 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 
 use leasehold::api::error::ApiError;
-use leasehold::domain::credentials::{Kind, Secret};
 use leasehold::store::{NewJob, Store, StoreError};
 use serde_json::json;
 use uuid::Uuid;
@@ -49,14 +48,12 @@ async fn a_database_error_is_logged_by_sqlstate_and_statement_never_with_the_pay
     // A token in a job's env, followed by a NUL that PostgreSQL's jsonb refuses: the
     // database's error context quotes the JSON around it.
     let secret = "ghp_LeakCanary0123456789abcdefABCDEF";
-    let key = Secret::generate(Kind::ApiKey);
-    store
-        .insert_key(Uuid::now_v7(), "acme", "alice", false, key.hash())
+    let key = leasehold::admin::mint_key(&store, "acme", "alice", false)
         .await
         .unwrap();
     let job = NewJob {
         id: Uuid::now_v7(),
-        key_hash: key.hash().to_vec(),
+        key_hash: leasehold::domain::credentials::hash(&key),
         pool: Some("personal"),
         runner_id: None,
         owner: None,

@@ -9,10 +9,10 @@ use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
 use leasehold::client::Client;
+use leasehold::launch::ServeProcess;
 use leasehold::wire;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
-use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 use uuid::Uuid;
 
@@ -91,8 +91,8 @@ fn spawn(args: &[&str], envs: &[(&str, &str)], log: PathBuf, stdout: Stdio) -> P
     Proc { child, log }
 }
 
-/// `leasehold serve` on port 0 against `database_url`; returns it and its base URL, read from
-/// the `leasehold listening on http://ADDR` line.
+/// `leasehold serve` on port 0 against `database_url` (started by [`leasehold::launch`]), its
+/// stderr in a log under `dir`; returns it and its base URL.
 pub async fn serve(database_url: &str, dir: &TempDir, envs: &[(&str, &str)]) -> (Proc, String) {
     let mut all = vec![
         ("LEASEHOLD_SWEEP_INTERVAL_MS", "200"),
@@ -103,31 +103,14 @@ pub async fn serve(database_url: &str, dir: &TempDir, envs: &[(&str, &str)]) -> 
     ];
     all.extend_from_slice(envs);
     let log = dir.join(&format!("serve-{}.log", Uuid::now_v7().simple()));
-    let mut proc = spawn(
-        &[
-            "serve",
-            "--database-url",
-            database_url,
-            "--listen",
-            "127.0.0.1:0",
-        ],
-        &all,
-        log,
-        Stdio::piped(),
-    );
-    let stdout = proc.child.stdout.take().unwrap();
-    let mut lines = BufReader::new(stdout).lines();
-    let url = tokio::time::timeout(Duration::from_secs(60), async {
-        while let Some(line) = lines.next_line().await.unwrap() {
-            if let Some(addr) = line.strip_prefix("leasehold listening on ") {
-                return addr.trim().to_owned();
-            }
-        }
-        panic!("serve exited before listening");
-    })
-    .await
-    .unwrap_or_else(|_| panic!("serve did not start; log:\n{}", proc.log()));
-    (proc, url)
+    let file = std::fs::File::create(&log).unwrap();
+    match ServeProcess::start(BIN, database_url, all, file.into()).await {
+        Ok(ServeProcess { child, url }) => (Proc { child, log }, url),
+        Err(e) => panic!(
+            "serve did not start: {e:#}; log:\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        ),
+    }
 }
 
 /// `leasehold runner run --config CONFIG --work-dir WORK EXTRA...`.

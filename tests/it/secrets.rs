@@ -159,15 +159,10 @@ async fn a_value_is_sealed_with_a_fresh_nonce_and_absent_from_logs_and_the_dump(
         &[("LEASEHOLD_SECRETS_KEY", &key), ("LEASEHOLD_LOG", "debug")],
     )
     .await;
-    let store = leasehold::store::Store::connect(&database_url, 1, 90_000).unwrap();
-    let admin_key = leasehold::domain::credentials::Secret::generate(
-        leasehold::domain::credentials::Kind::ApiKey,
+    let admin = Client::new(
+        &url,
+        Some(crate::support::key_in(&database_url, "acme", "root", true).await),
     );
-    store
-        .insert_key(uuid::Uuid::now_v7(), "acme", "root", true, admin_key.hash())
-        .await
-        .unwrap();
-    let admin = Client::new(&url, Some(admin_key.reveal().to_owned()));
     let value = "plaintext-Zq8vW3-value";
     admin.put_secret("DEPLOY_TOKEN", value).await.unwrap();
     admin.put_secret("SAME_VALUE", value).await.unwrap();
@@ -183,19 +178,7 @@ async fn a_value_is_sealed_with_a_fresh_nonce_and_absent_from_logs_and_the_dump(
     assert_ne!(n0, n1, "a fresh nonce per value");
     assert_ne!(c0, c1);
 
-    let pg_dump = leasehold::embedded_pg::find_tool("pg_dump")
-        .expect("pg_dump installed with the server binaries");
-    let out = std::process::Command::new(pg_dump)
-        .arg("--data-only")
-        .arg(&database_url)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let dump = String::from_utf8_lossy(&out.stdout);
+    let dump = crate::support::data_dump(&database_url);
     assert!(
         dump.contains("COPY public.secrets"),
         "the dump has the data"

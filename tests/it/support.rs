@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use leasehold::client::Client;
 use leasehold::config::Config;
-use leasehold::domain::credentials::{Kind, Secret};
 use leasehold::embedded_pg::EmbeddedPg;
+pub use leasehold::launch::ServeProcess;
 use leasehold::server::{self, Replica};
 use leasehold::store::Store;
 use leasehold::wire;
@@ -153,12 +153,9 @@ impl TestApp {
 
     /// An API key minted straight in the store (as `leasehold admin create-key` does).
     pub async fn key(&self, workspace: &str, subject: &str, admin: bool) -> String {
-        let key = Secret::generate(Kind::ApiKey);
-        self.store
-            .insert_key(Uuid::now_v7(), workspace, subject, admin, key.hash())
+        leasehold::admin::mint_key(&self.store, workspace, subject, admin)
             .await
-            .unwrap();
-        key.reveal().to_owned()
+            .expect("mint a key")
     }
 
     /// A client on replica 0 with a fresh key.
@@ -196,6 +193,32 @@ pub async fn pair(
         .expect("pair runner");
     let client = operator.with_token(created.token);
     (created.runner, client)
+}
+
+/// An enrolment request with `code`, for one `linux` slot.
+pub fn enrol_req(code: &str, label: &str) -> wire::Enroll {
+    wire::Enroll {
+        code: code.into(),
+        label: label.into(),
+        os: Some("linux".into()),
+        version: Some("0.1.0".into()),
+        capabilities: Some(vec!["linux".into()]),
+        capacity: Some(1),
+        ..Default::default()
+    }
+}
+
+/// A join code of `tier` valid for ten minutes, minted by `operator`.
+pub async fn join_code(operator: &Client, tier: wire::Tier, ephemeral: bool) -> String {
+    operator
+        .create_join_code(&wire::CreateJoinCode {
+            tier,
+            ttl_s: Some(600),
+            ephemeral: Some(ephemeral),
+        })
+        .await
+        .unwrap()
+        .code
 }
 
 /// Dispatch `payload` to `target` with defaults.
@@ -262,64 +285,28 @@ pub fn code<T: std::fmt::Debug>(r: Result<T, leasehold::client::ClientError>) ->
     }
 }
 
-/// A real `leasehold serve` process, for tests that kill or signal a replica.
-pub struct ServeProcess {
-    pub child: tokio::process::Child,
-    pub url: String,
+/// The one way to mint an API key outside a [`TestApp`] (whose [`TestApp::key`] uses its
+/// store): as `leasehold admin create-key` does, against `database_url`.
+pub async fn key_in(database_url: &str, workspace: &str, subject: &str, admin: bool) -> String {
+    leasehold::admin::create_key(database_url, workspace, subject, admin)
+        .await
+        .expect("mint a key")
 }
 
-impl ServeProcess {
-    /// Start `leasehold serve` on port 0 against `database_url`, with extra `LEASEHOLD_*` env.
-    pub async fn start(database_url: &str, env: &[(&str, &str)]) -> Self {
-        use tokio::io::AsyncBufReadExt;
-        let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_leasehold"));
-        cmd.args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--database-url",
-            database_url,
-        ])
-        .env("LEASEHOLD_SWEEP_INTERVAL_MS", "100")
-        .env("LEASEHOLD_LOG", "warn")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::inherit())
-        .kill_on_drop(true);
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        let mut child = cmd.spawn().expect("spawn leasehold serve");
-        let stdout = child.stdout.take().unwrap();
-        let mut lines = tokio::io::BufReader::new(stdout).lines();
-        let url = tokio::time::timeout(Duration::from_secs(30), async {
-            while let Some(line) = lines.next_line().await.unwrap() {
-                if let Some(url) = line.strip_prefix("leasehold listening on ") {
-                    return url.to_owned();
-                }
-            }
-            panic!("leasehold serve exited before listening");
-        })
-        .await
-        .expect("leasehold serve listens within 30 s");
-        // Keep draining stdout so the child never blocks on a full pipe.
-        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-        Self { child, url }
-    }
-
-    /// SIGKILL: no chance to clean up.
-    pub async fn kill9(&mut self) {
-        self.child.kill().await.unwrap();
-    }
-
-    /// SIGTERM, then wait for the exit status.
-    pub async fn terminate(&mut self) -> std::process::ExitStatus {
-        let pid = nix::unistd::Pid::from_raw(self.child.id().unwrap() as i32);
-        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
-        tokio::time::timeout(Duration::from_secs(15), self.child.wait())
-            .await
-            .expect("exits after SIGTERM")
-            .unwrap()
-    }
+/// A real `leasehold serve` process (see [`leasehold::launch`]) with the test's sweep interval,
+/// its stderr on the test's, for tests that kill or signal a replica.
+pub async fn serve_process(database_url: &str, env: &[(&str, &str)]) -> ServeProcess {
+    let env = [("LEASEHOLD_SWEEP_INTERVAL_MS", "100")]
+        .into_iter()
+        .chain(env.iter().copied());
+    ServeProcess::start(
+        env!("CARGO_BIN_EXE_leasehold"),
+        database_url,
+        env,
+        std::process::Stdio::inherit(),
+    )
+    .await
+    .expect("leasehold serve listens")
 }
 
 /// Wait until `url` answers `/readyz` with `want`.
@@ -336,6 +323,24 @@ pub async fn readiness(url: &str, want: u16, within: Duration) {
         (got == want).then_some(())
     })
     .await;
+}
+
+/// `pg_dump --data-only` of `database_url`: every row, as text, to search for what must not be
+/// stored in plain text.
+pub fn data_dump(database_url: &str) -> String {
+    let pg_dump = leasehold::embedded_pg::find_tool("pg_dump")
+        .expect("pg_dump installed with the server binaries");
+    let out = std::process::Command::new(pg_dump)
+        .arg("--data-only")
+        .arg(database_url)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// Connections of the replicas' pools to `database_url`'s database, from `pg_stat_activity`.

@@ -1,6 +1,8 @@
-//! Tenancy of personal runners and who counts as online (PROTOCOL.md v1.1, Words: queue key).
+//! Tenancy: tenants never reach each other's objects, personal runners, and who counts as
+//! online (PROTOCOL.md v1.1, Words: queue key).
 //!
-//! Invariants: a personal runner serves its owner only in the workspace it was paired in, so a
+//! Invariants: no workspace reads, cancels, revokes, targets or feeds another's jobs, keys or
+//! runners (it gets `not_found`, as for what does not exist); a personal runner serves its owner only in the workspace it was paired in, so a
 //! subject of the same name in another workspace (whose key any admin there may mint) can
 //! neither list, target, revoke, feed nor count it; a runner never seen was never online, so a
 //! job that only it could take is rejected `no_runner` after its timeout.
@@ -104,4 +106,96 @@ async fn a_runner_never_seen_does_not_keep_a_job_from_no_runner() {
             "rejected at its timeout, not by luck much later: {age}"
         );
     }
+}
+
+#[tokio::test]
+async fn tenants_never_reach_each_others_objects() {
+    let app = TestApp::spawn().await;
+    let acme = app.operator("acme", "alice", true).await;
+    let globex = app.operator("globex", "alice2", true).await;
+    let (acme_runner, acme_r) = pair(&acme, Tier::Workspace, &[], 1).await;
+    let (_, globex_r) = pair(&globex, Tier::Workspace, &[], 1).await;
+    let job = dispatch(
+        &acme,
+        wire::Target::Pool {
+            pool: leasehold::wire::PoolName::Workspace,
+        },
+        json!("acme only"),
+    )
+    .await;
+    let acme_key = acme.create_key("bob", wire::Role::Member).await.unwrap();
+    // Reads and writes by id.
+    assert_eq!(code(globex.job(job.id).await), "not_found");
+    assert_eq!(code(globex.wait_job(job.id, 10).await), "not_found");
+    assert_eq!(code(globex.cancel(job.id).await), "not_found");
+    assert_eq!(code(globex.events(job.id, 0, 10).await), "not_found");
+    assert_eq!(code(globex.revoke_key(acme_key.id).await), "not_found");
+    assert_eq!(
+        code(globex.revoke_runner(Tier::Workspace, acme_runner.id).await),
+        "not_found"
+    );
+    assert_eq!(
+        code(globex.revoke_runner(Tier::Personal, acme_runner.id).await),
+        "not_found"
+    );
+    let named = wire::Target::Runner {
+        runner_id: acme_runner.id,
+    };
+    assert_eq!(
+        code(
+            globex
+                .dispatch(&wire::Dispatch::new(named.clone(), json!(1)))
+                .await
+        ),
+        "not_found"
+    );
+    assert_eq!(
+        code(
+            globex
+                .preflight(&wire::Preflight {
+                    target: named,
+                    required_capabilities: None,
+                    source: None,
+                })
+                .await
+        ),
+        "not_found"
+    );
+    // Lists and counts.
+    assert!(globex.jobs(None, None, None).await.unwrap().jobs.is_empty());
+    assert!(globex
+        .runners(Tier::Workspace)
+        .await
+        .unwrap()
+        .iter()
+        .all(|r| r.workspace == "globex"));
+    assert_eq!(globex.pool().await.unwrap().jobs.parked, 0);
+    // Runner calls: another owner's job is 404, and it never leases it.
+    assert!(lease(&globex_r, 0, 1).await.is_empty());
+    let l = lease(&acme_r, 1000, 1).await.remove(0);
+    assert_eq!(
+        code(globex_r.heartbeat_job(job.id, l.epoch).await),
+        "not_found"
+    );
+    assert_eq!(
+        code(globex_r.complete(job.id, l.epoch, json!("forged")).await),
+        "not_found"
+    );
+    assert_eq!(code(globex_r.release(job.id, l.epoch).await), "not_found");
+    let hb = globex_r
+        .runner_heartbeat(&wire::RunnerHeartbeat {
+            running: Some(vec![wire::Running {
+                id: job.id,
+                epoch: l.epoch,
+            }]),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        hb.cancelled,
+        [job.id],
+        "a foreign job in `running` is listed as cancelled"
+    );
+    assert_eq!(acme.job(job.id).await.unwrap().state, "leased");
 }

@@ -100,8 +100,8 @@ async fn a_jobs_trace_follows_it_from_dispatch_through_lease_and_complete_across
     let (env_a, env_b) = (otel("replica-a"), otel("replica-b"));
     let a_env: Vec<(&str, &str)> = env_a.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let b_env: Vec<(&str, &str)> = env_b.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let mut a = ServeProcess::start(&app.database_url, &a_env).await;
-    let mut b = ServeProcess::start(&app.database_url, &b_env).await;
+    let mut a = serve_process(&app.database_url, &a_env).await;
+    let mut b = serve_process(&app.database_url, &b_env).await;
 
     let operator = leasehold::client::Client::new(a.url.clone(), Some(key.clone()));
     let (_runner, on_a) = pair(&operator, leasehold::wire::Tier::Personal, &[], 1).await;
@@ -131,8 +131,16 @@ async fn a_jobs_trace_follows_it_from_dispatch_through_lease_and_complete_across
         .await
         .unwrap();
     // SIGTERM flushes each replica's exporter.
-    assert!(a.terminate().await.success());
-    assert!(b.terminate().await.success());
+    assert!(a
+        .terminate(Duration::from_secs(15))
+        .await
+        .unwrap()
+        .success());
+    assert!(b
+        .terminate(Duration::from_secs(15))
+        .await
+        .unwrap()
+        .success());
 
     let spans = eventually(
         Duration::from_secs(20),

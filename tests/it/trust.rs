@@ -220,15 +220,7 @@ async fn a_real_runner_runs_at_the_exact_commit_with_the_secret_in_its_environme
         &[("LEASEHOLD_SECRETS_KEY", &SealKey::generate().to_base64())],
     )
     .await;
-    let store = leasehold::store::Store::connect(&database_url, 1, 90_000).unwrap();
-    let key = leasehold::domain::credentials::Secret::generate(
-        leasehold::domain::credentials::Kind::ApiKey,
-    );
-    store
-        .insert_key(uuid::Uuid::now_v7(), "acme", "root", true, key.hash())
-        .await
-        .unwrap();
-    let key = key.reveal().to_owned();
+    let key = crate::support::key_in(&database_url, "acme", "root", true).await;
     let admin = Client::new(&url, Some(key.clone()));
     let value = "s3cr3t-Value-42";
     admin.put_secret("DEPLOY_TOKEN", value).await.unwrap();

@@ -1,4 +1,7 @@
-//! What a job asks the runner to do: the `command` kind's payload, parsed strictly.
+//! The `command` job kind, the one kind the reference runner executes: its payload (what the
+//! CLI dispatches and the runner parses) and its result (what the runner reports with
+//! `complete` and the CLI reads back). Defined once here so the dispatching and the running
+//! side cannot drift apart.
 //!
 //! Invariant: a job is either understood completely or refused with a message naming the
 //! field; a half-understood payload never runs. A refusal is reported with `fail` (the runner
@@ -7,9 +10,10 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use serde_json::Value;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
 
-/// The only job kind this runner executes.
+/// The job kind whose payload is a [`CommandSpec`] and whose result is a [`CommandResult`].
 pub const COMMAND_KIND: &str = "command";
 
 /// `{"argv": [...], "env": {}, "cwd": optional, "timeout_s": optional, "stdin": optional}`.
@@ -27,7 +31,90 @@ pub struct CommandSpec {
 }
 
 /// Longest `timeout_s` accepted: a week.
-const MAX_TIMEOUT_S: f64 = 7.0 * 24.0 * 3600.0;
+pub const MAX_TIMEOUT_S: f64 = 7.0 * 24.0 * 3600.0;
+
+impl CommandSpec {
+    /// The command `argv` with nothing else set.
+    pub fn new(argv: Vec<String>) -> Self {
+        Self {
+            argv,
+            env: BTreeMap::new(),
+            cwd: None,
+            timeout: None,
+            stdin: None,
+        }
+    }
+
+    /// The job payload that [`parse`] reads back as this spec.
+    pub fn to_payload(&self) -> Value {
+        let mut p = json!({ "argv": self.argv, "env": self.env });
+        if let Some(cwd) = &self.cwd {
+            p["cwd"] = json!(cwd);
+        }
+        if let Some(t) = self.timeout {
+            p["timeout_s"] = json!(t.as_secs_f64());
+        }
+        if let Some(s) = &self.stdin {
+            p["stdin"] = json!(s);
+        }
+        p
+    }
+}
+
+/// A `timeout_s` as a duration, if it is in range: a number of seconds in
+/// (0, [`MAX_TIMEOUT_S`]].
+pub fn timeout_from_secs(s: f64) -> Option<Duration> {
+    (s > 0.0 && s <= MAX_TIMEOUT_S).then(|| Duration::from_secs_f64(s))
+}
+
+/// How a command ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// Exited with status 0.
+    Succeeded,
+    /// Exited with a non-zero status.
+    Failed,
+    /// Killed by a signal it did not ask for from us.
+    Signalled,
+    /// Ran past `timeout_s` and was killed.
+    TimedOut,
+    /// Never ran: the executable or working directory is missing or not usable.
+    StartFailed,
+}
+
+/// The `result` reported with `complete`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CommandResult {
+    pub outcome: Outcome,
+    /// The exit status; for a command that could not start, 127 (not found) or 126 (not
+    /// executable), as a shell reports them; `null` when killed by a signal.
+    pub exit_code: Option<i32>,
+    /// The signal that ended it, if one did.
+    pub signal: Option<i32>,
+    pub timed_out: bool,
+    pub duration_ms: u64,
+    pub stdout_tail: String,
+    pub stderr_tail: String,
+    /// Why it could not start, for [`Outcome::StartFailed`].
+    pub error: Option<String>,
+}
+
+/// The exit status a completed command's `result` stands for, as a shell reports it: 124 for
+/// a timeout (as `timeout(1)`), 128+N for signal N, else the command's own (0 when the result
+/// says nothing, as from a runner of another kind).
+pub fn exit_status(result: &Value) -> i32 {
+    if result["timed_out"].as_bool() == Some(true) {
+        return 124;
+    }
+    if let Some(code) = result["exit_code"].as_i64() {
+        return code as i32;
+    }
+    if let Some(sig) = result["signal"].as_i64() {
+        return 128 + sig as i32;
+    }
+    0
+}
 
 /// Parse a leased job's kind and payload.
 ///
@@ -89,9 +176,9 @@ pub fn parse(kind: &str, payload: &Value) -> Result<CommandSpec, String> {
     };
     let timeout = match obj.get("timeout_s") {
         None | Some(Value::Null) => None,
-        Some(v) => match v.as_f64() {
-            Some(s) if s > 0.0 && s <= MAX_TIMEOUT_S => Some(Duration::from_secs_f64(s)),
-            _ => {
+        Some(v) => match v.as_f64().and_then(timeout_from_secs) {
+            Some(t) => Some(t),
+            None => {
                 return Err(format!(
                     "payload.timeout_s: must be a number of seconds in (0, {MAX_TIMEOUT_S}]"
                 ))
@@ -115,7 +202,6 @@ pub fn parse(kind: &str, payload: &Value) -> Result<CommandSpec, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
 
     #[test]
     fn a_full_payload_parses() {
@@ -130,6 +216,29 @@ mod tests {
         assert_eq!(spec.cwd.as_deref(), Some("sub"));
         assert_eq!(spec.timeout, Some(Duration::from_millis(1500)));
         assert_eq!(spec.stdin.as_deref(), Some("x"));
+    }
+
+    #[test]
+    fn a_spec_round_trips_through_its_payload() {
+        let mut spec = CommandSpec::new(vec!["sh".into(), "-c".into(), "exit 3".into()]);
+        spec.env.insert("A".into(), "1".into());
+        spec.cwd = Some("sub".into());
+        spec.timeout = Some(Duration::from_millis(1500));
+        spec.stdin = Some("x".into());
+        assert_eq!(parse(COMMAND_KIND, &spec.to_payload()).unwrap(), spec);
+        let bare = CommandSpec::new(vec!["true".into()]);
+        assert_eq!(parse(COMMAND_KIND, &bare.to_payload()).unwrap(), bare);
+    }
+
+    #[test]
+    fn exit_statuses_follow_the_shell() {
+        assert_eq!(exit_status(&json!({"exit_code": 3})), 3);
+        assert_eq!(exit_status(&json!({"exit_code": null, "signal": 9})), 137);
+        assert_eq!(
+            exit_status(&json!({"exit_code": null, "signal": 15, "timed_out": true})),
+            124
+        );
+        assert_eq!(exit_status(&Value::Null), 0);
     }
 
     #[test]

@@ -1,22 +1,24 @@
 //! `leasehold job submit|get|cancel|logs|list`: dispatch a command and follow it.
+//! This file holds the commands; [`follow`] streams a job's events to its end and [`render`]
+//! prints jobs and events for people.
 //!
-//! Invariant of following (`submit --wait`, `logs --follow`): every event is printed once, in
-//! `seq` order, and the follow ends only on the job's terminal `state` event, so every line
-//! the runner shipped before its report has been printed. The command's output goes to
-//! stdout / stderr as it was; leasehold's own notes go to stderr, prefixed `leasehold:`.
-//! A lost connection is retried with back-off, resuming after the last `seq` seen.
+//! Invariant: `submit --wait` exits with the command's own exit status as a shell would
+//! report it (see [`exit_code`]), so scripts can use it in place of running the command.
 
-use std::collections::BTreeMap;
-use std::io::Write;
+mod follow;
+mod render;
 
-use anyhow::{bail, Context};
+use anyhow::Context;
 use clap::{Args, Subcommand, ValueEnum};
-use serde_json::{json, Value};
+use serde_json::Value;
 use uuid::Uuid;
 
+use self::follow::follow_job;
+use self::render::{command_text, describe, print_event, target_text, Show};
 use super::{print_json, print_table, when, Conn};
-use crate::client::{Client, ClientError};
-use crate::wire::{self, Event, Job, Target};
+use crate::client::Client;
+use crate::wire::command::{self, CommandSpec};
+use crate::wire::{self, Job, Target};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum PoolArg {
@@ -232,27 +234,24 @@ pub fn parse_source(text: &str) -> Result<wire::Source, String> {
 }
 
 fn payload(args: &SubmitArgs) -> anyhow::Result<Value> {
-    let mut env = BTreeMap::new();
+    let mut spec = CommandSpec::new(args.argv.clone());
     for pair in &args.env {
         let (k, v) = pair
             .split_once('=')
             .with_context(|| format!("--env {pair}: expected NAME=VALUE"))?;
-        env.insert(k.to_owned(), v.to_owned());
+        spec.env.insert(k.to_owned(), v.to_owned());
     }
-    let mut p = json!({ "argv": args.argv, "env": env });
-    if let Some(cwd) = &args.cwd {
-        p["cwd"] = json!(cwd);
-    }
+    spec.cwd.clone_from(&args.cwd);
     if let Some(t) = args.timeout {
-        if !t.is_finite() || t <= 0.0 {
-            bail!("--timeout must be a positive number of seconds");
-        }
-        p["timeout_s"] = json!(t);
+        spec.timeout = Some(command::timeout_from_secs(t).with_context(|| {
+            format!(
+                "--timeout must be a positive number of seconds, at most {}",
+                command::MAX_TIMEOUT_S
+            )
+        })?);
     }
-    if let Some(s) = &args.stdin {
-        p["stdin"] = json!(s);
-    }
-    Ok(p)
+    spec.stdin.clone_from(&args.stdin);
+    Ok(spec.to_payload())
 }
 
 async fn submit(client: &Client, json_out: bool, args: SubmitArgs) -> anyhow::Result<i32> {
@@ -303,286 +302,19 @@ async fn submit(client: &Client, json_out: bool, args: SubmitArgs) -> anyhow::Re
     Ok(exit_code(&job))
 }
 
-/// What a follower prints.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Show {
-    /// Output and state changes (`submit --wait`).
-    Everything,
-    /// Output only (`logs`).
-    Output,
-    /// Every event as one JSON line (`logs --json`).
-    Json,
-    /// Nothing; the caller prints the final job (`submit --wait --json`).
-    Quiet,
-}
-
-/// The exit status `submit --wait` ends with: the command's own; 124 for a timeout (as
-/// `timeout(1)`); 128+N for a signal (as a shell); 1 when the job did not complete.
+/// The exit status `submit --wait` ends with: the command's own as a shell reports it (see
+/// [`command::exit_status`]); 1 when the job did not complete.
 pub fn exit_code(job: &Job) -> i32 {
     if job.state != "completed" {
         return 1;
     }
-    let r = job.result.as_ref().unwrap_or(&Value::Null);
-    if r["timed_out"].as_bool() == Some(true) {
-        return 124;
-    }
-    if let Some(code) = r["exit_code"].as_i64() {
-        return code as i32;
-    }
-    if let Some(sig) = r["signal"].as_i64() {
-        return 128 + sig as i32;
-    }
-    0
-}
-
-fn note(_id: Uuid, text: &str) {
-    eprintln!("leasehold: {text}");
-}
-
-fn state_note(id: Uuid, data: &Value) -> String {
-    let state = data["state"].as_str().unwrap_or("?");
-    let reason = data["reason"].as_str();
-    let runner = data["runner"].as_str().unwrap_or("?");
-    let epoch = data["epoch"].as_i64().unwrap_or(0);
-    match (state, reason) {
-        ("parked", Some("dispatched")) | ("parked", None) => {
-            format!("job {id} parked, waiting for a runner")
-        }
-        ("parked", Some("lease_lapsed")) => {
-            format!("runner {runner} stopped heartbeating; parked again for re-delivery")
-        }
-        ("parked", Some("released")) => {
-            format!("runner {runner} released it (draining); parked again")
-        }
-        ("parked", Some(r)) => format!("parked again ({r})"),
-        ("leased", _) if epoch > 1 => {
-            format!("re-delivered: leased by runner {runner} (attempt {epoch})")
-        }
-        ("leased", _) => format!("leased by runner {runner}"),
-        ("completed", _) => format!("completed on runner {runner}"),
-        (s, Some(r)) => format!("{s} ({r})"),
-        (s, None) => s.to_owned(),
-    }
-}
-
-fn print_event(e: &Event, mode: Show, id: Uuid) {
-    if mode == Show::Json {
-        println!("{}", serde_json::to_string(e).expect("events serialise"));
-        return;
-    }
-    if mode == Show::Quiet {
-        return;
-    }
-    // A chunk (`text`, many lines, exactly as written) or, from older runners, one `line`.
-    let text = match (e.data["text"].as_str(), e.data["line"].as_str()) {
-        (Some(t), _) => Some(std::borrow::Cow::Borrowed(t)),
-        (None, Some(l)) => Some(std::borrow::Cow::Owned(format!("{l}\n"))),
-        (None, None) => None,
-    };
-    match (e.kind.as_str(), text) {
-        ("stdout", Some(t)) => {
-            let mut out = std::io::stdout().lock();
-            let _ = out.write_all(t.as_bytes());
-            let _ = out.flush();
-        }
-        ("stderr", Some(t)) => {
-            let mut err = std::io::stderr().lock();
-            let _ = err.write_all(t.as_bytes());
-            let _ = err.flush();
-        }
-        ("state", _) if mode == Show::Everything => note(id, &state_note(id, &e.data)),
-        ("output.dropped", _) => note(
-            id,
-            &match e.data["lines"].as_u64() {
-                Some(lines) => format!("{lines} lines of output were dropped"),
-                None => format!(
-                    "{} bytes of output were dropped (a job streams at most {} bytes, and a \
-                     batch no replica took within a minute is dropped)",
-                    e.data["bytes"], e.data["limit_bytes"]
-                ),
-            },
-        ),
-        _ => {}
-    }
-}
-
-fn is_terminal_state(e: &Event) -> bool {
-    e.kind == "state"
-        && !matches!(
-            e.data["state"].as_str(),
-            Some("parked") | Some("leased") | None
-        )
-}
-
-/// Whether a failed call is worth retrying: no answer, or the service asked to retry.
-fn transient(e: &ClientError) -> bool {
-    match e {
-        ClientError::Transport(_) => true,
-        ClientError::Api { status, .. } => matches!(status.as_u16(), 502..=504),
-    }
-}
-
-/// Print a job's events as they arrive until it ends; returns the ended job.
-async fn follow_job(client: &Client, id: Uuid, mode: Show) -> anyhow::Result<Job> {
-    let mut after = 0i64;
-    let mut failures = 0u32;
-    loop {
-        let page = match client.events(id, after, 30_000).await {
-            Ok(p) => {
-                failures = 0;
-                p
-            }
-            Err(e) if transient(&e) && failures < 30 => {
-                if failures == 0 {
-                    note(id, &format!("lost the service ({e}); retrying"));
-                }
-                tokio::time::sleep(crate::runner::servers::backoff(failures.min(5))).await;
-                failures += 1;
-                continue;
-            }
-            Err(e) => return Err(e.into()),
-        };
-        let mut ended = false;
-        for e in &page.events {
-            print_event(e, mode, id);
-            ended |= is_terminal_state(e);
-        }
-        after = page.next;
-        if ended {
-            break;
-        }
-        if page.events.is_empty() {
-            // A wait ends at once for a terminal job: it may have ended before we looked.
-            let job = client.job(id).await?;
-            if job.is_terminal() {
-                let rest = client.events(id, after, 0).await?;
-                for e in &rest.events {
-                    print_event(e, mode, id);
-                }
-                return finish(job, mode);
-            }
-        }
-    }
-    let job = client.job(id).await?;
-    finish(job, mode)
-}
-
-fn finish(job: Job, mode: Show) -> anyhow::Result<Job> {
-    if mode == Show::Everything {
-        if let Some(err) = &job.error {
-            note(
-                job.id,
-                &format!(
-                    "{}: {}",
-                    err["reason"].as_str().unwrap_or("?"),
-                    err["message"].as_str().unwrap_or("")
-                ),
-            );
-        } else if let Some(r) = &job.result {
-            if r["timed_out"].as_bool() == Some(true) {
-                note(job.id, "the command timed out and was killed");
-            } else if let Some(sig) = r["signal"].as_i64() {
-                note(job.id, &format!("the command was killed by signal {sig}"));
-            }
-        }
-    }
-    Ok(job)
-}
-
-fn target_text(job: &Job) -> String {
-    let owner = &job.owner;
-    match job.runner_id.as_str() {
-        "*" if owner.starts_with("ws:") => "workspace pool".into(),
-        "*" => format!("{owner}'s pool"),
-        id => format!("runner {id}"),
-    }
-}
-
-fn command_text(job: &Job) -> String {
-    match job.payload["argv"].as_array() {
-        Some(argv) if job.kind == "command" => argv
-            .iter()
-            .map(|a| a.as_str().unwrap_or("?"))
-            .collect::<Vec<_>>()
-            .join(" "),
-        _ => format!("({})", job.kind),
-    }
-}
-
-fn describe(job: &Job) {
-    let mut rows: Vec<(&str, String)> = vec![
-        ("id", job.id.to_string()),
-        ("state", job.state.clone()),
-        ("workspace", job.workspace.clone()),
-        ("target", target_text(job)),
-        ("kind", job.kind.clone()),
-    ];
-    if job.kind == "command" {
-        rows.push(("command", command_text(job)));
-    }
-    if !job.required_capabilities.is_empty() {
-        rows.push(("requires", job.required_capabilities.join(", ")));
-    }
-    rows.push(("priority", job.priority.to_string()));
-    rows.push((
-        "attempts",
-        format!("{} of {}", job.attempts, job.max_attempts),
-    ));
-    rows.push(("created", when(Some(job.created_at))));
-    rows.push(("leased", when(job.leased_at)));
-    rows.push(("finished", when(job.finished_at)));
-    if let Some(r) = &job.result {
-        for (label, key) in [
-            ("outcome", "outcome"),
-            ("exit code", "exit_code"),
-            ("signal", "signal"),
-            ("duration ms", "duration_ms"),
-            ("error", "error"),
-        ] {
-            match &r[key] {
-                Value::Null => {}
-                Value::String(s) => rows.push((label, s.clone())),
-                v => rows.push((label, v.to_string())),
-            }
-        }
-    }
-    if let Some(e) = &job.error {
-        rows.push((
-            "error",
-            format!(
-                "{}: {}",
-                e["reason"].as_str().unwrap_or("?"),
-                e["message"].as_str().unwrap_or("")
-            ),
-        ));
-    }
-    if let Some(p) = &job.provenance {
-        rows.push((
-            "ran on",
-            format!("runner {}", p["runner"].as_str().unwrap_or("?")),
-        ));
-    }
-    for (k, v) in rows {
-        println!("{k:<12} {v}");
-    }
-    if let Some(r) = &job.result {
-        for (label, key) in [
-            ("stdout tail", "stdout_tail"),
-            ("stderr tail", "stderr_tail"),
-        ] {
-            if let Some(t) = r[key].as_str().filter(|t| !t.is_empty()) {
-                println!("{label}:");
-                for line in t.lines() {
-                    println!("  {line}");
-                }
-            }
-        }
-    }
+    command::exit_status(job.result.as_ref().unwrap_or(&Value::Null))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn job(state: &str, result: Value) -> Job {
         serde_json::from_value(json!({

@@ -10,8 +10,9 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Subcommand, ValueEnum};
 
-use crate::runner::sandbox::Network;
-use crate::runner::{self, config, Options, RunnerConfig, Sandbox, Stopper};
+use super::sandbox::Network;
+use super::{config, Options, RunnerConfig, Sandbox, Stopper};
+use crate::runner;
 use crate::wire;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -1,0 +1,185 @@
+//! How `leasehold job` shows jobs and events to people: the command's output as it was, state
+//! changes and leasehold's own notes on stderr prefixed `leasehold:`, and `job get`'s table.
+
+use std::io::Write;
+
+use serde_json::Value;
+use uuid::Uuid;
+
+use super::super::when;
+use crate::wire::{Event, Job};
+
+/// What a follower prints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Show {
+    /// Output and state changes (`submit --wait`).
+    Everything,
+    /// Output only (`logs`).
+    Output,
+    /// Every event as one JSON line (`logs --json`).
+    Json,
+    /// Nothing; the caller prints the final job (`submit --wait --json`).
+    Quiet,
+}
+
+pub(super) fn note(_id: Uuid, text: &str) {
+    eprintln!("leasehold: {text}");
+}
+
+fn state_note(id: Uuid, data: &Value) -> String {
+    let state = data["state"].as_str().unwrap_or("?");
+    let reason = data["reason"].as_str();
+    let runner = data["runner"].as_str().unwrap_or("?");
+    let epoch = data["epoch"].as_i64().unwrap_or(0);
+    match (state, reason) {
+        ("parked", Some("dispatched")) | ("parked", None) => {
+            format!("job {id} parked, waiting for a runner")
+        }
+        ("parked", Some("lease_lapsed")) => {
+            format!("runner {runner} stopped heartbeating; parked again for re-delivery")
+        }
+        ("parked", Some("released")) => {
+            format!("runner {runner} released it (draining); parked again")
+        }
+        ("parked", Some(r)) => format!("parked again ({r})"),
+        ("leased", _) if epoch > 1 => {
+            format!("re-delivered: leased by runner {runner} (attempt {epoch})")
+        }
+        ("leased", _) => format!("leased by runner {runner}"),
+        ("completed", _) => format!("completed on runner {runner}"),
+        (s, Some(r)) => format!("{s} ({r})"),
+        (s, None) => s.to_owned(),
+    }
+}
+
+pub(super) fn print_event(e: &Event, mode: Show, id: Uuid) {
+    if mode == Show::Json {
+        println!("{}", serde_json::to_string(e).expect("events serialise"));
+        return;
+    }
+    if mode == Show::Quiet {
+        return;
+    }
+    // A chunk (`text`, many lines, exactly as written) or, from older runners, one `line`.
+    let text = match (e.data["text"].as_str(), e.data["line"].as_str()) {
+        (Some(t), _) => Some(std::borrow::Cow::Borrowed(t)),
+        (None, Some(l)) => Some(std::borrow::Cow::Owned(format!("{l}\n"))),
+        (None, None) => None,
+    };
+    match (e.kind.as_str(), text) {
+        ("stdout", Some(t)) => {
+            let mut out = std::io::stdout().lock();
+            let _ = out.write_all(t.as_bytes());
+            let _ = out.flush();
+        }
+        ("stderr", Some(t)) => {
+            let mut err = std::io::stderr().lock();
+            let _ = err.write_all(t.as_bytes());
+            let _ = err.flush();
+        }
+        ("state", _) if mode == Show::Everything => note(id, &state_note(id, &e.data)),
+        ("output.dropped", _) => note(
+            id,
+            &match e.data["lines"].as_u64() {
+                Some(lines) => format!("{lines} lines of output were dropped"),
+                None => format!(
+                    "{} bytes of output were dropped (a job streams at most {} bytes, and a \
+                     batch no replica took within a minute is dropped)",
+                    e.data["bytes"], e.data["limit_bytes"]
+                ),
+            },
+        ),
+        _ => {}
+    }
+}
+
+pub(super) fn target_text(job: &Job) -> String {
+    let owner = &job.owner;
+    match job.runner_id.as_str() {
+        "*" if owner.starts_with("ws:") => "workspace pool".into(),
+        "*" => format!("{owner}'s pool"),
+        id => format!("runner {id}"),
+    }
+}
+
+pub(super) fn command_text(job: &Job) -> String {
+    match job.payload["argv"].as_array() {
+        Some(argv) if job.kind == "command" => argv
+            .iter()
+            .map(|a| a.as_str().unwrap_or("?"))
+            .collect::<Vec<_>>()
+            .join(" "),
+        _ => format!("({})", job.kind),
+    }
+}
+
+pub(super) fn describe(job: &Job) {
+    let mut rows: Vec<(&str, String)> = vec![
+        ("id", job.id.to_string()),
+        ("state", job.state.clone()),
+        ("workspace", job.workspace.clone()),
+        ("target", target_text(job)),
+        ("kind", job.kind.clone()),
+    ];
+    if job.kind == "command" {
+        rows.push(("command", command_text(job)));
+    }
+    if !job.required_capabilities.is_empty() {
+        rows.push(("requires", job.required_capabilities.join(", ")));
+    }
+    rows.push(("priority", job.priority.to_string()));
+    rows.push((
+        "attempts",
+        format!("{} of {}", job.attempts, job.max_attempts),
+    ));
+    rows.push(("created", when(Some(job.created_at))));
+    rows.push(("leased", when(job.leased_at)));
+    rows.push(("finished", when(job.finished_at)));
+    if let Some(r) = &job.result {
+        for (label, key) in [
+            ("outcome", "outcome"),
+            ("exit code", "exit_code"),
+            ("signal", "signal"),
+            ("duration ms", "duration_ms"),
+            ("error", "error"),
+        ] {
+            match &r[key] {
+                Value::Null => {}
+                Value::String(s) => rows.push((label, s.clone())),
+                v => rows.push((label, v.to_string())),
+            }
+        }
+    }
+    if let Some(e) = &job.error {
+        rows.push((
+            "error",
+            format!(
+                "{}: {}",
+                e["reason"].as_str().unwrap_or("?"),
+                e["message"].as_str().unwrap_or("")
+            ),
+        ));
+    }
+    if let Some(p) = &job.provenance {
+        rows.push((
+            "ran on",
+            format!("runner {}", p["runner"].as_str().unwrap_or("?")),
+        ));
+    }
+    for (k, v) in rows {
+        println!("{k:<12} {v}");
+    }
+    if let Some(r) = &job.result {
+        for (label, key) in [
+            ("stdout tail", "stdout_tail"),
+            ("stderr tail", "stderr_tail"),
+        ] {
+            if let Some(t) = r[key].as_str().filter(|t| !t.is_empty()) {
+                println!("{label}:");
+                for line in t.lines() {
+                    println!("  {line}");
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,217 @@
+//! `leasehold dev`: everything on one machine: a private PostgreSQL in a local directory (kept
+//! across runs), one replica, a local runner in this process and a printed admin key.
+//!
+//! Invariant: what must stay secret stays in files only its user can read (the secrets key and
+//! the dev runner's credentials, mode 0600); a key file readable by others is refused.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+
+use crate::admin::create_key;
+use crate::client::Client;
+use crate::config::Config;
+use crate::domain::sealing::SealKey;
+use crate::embedded_pg::EmbeddedPg;
+use crate::runner::{self, Stopper};
+use crate::serve::stop_on_signal_then;
+use crate::server;
+use crate::wire;
+
+/// `leasehold dev`'s arguments.
+#[derive(Debug, Args)]
+pub struct DevArgs {
+    /// Where the private PostgreSQL keeps its data (kept across runs).
+    #[arg(long, default_value = ".leasehold/dev-pg")]
+    pub data_dir: PathBuf,
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    pub listen: std::net::SocketAddr,
+    /// Workspace of the printed admin key.
+    #[arg(long, default_value = "dev")]
+    pub workspace: String,
+    /// Do not start the local runner.
+    #[arg(long)]
+    pub no_runner: bool,
+}
+
+/// Run until SIGTERM or Ctrl-C; the local runner gives its jobs back, then the replica stops.
+///
+/// # Errors
+/// PostgreSQL or the replica cannot start, or the admin key or runner cannot be set up.
+pub async fn run(args: DevArgs) -> anyhow::Result<()> {
+    let DevArgs {
+        data_dir,
+        listen,
+        workspace,
+        no_runner,
+    } = args;
+    let state_dir = data_dir
+        .parent()
+        .map_or_else(|| PathBuf::from("."), PathBuf::from);
+    let work_dir = state_dir.join("work");
+    let runner_config = state_dir.join("dev-runner.json");
+    let pg =
+        tokio::task::spawn_blocking(move || EmbeddedPg::start(&data_dir, true, false)).await??;
+    let url = pg.url("postgres");
+    let mut config = Config::new(&url);
+    config.listen = listen;
+    config.secrets_key = Some(dev_secrets_key(&state_dir.join("secrets.key"))?);
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("binding {listen}"))?;
+    let replica = server::start(config, listener).await?;
+    let key = create_key(&url, &workspace, "admin", true).await?;
+    let base = format!("http://{}", replica.addr);
+    let admin = Client::new(&base, Some(key.clone()));
+
+    // A local runner in this process, owned by the admin key's subject, so personal-pool jobs
+    // run on this machine; and a spare join code to enrol another one.
+    let stopper = Stopper::new();
+    let local_runner = if no_runner {
+        None
+    } else {
+        let config = dev_runner(&admin, &base, &runner_config).await?;
+        let id = config.runner_id;
+        let mut opts = runner::Options::new(config, work_dir);
+        opts.capacity = Some(2);
+        let task = tokio::spawn(runner::run(opts, stopper.clone()));
+        Some((id, task))
+    };
+    let spare = admin
+        .create_join_code(&wire::CreateJoinCode {
+            tier: wire::Tier::Personal,
+            ttl_s: None,
+            ephemeral: None,
+        })
+        .await
+        .context("minting a join code")?;
+
+    println!(
+        "leasehold dev is running at {base} (PostgreSQL on port {})",
+        pg.port
+    );
+    println!(
+        "PostgreSQL data: {} (DATABASE_URL={url}; the password is in {}/leasehold.password)",
+        pg.data_dir().display(),
+        pg.data_dir().display()
+    );
+    println!();
+    println!("  export LEASEHOLD_SERVER={base}");
+    println!("  export LEASEHOLD_API_KEY={key}");
+    println!();
+    if let Some((id, _)) = &local_runner {
+        println!("A local runner ({id}) takes jobs from your personal pool:");
+        println!("  leasehold job submit --wait -- echo hello");
+    } else {
+        println!("Dispatch a job to your personal pool (no local runner; enrol one below):");
+        println!("  leasehold job submit -- echo hello");
+    }
+    println!();
+    println!(
+        "Workspace secrets are sealed with the key kept in {} (mode 0600):",
+        state_dir.join("secrets.key").display()
+    );
+    println!("  printf %s \"$TOKEN\" | leasehold secrets set TOKEN");
+    println!();
+    println!("Enrol another runner (code valid 10 minutes, once):");
+    println!("  leasehold runner connect {} --server {base}", spare.code);
+    println!("Admin key for workspace '{workspace}' (shown once):");
+    println!("{key}");
+
+    let token = replica.shutdown_token();
+    tokio::spawn(async move {
+        stop_on_signal_then(async {
+            // The dev runner gives its jobs back at once, then the replica stops.
+            stopper.drain.cancel();
+            stopper.release.cancel();
+            if let Some((_, task)) = local_runner {
+                let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
+            }
+        })
+        .await;
+        token.cancel();
+    });
+    replica.stop_after_shutdown(Duration::from_secs(9)).await;
+    drop(pg);
+    Ok(())
+}
+
+/// The dev server's secrets key, kept in `path` (mode 0600) across runs.
+fn dev_secrets_key(path: &std::path::Path) -> anyhow::Result<SealKey> {
+    use std::io::Write;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    if let Ok(meta) = std::fs::metadata(path) {
+        anyhow::ensure!(
+            meta.permissions().mode() & 0o077 == 0,
+            "{} is readable by others; it holds the secrets key (chmod 600 it)",
+            path.display()
+        );
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        return text
+            .parse()
+            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()));
+    }
+    let key = SealKey::generate();
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("creating {}", path.display()))?;
+    writeln!(f, "{}", key.to_base64())?;
+    Ok(key)
+}
+
+/// The dev runner: the one enrolled by an earlier `leasehold dev` (kept in `path`, mode 0600)
+/// while its token still works, else a new one enrolled with a personal join code minted with
+/// the admin key.
+async fn dev_runner(
+    admin: &Client,
+    base: &str,
+    path: &std::path::Path,
+) -> anyhow::Result<runner::RunnerConfig> {
+    if let Ok(mut config) = runner::RunnerConfig::load(path) {
+        config.servers = vec![base.to_owned()];
+        let probe = Client::new(base, Some(config.token.clone()));
+        if probe
+            .runner_heartbeat(&wire::RunnerHeartbeat::default())
+            .await
+            .is_ok()
+        {
+            return Ok(config);
+        }
+    }
+    let code = admin
+        .create_join_code(&wire::CreateJoinCode {
+            tier: wire::Tier::Personal,
+            ttl_s: Some(60),
+            ephemeral: None,
+        })
+        .await
+        .context("minting the local runner's join code")?;
+    let label = nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .map_or_else(|| "dev-runner".to_owned(), |h| format!("{h} (dev)"));
+    let config = runner::enroll(
+        &[base.to_owned()],
+        &wire::Enroll {
+            code: code.code,
+            label,
+            os: Some(std::env::consts::OS.to_owned()),
+            version: Some(env!("CARGO_PKG_VERSION").to_owned()),
+            capabilities: Some(vec![std::env::consts::OS.to_owned()]),
+            capacity: Some(2),
+            ..Default::default()
+        },
+    )
+    .await?;
+    config.save(path)?;
+    Ok(config)
+}

@@ -1,0 +1,117 @@
+//! Starting `leasehold serve` as a child process, for the tests, the benchmark and the drill,
+//! which need a real replica process (to kill it, signal it, or measure it apart from
+//! themselves).
+//!
+//! Invariants: [`ServeProcess::start`] returns only once the replica listens, with the URL it
+//! printed on its first line ([`LISTENING`]); the child's standard output is drained for its
+//! whole life, so it never blocks on a full pipe; the child is killed when its handle drops,
+//! so a failed test or an aborted benchmark leaves nothing running.
+
+use std::ffi::OsStr;
+use std::process::{ExitStatus, Stdio};
+use std::time::Duration;
+
+use anyhow::Context;
+use tokio::io::AsyncBufReadExt;
+use tokio::process::{Child, Command};
+
+/// What `leasehold serve` prints, followed by its base URL, once it listens.
+pub const LISTENING: &str = "leasehold listening on ";
+
+/// How long a replica may take to listen (it migrates first, under an advisory lock).
+pub const START_WITHIN: Duration = Duration::from_secs(60);
+
+/// A running `leasehold serve` child and the URL it listens on.
+pub struct ServeProcess {
+    pub child: Child,
+    /// `http://127.0.0.1:PORT`.
+    pub url: String,
+}
+
+impl ServeProcess {
+    /// Start `exe serve` on `127.0.0.1:0` against `database_url` with `LEASEHOLD_LOG=warn`, then
+    /// `env` (which may override it), its standard error going to `stderr`.
+    ///
+    /// # Errors
+    /// It could not be spawned, or exited or did not listen within [`START_WITHIN`].
+    pub async fn start<K, V>(
+        exe: impl AsRef<OsStr>,
+        database_url: &str,
+        env: impl IntoIterator<Item = (K, V)>,
+        stderr: Stdio,
+    ) -> anyhow::Result<Self>
+    where
+        K: AsRef<OsStr>,
+        V: AsRef<OsStr>,
+    {
+        Self::start_on(exe, "127.0.0.1:0", database_url, env, stderr).await
+    }
+
+    /// [`ServeProcess::start`] listening on `listen` (a fixed port, for a replica that must
+    /// come back where it was).
+    ///
+    /// # Errors
+    /// It could not be spawned, or exited or did not listen within [`START_WITHIN`].
+    pub async fn start_on<K, V>(
+        exe: impl AsRef<OsStr>,
+        listen: &str,
+        database_url: &str,
+        env: impl IntoIterator<Item = (K, V)>,
+        stderr: Stdio,
+    ) -> anyhow::Result<Self>
+    where
+        K: AsRef<OsStr>,
+        V: AsRef<OsStr>,
+    {
+        let mut child = Command::new(exe)
+            .args(["serve", "--listen", listen, "--database-url", database_url])
+            .env("LEASEHOLD_LOG", "warn")
+            .envs(env)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(stderr)
+            .kill_on_drop(true)
+            .spawn()
+            .context("spawning leasehold serve")?;
+        let stdout = child.stdout.take().context("leasehold serve's stdout")?;
+        let mut lines = tokio::io::BufReader::new(stdout).lines();
+        let url = tokio::time::timeout(START_WITHIN, async {
+            while let Some(line) = lines.next_line().await? {
+                if let Some(url) = line.strip_prefix(LISTENING) {
+                    return Ok(url.trim().to_owned());
+                }
+            }
+            anyhow::bail!("leasehold serve exited before listening")
+        })
+        .await
+        .with_context(|| format!("leasehold serve did not listen within {START_WITHIN:?}"))??;
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        Ok(Self { child, url })
+    }
+
+    /// The child's process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
+    }
+
+    /// SIGKILL, and wait for it: no chance to clean up.
+    ///
+    /// # Errors
+    /// The child could not be signalled or waited for.
+    pub async fn kill9(&mut self) -> std::io::Result<()> {
+        self.child.kill().await
+    }
+
+    /// SIGTERM (an orderly drain), then its exit status.
+    ///
+    /// # Errors
+    /// It had already been reaped, or did not exit `within`.
+    pub async fn terminate(&mut self, within: Duration) -> anyhow::Result<ExitStatus> {
+        let pid = self.pid().context("leasehold serve already exited")?;
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(pid)?);
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM)?;
+        Ok(tokio::time::timeout(within, self.child.wait())
+            .await
+            .context("leasehold serve did not exit after SIGTERM")??)
+    }
+}
