@@ -79,7 +79,8 @@ ALTER TABLE job_events DROP CONSTRAINT job_events_job_id_fkey;
 ALTER TABLE job_events SET (autovacuum_vacuum_insert_scale_factor = 0.05);
 
 -- 7. One definition of "an ephemeral runner whose first job has settled": its token is dead.
---    A plain SQL function, inlined by the planner.
+--    Its sub-select keeps the planner from inlining it, so callers guard the call with
+--    `r.ephemeral AND ...` and the (few) ephemeral runners alone pay for it.
 CREATE FUNCTION runner_spent(ephemeral boolean, ephemeral_job uuid) RETURNS boolean
 LANGUAGE sql STABLE AS $$
     SELECT ephemeral AND ephemeral_job IS NOT NULL AND EXISTS (

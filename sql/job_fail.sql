@@ -4,7 +4,7 @@
 WITH me AS (
     SELECT r.id, r.owner, r.last_seen_at FROM runners r
      WHERE r.token_hash = $3 AND r.revoked_at IS NULL
-       AND NOT runner_spent(r.ephemeral, r.ephemeral_job)
+       AND NOT (r.ephemeral AND runner_spent(r.ephemeral, r.ephemeral_job))
 ),
 settled AS (
     UPDATE jobs j

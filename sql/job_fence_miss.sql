@@ -9,4 +9,4 @@ SELECT (SELECT j.state FROM jobs j
            AND (j.owner = r.owner OR (j.pool = 'any' AND r.owner = 'ws:' || j.workspace))) AS state
   FROM runners r
  WHERE r.token_hash = $2 AND r.revoked_at IS NULL
-   AND NOT runner_spent(r.ephemeral, r.ephemeral_job)
+   AND NOT (r.ephemeral AND runner_spent(r.ephemeral, r.ephemeral_job))

@@ -5,7 +5,7 @@
 WITH me AS (
     SELECT r.id, r.last_seen_at FROM runners r
      WHERE r.token_hash = $3 AND r.revoked_at IS NULL
-       AND NOT runner_spent(r.ephemeral, r.ephemeral_job)
+       AND NOT (r.ephemeral AND runner_spent(r.ephemeral, r.ephemeral_job))
 ),
 extended AS (
     UPDATE jobs j SET lease_expires_at = now() + $4::bigint * interval '1 millisecond'

@@ -24,7 +24,7 @@ WITH r AS (
                   WHERE t.runner_id = r.id AND t.status = 'approved') AS sources
       FROM runners r
      WHERE r.token_hash = $1 AND r.id = $2 AND r.revoked_at IS NULL
-       AND NOT runner_spent(r.ephemeral, r.ephemeral_job)
+       AND NOT (r.ephemeral AND runner_spent(r.ephemeral, r.ephemeral_job))
 ),
 slots AS (
     SELECT greatest(least(CASE WHEN r.ephemeral THEN (r.ephemeral_job IS NULL)::integer

@@ -6,7 +6,7 @@
 WITH me AS (
     SELECT r.id FROM runners r
      WHERE r.token_hash = $3 AND r.revoked_at IS NULL
-       AND NOT runner_spent(r.ephemeral, r.ephemeral_job)
+       AND NOT (r.ephemeral AND runner_spent(r.ephemeral, r.ephemeral_job))
 ),
 back AS (
     UPDATE jobs j

@@ -6,4 +6,4 @@ SELECT r.id, r.owner, r.workspace, r.ephemeral,
   FROM runners r
  WHERE r.token_hash = $1
    AND r.revoked_at IS NULL
-   AND NOT runner_spent(r.ephemeral, r.ephemeral_job)
+   AND NOT (r.ephemeral AND runner_spent(r.ephemeral, r.ephemeral_job))

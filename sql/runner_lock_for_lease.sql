@@ -13,5 +13,5 @@ UPDATE runners r
        version = COALESCE($4, r.version)
  WHERE r.token_hash = $1
    AND r.revoked_at IS NULL
-   AND NOT runner_spent(r.ephemeral, r.ephemeral_job)
+   AND NOT (r.ephemeral AND runner_spent(r.ephemeral, r.ephemeral_job))
 RETURNING r.id, r.owner, r.workspace, r.version

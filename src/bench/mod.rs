@@ -5,6 +5,7 @@
 //! It prints a human table and, with `--json`, one JSON object as its last line. Numbers only:
 //! nothing here asserts a target.
 
+mod churn;
 mod depth;
 mod idle;
 mod redelivery;
@@ -25,7 +26,7 @@ pub type Table = Vec<(String, String, String)>;
 
 #[derive(Debug, Clone, Args)]
 pub struct BenchArgs {
-    /// Scenarios, comma-separated: throughput, wake, idle, depth, redelivery, or all.
+    /// Scenarios, comma-separated: throughput, wake, idle, depth, churn, redelivery, or all.
     #[arg(long, default_value = "all")]
     pub scenario: String,
     /// Use this PostgreSQL server (its role must be allowed to create databases) instead of a
@@ -86,7 +87,7 @@ fn done_progress() {
 /// # Errors
 /// Set-up failed (PostgreSQL, replicas) or a scenario could not run.
 pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
-    let all = ["throughput", "wake", "idle", "depth", "redelivery"];
+    let all = ["throughput", "wake", "idle", "depth", "churn", "redelivery"];
     let chosen: Vec<&str> = if args.scenario == "all" {
         all.to_vec()
     } else {
@@ -111,6 +112,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
             "wake" => wake::run(&deployment, &args, &mut out, &mut table).await,
             "idle" => idle::run(&deployment, &args, &mut out, &mut table).await,
             "depth" => depth::run(&deployment, &args, &mut out, &mut table).await,
+            "churn" => churn::run(&deployment, &args, &mut out, &mut table).await,
             "redelivery" => redelivery::run(&deployment, &args, &mut out, &mut table).await,
             _ => unreachable!("checked above"),
         };

@@ -55,7 +55,29 @@ pub async fn run(
 
     progress("throughput: the service's statements without HTTP");
     let single = setup::runners(&operators[0], args.runners, 1).await?;
-    let baseline = baseline(&url, &key, &single, args).await?;
+    let shared: Vec<(String, Client)> = single.iter().map(|r| (key.clone(), r.clone())).collect();
+    let baseline = raw_cycle(&url, &shared, "workspace", args).await?;
+    truncate(&url).await?;
+    // The reference's shape: each client mostly on a queue of its own (pgbench's claims pick one
+    // of 100 owners), here one subject and its personal runner per client.
+    progress("throughput: the service's statements without HTTP, a queue per client");
+    let mut spread = Vec::with_capacity(args.runners);
+    for i in 0..args.runners {
+        let own = setup::api_key(&url, "bench", &format!("client-{i}")).await?;
+        let op = Client::new(&replicas[0].url, Some(own.clone()));
+        let runner = op
+            .pair_runner(
+                wire::Tier::Personal,
+                &wire::CreateRunner {
+                    label: format!("own-{i}"),
+                    capacity: Some(1),
+                    ..Default::default()
+                },
+            )
+            .await?;
+        spread.push((own, op.with_token(runner.token)));
+    }
+    let baseline_spread = raw_cycle(&url, &spread, "personal", args).await?;
     truncate(&url).await?;
 
     progress("throughput: end to end, one job per call");
@@ -68,6 +90,14 @@ pub async fn run(
 
     out.insert("pgbench_cycle_jobs_per_s".into(), round(reference, 0));
     out.insert("baseline_jobs_per_s".into(), round(baseline, 0));
+    out.insert(
+        "baseline_spread_jobs_per_s".into(),
+        round(baseline_spread, 0),
+    );
+    out.insert(
+        "baseline_spread_ratio".into(),
+        round(baseline_spread / reference, 3),
+    );
     out.insert("e2e_jobs_per_s".into(), round(e2e, 0));
     out.insert("e2e_batch_jobs_per_s".into(), round(e2e_batch, 0));
     out.insert("baseline_ratio".into(), round(baseline / reference, 3));
@@ -88,6 +118,11 @@ pub async fn run(
         "baseline_jobs_per_s (service SQL, no HTTP)".into(),
         format!("{baseline:.0}"),
         format!("ratio {:.2} (target >= 0.8)", baseline / reference),
+    ));
+    table.push((
+        "baseline_spread_jobs_per_s (a queue per client)".into(),
+        format!("{baseline_spread:.0}"),
+        format!("ratio {:.2}", baseline_spread / reference),
     ));
     table.push((
         "e2e_jobs_per_s".into(),
@@ -256,18 +291,18 @@ async fn end_to_end(
 
 /// The service's statements through the store, no HTTP, no coalescing: each client parks a
 /// job, leases one (pipelined lock + claim), and completes it, like a pgbench client.
-async fn baseline(
+async fn raw_cycle(
     url: &str,
-    key: &str,
-    runners: &[Client],
+    clients: &[(String, Client)],
+    pool: &'static str,
     args: &BenchArgs,
 ) -> anyhow::Result<f64> {
     let store = Store::connect(url, args.runners, 90_000)?;
-    let key_hash = credentials::parse(Kind::ApiKey, key).context("bench key")?;
     let stop = Arc::new(AtomicBool::new(false));
     let completed = Arc::new(AtomicU64::new(0));
     let mut tasks = tokio::task::JoinSet::new();
-    for r in runners {
+    for (key, r) in clients {
+        let key_hash = credentials::parse(Kind::ApiKey, key).context("bench key")?;
         let token = r.token().context("runner token")?;
         let token_hash = credentials::parse(Kind::Runner, token).context("runner token")?;
         let (store, key_hash, stop, completed) = (
@@ -283,7 +318,7 @@ async fn baseline(
                 let job = NewJob {
                     id: Uuid::now_v7(),
                     key_hash: key_hash.clone(),
-                    pool: Some("workspace"),
+                    pool: Some(pool),
                     runner_id: None,
                     owner: None,
                     kind: "command".into(),
