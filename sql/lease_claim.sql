@@ -117,6 +117,16 @@ ephemeral AS (
     UPDATE runners SET ephemeral_job = (SELECT id FROM leased ORDER BY id LIMIT 1)
      WHERE id = $2 AND ephemeral AND ephemeral_job IS NULL AND EXISTS (SELECT 1 FROM leased)
 ),
+-- A call that took and rejected nothing wrote only the runner's bookkeeping (seen, advertised),
+-- which a crash may lose without harm: its transaction need not wait for the WAL flush. A call
+-- that leased or rejected anything commits durably, as always (a lease answered to a runner
+-- must survive a crash).
+commit_mode AS (
+    SELECT set_config('synchronous_commit',
+                      CASE WHEN EXISTS (SELECT 1 FROM leased) OR EXISTS (SELECT 1 FROM rejected)
+                           THEN current_setting('synchronous_commit') ELSE 'off' END,
+                      true)
+),
 events AS (
     INSERT INTO job_events (job_id, seq, kind, data)
     SELECT id, event_seq, 'state',
@@ -136,7 +146,7 @@ SELECT 'rejected', id, NULL, epoch, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NU
   FROM rejected
 UNION ALL
 SELECT 'free', NULL, NULL, take, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
-  FROM slots
+  FROM slots, commit_mode
 UNION ALL
 -- Pool jobs this call did not take (the ones it took still look parked to its snapshot).
 SELECT 'more', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL

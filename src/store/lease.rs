@@ -63,11 +63,12 @@ impl Store {
             .prepare_cached(sql::LEASE_CLAIM)
             .await
             .map_err(|e| StoreError::pg(sql::LEASE_CLAIM, e))?;
-        let lock_params: [&(dyn ToSql + Sync); 4] = [
+        let lock_params: [&(dyn ToSql + Sync); 5] = [
             &token_hash,
             &advertised.capabilities,
             &advertised.exclusive,
             &advertised.version,
+            &self.seen_refresh_ms,
         ];
         let lock_err = |e| StoreError::pg(sql::RUNNER_LOCK_FOR_LEASE, e);
         let claim_err = |e| StoreError::pg(sql::LEASE_CLAIM, e);

@@ -464,3 +464,85 @@ async fn roles_and_key_revocation() {
         "not_found"
     );
 }
+
+/// Batch dispatch (v1.1): every item validated and every target resolved before anything is
+/// written; then all parked in one transaction, in request order, ids rising; an item's
+/// idempotency key used before (earlier, or earlier in the same batch) gets the first job.
+#[tokio::test]
+async fn a_batch_parks_all_in_order_or_nothing() {
+    let app = TestApp::spawn().await;
+    let alice = app.operator("acme", "alice", false).await;
+    let item = |payload: serde_json::Value, key: Option<&str>| wire::BatchItem {
+        dispatch: wire::Dispatch::new(personal(), payload),
+        idempotency_key: key.map(str::to_owned),
+    };
+    let first = alice
+        .dispatch_batch(vec![
+            item(json!(0), None),
+            item(json!(1), Some("k")),
+            item(json!(2), None),
+            item(json!(3), Some("k")),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(first.len(), 4);
+    assert!(first[0].id < first[1].id && first[1].id < first[2].id);
+    assert_eq!(first[3].id, first[1].id, "a key used earlier in the batch");
+    assert_eq!(first[3].payload, json!(1));
+    let again = alice
+        .dispatch_batch(vec![item(json!(9), Some("k")), item(json!(4), None)])
+        .await
+        .unwrap();
+    assert_eq!(again[0].id, first[1].id, "a key used by an earlier call");
+    assert!(again[1].id > first[2].id);
+
+    // One bad item: 400 naming the lowest bad index, and nothing parked.
+    let mut bad = item(json!(5), None);
+    bad.dispatch.priority = Some(5000);
+    let mut worse = item(json!(6), None);
+    worse.dispatch.max_attempts = Some(0);
+    let before = alice
+        .jobs(Some("parked"), Some(500), None)
+        .await
+        .unwrap()
+        .jobs
+        .len();
+    let err = alice
+        .dispatch_batch(vec![item(json!(4), None), bad, worse])
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("bad_request") && err.to_string().contains("jobs[1].priority"),
+        "{err}"
+    );
+    // An invisible named runner: 404, nothing parked.
+    let named = wire::BatchItem {
+        dispatch: wire::Dispatch::new(
+            wire::Target::Runner {
+                runner_id: uuid::Uuid::now_v7(),
+            },
+            json!(7),
+        ),
+        idempotency_key: None,
+    };
+    assert_eq!(
+        code(
+            alice
+                .dispatch_batch(vec![item(json!(8), None), named])
+                .await
+        ),
+        "not_found"
+    );
+    let after = alice
+        .jobs(Some("parked"), Some(500), None)
+        .await
+        .unwrap()
+        .jobs
+        .len();
+    assert_eq!(before, after, "a refused batch parks nothing");
+    assert_eq!(
+        code(alice.dispatch_batch(Vec::new()).await),
+        "bad_request",
+        "1..1000 items"
+    );
+}

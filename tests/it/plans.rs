@@ -97,7 +97,7 @@ async fn check_hot_plans(app: &TestApp) {
         (
             "runner_lock_for_lease",
             sql::RUNNER_LOCK_FOR_LEASE,
-            format!("{token}, NULL, NULL, NULL"),
+            format!("{token}, NULL, NULL, NULL, 30000"),
         ),
         (
             "job_complete",

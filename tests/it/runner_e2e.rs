@@ -1015,3 +1015,41 @@ async fn a_job_user_cannot_read_the_runners_token() {
     assert_ne!(token.code, Some(0), "{token:?}");
     assert!(!token.stdout.contains("rnr_"), "{token:?}");
 }
+
+/// `job submit --count N`: one batch dispatch of N copies, one id a line, each copy told its
+/// index in `MATRIX_INDEX`; the runner runs them all.
+#[tokio::test]
+async fn submit_count_dispatches_a_matrix_in_one_batch() {
+    let app = TestApp::spawn().await;
+    let server = app.url(0);
+    let key = app.key("acme", "alice", true).await;
+    let out = cli(
+        &server,
+        &key,
+        &[
+            "job",
+            "submit",
+            "--count",
+            "3",
+            "--",
+            "sh",
+            "-c",
+            "echo $MATRIX_INDEX",
+        ],
+        LONG,
+    )
+    .await;
+    assert_eq!(out.code, Some(0), "{out:?}");
+    let ids: Vec<Uuid> = out
+        .stdout
+        .lines()
+        .map(|l| l.trim().parse().expect("one id a line"))
+        .collect();
+    assert_eq!(ids.len(), 3);
+    assert!(ids[0] < ids[1] && ids[1] < ids[2], "in request order");
+    let operator = Client::new(&server, Some(key));
+    for (i, id) in ids.iter().enumerate() {
+        let job = operator.job(*id).await.unwrap();
+        assert_eq!(job.payload["env"]["MATRIX_INDEX"], i.to_string());
+    }
+}

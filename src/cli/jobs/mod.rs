@@ -88,6 +88,12 @@ pub struct SubmitArgs {
     /// Dispatch at most once per key in the workspace.
     #[arg(long)]
     pub idempotency_key: Option<String>,
+    /// Dispatch N copies in one call (`POST /v1/jobs/batch`: all parked or none), each with
+    /// `MATRIX_INDEX` (0..N-1) in its environment; prints one id a line. With
+    /// `--idempotency-key K`, copy i uses `K-i`.
+    #[arg(long, value_name = "N", conflicts_with = "wait",
+          value_parser = clap::value_parser!(u16).range(1..=1000))]
+    pub count: Option<u16>,
     /// A workspace secret the command receives as an environment variable (repeatable).
     #[arg(long = "secret", value_name = "NAME")]
     pub secrets: Vec<String>,
@@ -269,6 +275,9 @@ async fn submit(client: &Client, json_out: bool, args: SubmitArgs) -> anyhow::Re
         source.credential_secret = args.source_credential.clone();
         req.source = Some(serde_json::to_value(source)?);
     }
+    if let Some(n) = args.count {
+        return submit_many(client, json_out, &req, n, args.idempotency_key.as_deref()).await;
+    }
     let job = match &args.idempotency_key {
         Some(key) => client.dispatch_idempotent(&req, key).await?.1,
         None => client.dispatch(&req).await?,
@@ -300,6 +309,42 @@ async fn submit(client: &Client, json_out: bool, args: SubmitArgs) -> anyhow::Re
         print_json(&job);
     }
     Ok(exit_code(&job))
+}
+
+/// `submit --count N`: N copies of `req` in one batch dispatch, copy i told its index.
+async fn submit_many(
+    client: &Client,
+    json_out: bool,
+    req: &wire::Dispatch,
+    n: u16,
+    idempotency_key: Option<&str>,
+) -> anyhow::Result<i32> {
+    let items = (0..n)
+        .map(|i| {
+            let mut one = req.clone();
+            if let Some(Value::Object(payload)) = one.payload.as_mut() {
+                let env = payload
+                    .entry("env")
+                    .or_insert_with(|| Value::Object(Default::default()));
+                if let Value::Object(env) = env {
+                    env.insert("MATRIX_INDEX".into(), Value::String(i.to_string()));
+                }
+            }
+            wire::BatchItem {
+                dispatch: one,
+                idempotency_key: idempotency_key.map(|k| format!("{k}-{i}")),
+            }
+        })
+        .collect();
+    let jobs = client.dispatch_batch(items).await?;
+    for job in &jobs {
+        if json_out {
+            print_json(job);
+        } else {
+            println!("{}", job.id);
+        }
+    }
+    Ok(0)
 }
 
 /// The exit status `submit --wait` ends with: the command's own as a shell reports it (see
