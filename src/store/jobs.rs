@@ -16,6 +16,7 @@ use super::combine::Combiner;
 use super::{rows, sql, Result, Store};
 use crate::domain::records::{Event, Job};
 use crate::domain::state::JobState;
+use crate::telemetry::traces;
 
 /// Most dispatches or reports one coalesced statement carries, and how many such statements
 /// may run at once per replica (the rest queue and go in the next one).
@@ -116,6 +117,11 @@ impl Store {
     /// # Errors
     /// The database failed; nothing was parked.
     pub async fn insert_jobs(&self, jobs: &[NewJob]) -> Result<Vec<Option<Job>>> {
+        traces::statement(|| "job_insert", self.write_jobs(jobs)).await
+    }
+
+    /// [`Self::insert_jobs`] without a span (a combiner's batch; each caller holds one).
+    async fn write_jobs(&self, jobs: &[NewJob]) -> Result<Vec<Option<Job>>> {
         let items: Vec<Value> = jobs.iter().map(NewJob::item).collect();
         let params: Vec<[&(dyn ToSql + Sync); 2]> = jobs
             .iter()
@@ -132,10 +138,6 @@ impl Store {
 
     /// Park one job, coalesced with other callers' concurrent dispatches.
     pub async fn park(&self, job: NewJob) -> Result<Option<Job>> {
-        if crate::telemetry::traces::enabled() {
-            // Traced: the statement is a child span of this request, so it runs here alone.
-            return Ok(self.insert_jobs(&[job]).await?.pop().flatten());
-        }
         let parker = self.parker.get_or_init(|| {
             let store = self.for_combiner();
             Combiner::start(
@@ -143,11 +145,13 @@ impl Store {
                 COMBINE_IN_FLIGHT,
                 move |jobs: Vec<NewJob>| {
                     let store = store.clone();
-                    async move { store.insert_jobs(&jobs).await }
+                    async move { store.write_jobs(&jobs).await }
                 },
             )
         });
-        parker.submit(job).await
+        // The statement's span belongs to this request (it covers the wait for the shared
+        // statement too); the combiner's own task adds none.
+        traces::statement(|| "job_insert", parker.submit(job)).await
     }
 
     pub async fn job_by_idempotency_key(&self, workspace: &str, key: &str) -> Result<Option<Job>> {
@@ -242,6 +246,11 @@ impl Store {
     /// # Errors
     /// The database failed; nothing was settled.
     pub async fn complete_jobs(&self, reports: &[Report]) -> Result<Vec<Option<Job>>> {
+        traces::statement(|| "job_complete", self.write_reports(reports)).await
+    }
+
+    /// [`Self::complete_jobs`] without a span (a combiner's batch; each caller holds one).
+    async fn write_reports(&self, reports: &[Report]) -> Result<Vec<Option<Job>>> {
         let params: Vec<[&(dyn ToSql + Sync); 5]> = reports
             .iter()
             .map(|r| {
@@ -272,17 +281,12 @@ impl Store {
                 COMBINE_IN_FLIGHT,
                 move |reports: Vec<Report>| {
                     let store = store.clone();
-                    async move { store.complete_jobs(&reports).await }
+                    async move { store.write_reports(&reports).await }
                 },
             )
         });
         let (id, token_hash) = (report.id, report.token_hash.clone());
-        let done = if crate::telemetry::traces::enabled() {
-            // Traced: the statement is a child span of this request, so it runs here alone.
-            self.complete_jobs(&[report]).await?.pop().flatten()
-        } else {
-            reporter.submit(report).await?
-        };
+        let done = traces::statement(|| "job_complete", reporter.submit(report)).await?;
         self.fenced(id, &token_hash, done).await
     }
 

@@ -153,13 +153,16 @@ impl Store {
     /// Run one statement of `sql/` and return its rows. Every statement outside a transaction
     /// goes through here (or [`Self::query_opt`], [`Self::execute`]), which counts it.
     async fn query(&self, sql: &'static str, params: &Params<'_>) -> Result<Vec<Row>> {
-        traces::statement(|| sql::span_name(sql), async {
-            let client = self.client().await?;
-            let stmt = client.prepare_cached(sql).await.at(sql)?;
-            self.count(1);
-            client.query(&stmt, params).await.at(sql)
-        })
-        .await
+        traces::statement(|| sql::span_name(sql), self.query_untraced(sql, params)).await
+    }
+
+    /// [`Self::query`] without a span: for statements a combiner runs on behalf of several
+    /// requests, whose callers each hold the span (see [`Self::park`]).
+    async fn query_untraced(&self, sql: &'static str, params: &Params<'_>) -> Result<Vec<Row>> {
+        let client = self.client().await?;
+        let stmt = client.prepare_cached(sql).await.at(sql)?;
+        self.count(1);
+        client.query(&stmt, params).await.at(sql)
     }
 
     async fn query_opt(&self, sql: &'static str, params: &Params<'_>) -> Result<Option<Row>> {
@@ -180,7 +183,8 @@ impl Store {
     /// Run one `sql/` statement once per parameter set, all in one transaction whose messages
     /// (BEGIN, the statements, COMMIT) are sent together: one round trip and one commit for
     /// the lot. Each statement's parameters are scalars, so its plan needs no join. One set
-    /// runs alone, in autocommit. Returns each statement's row, if any, in order.
+    /// runs alone, in autocommit. Returns each statement's row, if any, in order. No span: the
+    /// callers hold it.
     ///
     /// # Errors
     /// Any statement failed: the transaction rolled back and nothing was written.
@@ -190,7 +194,7 @@ impl Store {
         sets: &[P],
     ) -> Result<Vec<Option<Row>>> {
         if let [one] = sets {
-            return Ok(vec![self.query_opt(sql, one.as_ref()).await?]);
+            return Ok(vec![self.query_untraced(sql, one.as_ref()).await?.pop()]);
         }
         let client = self.client().await?;
         let stmt = client.prepare_cached(sql).await.at(sql)?;
