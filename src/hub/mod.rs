@@ -27,7 +27,7 @@ pub use waiters::{Key, Waiters};
 use crate::config::Config;
 use crate::domain::records::{Claimed, LeaseIdentity, Moved, Queue};
 use crate::domain::state::JobState;
-use crate::store::lease::Advertised;
+use crate::store::lease::{Advertised, Probe};
 use crate::store::listener::ListenerEvent;
 use crate::store::pool::ParkedQueue;
 use crate::store::{Result, Store};
@@ -235,6 +235,37 @@ impl Hub {
                 Some(me) if !last_look => Some(self.waiters.register(Key::for_runner(me))),
                 _ => None,
             };
+            // A look nothing woke (the first, the last) is usually empty: a read-only probe
+            // decides whether the lease transaction is worth running.
+            let to_record = advertised
+                .as_ref()
+                .filter(|a| a.capabilities.is_some() || a.exclusive.is_some());
+            if let (Some(me), None, None) = (&known, &woken_by, to_record) {
+                let version = advertised.as_ref().and_then(|a| a.version.as_deref());
+                match Box::pin(self.store.lease_probe(token_hash, me, version)).await? {
+                    Probe::Gone => {
+                        self.remember_runner(token_hash, None);
+                        return Ok(LeaseAnswer::RunnerGone);
+                    }
+                    Probe::Nothing { free } => {
+                        advertised = None;
+                        if free <= 0 || last_look || shutdown.is_cancelled() {
+                            return Ok(LeaseAnswer::Jobs(Vec::new()));
+                        }
+                        let Some(registration) = registration else {
+                            continue;
+                        };
+                        let _open = self.metrics.long_poll();
+                        tokio::select! {
+                            wake = registration.woken() => woken_by = Some(wake),
+                            _ = tokio::time::sleep_until(deadline) => last_look = true,
+                            _ = shutdown.cancelled() => return Ok(LeaseAnswer::Jobs(Vec::new())),
+                        }
+                        continue;
+                    }
+                    Probe::Worth => {}
+                }
+            }
             // Boxed: the database call's large state lives on the heap only while it runs, so a
             // parked long-poll stays small (10,000 of them are held at once).
             let out = Box::pin(traces::statement(

@@ -38,7 +38,56 @@ pub struct LeaseOutcome {
     pub more: bool,
 }
 
+/// What [`Store::lease_probe`] saw.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Probe {
+    /// No live runner has this token.
+    Gone,
+    /// Nothing to take without a transaction: no free slot, or no parked job on its queues.
+    Nothing { free: i64 },
+    /// A lease transaction may find something (or must refresh what it records).
+    Worth,
+}
+
 impl Store {
+    /// A read-only look before a lease transaction (`lease_probe.sql`): one round trip, no
+    /// lock, no commit.
+    ///
+    /// # Errors
+    /// The database failed.
+    pub async fn lease_probe(
+        &self,
+        token_hash: &[u8],
+        me: &LeaseIdentity,
+        version: Option<&str>,
+    ) -> Result<Probe> {
+        let Some(row) = self
+            .query_opt(
+                sql::LEASE_PROBE,
+                &[
+                    &token_hash,
+                    &me.id,
+                    &me.workspace,
+                    &me.owner,
+                    &self.seen_refresh_ms,
+                    &version,
+                ],
+            )
+            .await?
+        else {
+            return Ok(Probe::Gone);
+        };
+        let free = i64::from(row.get::<_, i32>("capacity_free"));
+        let worth = row.get::<_, bool>("ephemeral")
+            || row.get::<_, bool>("stale")
+            || (free > 0 && row.get::<_, bool>("parked"));
+        Ok(if worth {
+            Probe::Worth
+        } else {
+            Probe::Nothing { free }
+        })
+    }
+
     /// One lease attempt, authenticated by the runner's token hash. `known` is the runner's
     /// identity if this replica has seen it before (then one round trip, else two).
     /// `want_more`: report whether pool jobs this call did not take are still parked.

@@ -41,6 +41,7 @@ statements! {
     JOB_EVENTS_APPEND => "job_events_append.sql",
     JOB_EVENTS_LIST => "job_events_list.sql",
     LEASE_CLAIM => "lease_claim.sql",
+    LEASE_PROBE => "lease_probe.sql",
     SWEEP_LAPSED_LEASES => "sweep_lapsed_leases.sql",
     SWEEP_NO_RUNNER => "sweep_no_runner.sql",
     SWEEP_QUEUE_TIMEOUT => "sweep_queue_timeout.sql",

@@ -95,6 +95,11 @@ async fn check_hot_plans(app: &TestApp) {
             format!("{token}, {runner}, 'acme', 'ws:acme', 10, 120000, true"),
         ),
         (
+            "lease_probe",
+            sql::LEASE_PROBE,
+            format!("{token}, {runner}, 'acme', 'ws:acme', 30000, NULL"),
+        ),
+        (
             "runner_lock_for_lease",
             sql::RUNNER_LOCK_FOR_LEASE,
             format!("{token}, NULL, NULL, NULL, 30000"),
@@ -187,6 +192,19 @@ async fn check_hot_plans(app: &TestApp) {
             &["Seq Scan", "jobs_leased_by", "jobs_lease_check"],
         );
     }
+    // The probe reads claim indexes and the runner's leases, never a whole table.
+    assert_plan(
+        "lease_probe",
+        plan("lease_probe"),
+        &[
+            "Index Scan using runners_",
+            "jobs_claim_named",
+            "jobs_claim_pool",
+            "jobs_claim_any",
+            "jobs_leased_by",
+        ],
+        &["Seq Scan", "Sort"],
+    );
     assert_plan(
         "runner_lock_for_lease",
         plan("runner_lock_for_lease"),

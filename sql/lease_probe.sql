@@ -1,0 +1,28 @@
+-- Is a lease transaction worth running? A read-only look, authenticated like every runner call,
+-- that a long-poll takes instead of a lease transaction when nothing woke it (its first look,
+-- and its last at the deadline): most such looks find nothing, and a lease transaction that
+-- finds nothing still locks the runner row and commits. $1 sha256(token), $2 runner id, $3 its
+-- workspace, $4 its owner, $5 how stale (ms) last_seen_at may get, $6 the version the call
+-- reports (NULL: none).
+-- No row: the token is not live. Otherwise: free slots (capacity - leases held; an ephemeral
+-- runner is always looked at by the full transaction), whether the transaction has something
+-- to record (a stale last_seen_at, a new version), and whether any queue it serves has a parked job.
+SELECT r.ephemeral,
+       (r.capacity - (SELECT count(*) FROM jobs WHERE leased_by = $2 AND state = 'leased'))::integer AS capacity_free,
+       (r.last_seen_at IS NULL
+        OR r.last_seen_at < now() - $5::bigint * interval '1 millisecond'
+        OR ($6::text IS NOT NULL AND $6 IS DISTINCT FROM r.version)) AS stale,
+       -- Each look is ordered like its claim, so it walks the claim index (a plain EXISTS,
+       -- whose ORDER BY the planner drops, may walk the listing index through a workspace's
+       -- history instead).
+       ((SELECT id FROM jobs WHERE runner_id = $2 AND state = 'parked'
+          ORDER BY priority DESC, id LIMIT 1) IS NOT NULL
+        OR (SELECT id FROM jobs
+             WHERE workspace = $3 AND owner = $4 AND runner_id IS NULL AND state = 'parked'
+             ORDER BY priority DESC, id LIMIT 1) IS NOT NULL
+        OR ($4 LIKE 'ws:%'
+            AND (SELECT id FROM jobs WHERE workspace = $3 AND pool = 'any' AND state = 'parked'
+                  ORDER BY priority DESC, id LIMIT 1) IS NOT NULL)) AS parked
+  FROM runners r
+ WHERE r.token_hash = $1 AND r.id = $2 AND r.revoked_at IS NULL
+   AND NOT (r.ephemeral AND runner_spent(r.ephemeral, r.ephemeral_job))
