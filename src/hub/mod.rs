@@ -235,12 +235,15 @@ impl Hub {
                 Some(me) if !last_look => Some(self.waiters.register(Key::for_runner(me))),
                 _ => None,
             };
-            // A look nothing woke (the first, the last) is usually empty: a read-only probe
-            // decides whether the lease transaction is worth running.
+            // The last look, at the deadline of a wait nothing ended, is usually empty: a
+            // read-only probe decides whether the lease transaction is worth running. (Not the
+            // first look: a busy runner's next call usually finds work, and would pay a round
+            // trip more.)
             let to_record = advertised
                 .as_ref()
                 .filter(|a| a.capabilities.is_some() || a.exclusive.is_some());
-            if let (Some(me), None, None) = (&known, &woken_by, to_record) {
+            let at_deadline = last_look && !wait.is_zero();
+            if let (Some(me), None, None, true) = (&known, &woken_by, to_record, at_deadline) {
                 let version = advertised.as_ref().and_then(|a| a.version.as_deref());
                 match Box::pin(self.store.lease_probe(token_hash, me, version)).await? {
                     Probe::Gone => {
