@@ -1,17 +1,14 @@
 -- Is a lease transaction worth running? A read-only look, authenticated like every runner call,
--- that a long-poll takes instead of a lease transaction when nothing woke it (its first look,
--- and its last at the deadline): most such looks find nothing, and a lease transaction that
--- finds nothing still locks the runner row and commits. $1 sha256(token), $2 runner id, $3 its
--- workspace, $4 its owner, $5 how stale (ms) last_seen_at may get, $6 the version the call
--- reports (NULL: none).
+-- that a long-poll takes at the deadline of a wait nothing ended: most such looks find nothing,
+-- and a lease transaction that finds nothing still locks the runner row and commits. $1 sha256(token), $2 runner id, $3 its
+-- workspace, $4 its owner, $5 how stale (ms) last_seen_at may get.
 -- No row: the token is not live. Otherwise: free slots (capacity - leases held; an ephemeral
--- runner is always looked at by the full transaction), whether the transaction has something
--- to record (a stale last_seen_at, a new version), and whether any queue it serves has a parked job.
+-- runner is always looked at by the full transaction), whether last_seen_at is stale (the
+-- transaction refreshes it), and whether any queue it serves has a parked job.
 SELECT r.ephemeral,
        (r.capacity - (SELECT count(*) FROM jobs WHERE leased_by = $2 AND state = 'leased'))::integer AS capacity_free,
        (r.last_seen_at IS NULL
-        OR r.last_seen_at < now() - $5::bigint * interval '1 millisecond'
-        OR ($6::text IS NOT NULL AND $6 IS DISTINCT FROM r.version)) AS stale,
+        OR r.last_seen_at < now() - $5::bigint * interval '1 millisecond') AS stale,
        -- Each look is ordered like its claim, so it walks the claim index (a plain EXISTS,
        -- whose ORDER BY the planner drops, may walk the listing index through a workspace's
        -- history instead).

@@ -307,6 +307,16 @@ impl FromRequestParts<Arc<AppState>> for RunnerCaller {
     }
 }
 
+/// The hash of a bearer token of `kind` and the client's address; a missing or malformed one
+/// is the contract's 401 (429 once the address's bucket is empty).
+fn well_formed(parts: &Parts, state: &AppState, kind: Kind) -> Result<(Vec<u8>, IpAddr), ApiError> {
+    let ip = client_ip(parts, &state.hub.config.trusted_proxies);
+    match bearer(parts).and_then(|t| credentials::parse(kind, t)) {
+        Some(hash) => Ok((hash, ip)),
+        None => Err(state.auth_failed(ip)),
+    }
+}
+
 /// A well-formed runner token, not yet checked: the lease call and every fenced job call
 /// authenticate it inside the statement that does the work, saving a round trip.
 pub struct RunnerToken {
@@ -321,11 +331,8 @@ impl FromRequestParts<Arc<AppState>> for RunnerToken {
         parts: &mut Parts,
         state: &Arc<AppState>,
     ) -> Result<Self, Self::Rejection> {
-        let ip = client_ip(parts, &state.hub.config.trusted_proxies);
-        match bearer(parts).and_then(|t| credentials::parse(Kind::Runner, t)) {
-            Some(hash) => Ok(RunnerToken { hash, ip }),
-            None => Err(state.auth_failed(ip)),
-        }
+        let (hash, ip) = well_formed(parts, state, Kind::Runner)?;
+        Ok(RunnerToken { hash, ip })
     }
 }
 
@@ -357,11 +364,8 @@ impl FromRequestParts<Arc<AppState>> for ApiKeyHash {
         parts: &mut Parts,
         state: &Arc<AppState>,
     ) -> Result<Self, Self::Rejection> {
-        let ip = client_ip(parts, &state.hub.config.trusted_proxies);
-        match bearer(parts).and_then(|t| credentials::parse(Kind::ApiKey, t)) {
-            Some(hash) => Ok(ApiKeyHash { hash, ip }),
-            None => Err(state.auth_failed(ip)),
-        }
+        let (hash, ip) = well_formed(parts, state, Kind::ApiKey)?;
+        Ok(ApiKeyHash { hash, ip })
     }
 }
 

@@ -5,15 +5,12 @@
 //! waiting for it. A fenced statement reached by primary key, and a claim walking only its
 //! partial index, should not notice either.
 
-use std::time::Instant;
-
 use serde_json::{json, Map, Value};
 
 use super::setup::{self, ReplicaProcess};
 use super::stats::quantile;
 use super::{progress, round, BenchArgs, Deployment, Table};
 use crate::client::Client;
-use crate::wire;
 
 /// Lease calls and completes timed per phase.
 const SAMPLES: usize = 300;
@@ -72,32 +69,6 @@ async fn history(db: &tokio_postgres::Client) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// (claim, complete) latencies in ms over [`SAMPLES`] cycles of one runner.
-async fn time_cycles(runner: &Client) -> anyhow::Result<(Vec<f64>, Vec<f64>)> {
-    let mut claims = Vec::with_capacity(SAMPLES);
-    let mut completes = Vec::with_capacity(SAMPLES);
-    for _ in 0..SAMPLES {
-        let t = Instant::now();
-        let jobs = runner
-            .lease(&wire::Lease {
-                wait_ms: Some(0),
-                max_jobs: Some(1),
-                ..Default::default()
-            })
-            .await?;
-        claims.push(t.elapsed().as_secs_f64() * 1000.0);
-        let j = jobs
-            .first()
-            .ok_or_else(|| anyhow::anyhow!("the runner's queue ran dry"))?;
-        let t = Instant::now();
-        runner
-            .complete(j.id, j.epoch, json!({"exit_code": 0}))
-            .await?;
-        completes.push(t.elapsed().as_secs_f64() * 1000.0);
-    }
-    Ok((claims, completes))
-}
-
 pub async fn run(
     dep: &Deployment,
     _args: &BenchArgs,
@@ -114,12 +85,12 @@ pub async fn run(
     progress("churn: timing on a fresh table");
     park(&db, SAMPLES as i64 + 100).await?;
     db.batch_execute("ANALYZE").await?;
-    let (mut fresh_claim, mut fresh_complete) = time_cycles(&runner).await?;
+    let (mut fresh_claim, mut fresh_complete) = setup::timed_cycles(&runner, SAMPLES).await?;
 
     history(&db).await?;
     progress("churn: timing after 1M settled jobs and with 10k leases held");
     park(&db, SAMPLES as i64).await?;
-    let (mut churned_claim, mut churned_complete) = time_cycles(&runner).await?;
+    let (mut churned_claim, mut churned_complete) = setup::timed_cycles(&runner, SAMPLES).await?;
 
     let p50 = |v: &mut Vec<f64>| quantile(v, 0.5);
     let p99 = |v: &mut Vec<f64>| quantile(v, 0.99);

@@ -2,15 +2,12 @@
 //! other owners, and of the runner's own owner, bulk-loaded with `generate_series`. With a
 //! partial index per claim predicate, depth should not matter; bloat would.
 
-use std::time::Instant;
-
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 
 use super::setup::{self, ReplicaProcess};
 use super::stats::quantile;
 use super::{progress, round, BenchArgs, Deployment, Table};
 use crate::client::Client;
-use crate::wire;
 
 /// Claims timed per depth and kind.
 const SAMPLES: usize = 300;
@@ -36,27 +33,6 @@ async fn load(db: &tokio_postgres::Client, n: i64, owner: Option<&str>) -> anyho
     }
     db.batch_execute("VACUUM ANALYZE jobs").await?;
     Ok(())
-}
-
-async fn time_claims(runner: &Client) -> anyhow::Result<Vec<f64>> {
-    let mut samples = Vec::with_capacity(SAMPLES);
-    for _ in 0..SAMPLES {
-        let t = Instant::now();
-        let jobs = runner
-            .lease(&wire::Lease {
-                wait_ms: Some(0),
-                max_jobs: Some(1),
-                capabilities: None,
-                ..Default::default()
-            })
-            .await?;
-        samples.push(t.elapsed().as_secs_f64() * 1000.0);
-        let j = jobs
-            .first()
-            .ok_or_else(|| anyhow::anyhow!("the runner's queue ran dry"))?;
-        runner.complete(j.id, j.epoch, json!(null)).await?;
-    }
-    Ok(samples)
 }
 
 pub async fn run(
@@ -93,7 +69,7 @@ pub async fn run(
             progress(&format!(
                 "depth: timing {SAMPLES} claims at {depth} parked ({kind} owner)"
             ));
-            let mut samples = time_claims(&runner).await?;
+            let (mut samples, _) = setup::timed_cycles(&runner, SAMPLES).await?;
             let (p50, p99) = (quantile(&mut samples, 0.5), quantile(&mut samples, 0.99));
             let name = format!("{kind}_{depth}");
             p50s.insert(name.clone(), round(p50, 3));

@@ -3,6 +3,7 @@
 //! real processes of this same binary.
 
 use std::process::Stdio;
+use std::time::Instant;
 
 use anyhow::Context;
 use serde_json::{json, Value};
@@ -175,4 +176,31 @@ pub fn machine() -> Value {
         })
         .map_or(0.0, |kb| kb / 1024.0 / 1024.0);
     json!(format!("{cpus} cores, {mem_gb:.0} GiB, {model}"))
+}
+
+/// (lease call, complete) latencies in ms over `n` cycles of one runner: a lease with
+/// `wait_ms` 0 that must find a job, then its complete.
+pub async fn timed_cycles(runner: &Client, n: usize) -> anyhow::Result<(Vec<f64>, Vec<f64>)> {
+    let mut claims = Vec::with_capacity(n);
+    let mut completes = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = Instant::now();
+        let jobs = runner
+            .lease(&wire::Lease {
+                wait_ms: Some(0),
+                max_jobs: Some(1),
+                ..Default::default()
+            })
+            .await?;
+        claims.push(t.elapsed().as_secs_f64() * 1000.0);
+        let j = jobs
+            .first()
+            .ok_or_else(|| anyhow::anyhow!("the runner's queue ran dry"))?;
+        let t = Instant::now();
+        runner
+            .complete(j.id, j.epoch, json!({"exit_code": 0}))
+            .await?;
+        completes.push(t.elapsed().as_secs_f64() * 1000.0);
+    }
+    Ok((claims, completes))
 }

@@ -238,34 +238,14 @@ impl Hub {
             // The last look, at the deadline of a wait nothing ended, is usually empty: a
             // read-only probe decides whether the lease transaction is worth running. (Not the
             // first look: a busy runner's next call usually finds work, and would pay a round
-            // trip more.)
-            let to_record = advertised
-                .as_ref()
-                .filter(|a| a.capabilities.is_some() || a.exclusive.is_some());
-            let at_deadline = last_look && !wait.is_zero();
-            if let (Some(me), None, None, true) = (&known, &woken_by, to_record, at_deadline) {
-                let version = advertised.as_ref().and_then(|a| a.version.as_deref());
-                match Box::pin(self.store.lease_probe(token_hash, me, version)).await? {
+            // trip more. What a call advertises was recorded by its first look.)
+            if let (Some(me), None, true) = (&known, &woken_by, last_look && !wait.is_zero()) {
+                match Box::pin(self.store.lease_probe(token_hash, me)).await? {
                     Probe::Gone => {
                         self.remember_runner(token_hash, None);
                         return Ok(LeaseAnswer::RunnerGone);
                     }
-                    Probe::Nothing { free } => {
-                        advertised = None;
-                        if free <= 0 || last_look || shutdown.is_cancelled() {
-                            return Ok(LeaseAnswer::Jobs(Vec::new()));
-                        }
-                        let Some(registration) = registration else {
-                            continue;
-                        };
-                        let _open = self.metrics.long_poll();
-                        tokio::select! {
-                            wake = registration.woken() => woken_by = Some(wake),
-                            _ = tokio::time::sleep_until(deadline) => last_look = true,
-                            _ = shutdown.cancelled() => return Ok(LeaseAnswer::Jobs(Vec::new())),
-                        }
-                        continue;
-                    }
+                    Probe::Nothing => return Ok(LeaseAnswer::Jobs(Vec::new())),
                     Probe::Worth => {}
                 }
             }

@@ -43,8 +43,8 @@ pub struct LeaseOutcome {
 pub enum Probe {
     /// No live runner has this token.
     Gone,
-    /// Nothing to take without a transaction: no free slot, or no parked job on its queues.
-    Nothing { free: i64 },
+    /// Nothing to take: no free slot, or no parked job on its queues.
+    Nothing,
     /// A lease transaction may find something (or must refresh what it records).
     Worth,
 }
@@ -55,12 +55,7 @@ impl Store {
     ///
     /// # Errors
     /// The database failed.
-    pub async fn lease_probe(
-        &self,
-        token_hash: &[u8],
-        me: &LeaseIdentity,
-        version: Option<&str>,
-    ) -> Result<Probe> {
+    pub async fn lease_probe(&self, token_hash: &[u8], me: &LeaseIdentity) -> Result<Probe> {
         let Some(row) = self
             .query_opt(
                 sql::LEASE_PROBE,
@@ -70,7 +65,6 @@ impl Store {
                     &me.workspace,
                     &me.owner,
                     &self.seen_refresh_ms,
-                    &version,
                 ],
             )
             .await?
@@ -81,11 +75,7 @@ impl Store {
         let worth = row.get::<_, bool>("ephemeral")
             || row.get::<_, bool>("stale")
             || (free > 0 && row.get::<_, bool>("parked"));
-        Ok(if worth {
-            Probe::Worth
-        } else {
-            Probe::Nothing { free }
-        })
+        Ok(if worth { Probe::Worth } else { Probe::Nothing })
     }
 
     /// One lease attempt, authenticated by the runner's token hash. `known` is the runner's

@@ -97,7 +97,7 @@ async fn check_hot_plans(app: &TestApp) {
         (
             "lease_probe",
             sql::LEASE_PROBE,
-            format!("{token}, {runner}, 'acme', 'ws:acme', 30000, NULL"),
+            format!("{token}, {runner}, 'acme', 'ws:acme', 30000"),
         ),
         (
             "runner_lock_for_lease",
