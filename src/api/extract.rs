@@ -277,7 +277,8 @@ impl FromRequestParts<Arc<AppState>> for Operator {
     }
 }
 
-/// A caller holding a live runner token.
+/// A caller holding a live runner token. A route taking it marks the runner seen itself (every
+/// other runner call authenticates inside its own statement, which does).
 pub struct RunnerCaller(pub RunnerIdentity);
 
 impl FromRequestParts<Arc<AppState>> for RunnerCaller {
@@ -293,15 +294,10 @@ impl FromRequestParts<Arc<AppState>> for RunnerCaller {
             None => None,
         };
         match runner {
-            Some(r) => {
-                if r.stale {
-                    // Any authenticated runner call counts as seen.
-                    let store = state.hub.store.clone();
-                    let id = r.id;
-                    tokio::spawn(async move { store.touch_runners(&[id]).await });
-                }
-                Ok(RunnerCaller(r))
-            }
+            // The one route that takes this (the runner's own heartbeat) marks the runner seen
+            // in its own statement; a second, detached write here raced it and could land after
+            // any later change to `last_seen_at`.
+            Some(r) => Ok(RunnerCaller(r)),
             None => Err(state.auth_failed(client_ip(parts, &state.hub.config.trusted_proxies))),
         }
     }

@@ -31,8 +31,6 @@ pub struct RunnerIdentity {
     pub owner: String,
     pub workspace: String,
     pub ephemeral: bool,
-    /// `last_seen_at` is older than the refresh interval: the caller should touch it.
-    pub stale: bool,
 }
 
 /// A runner as listed (never carries its token hash).

@@ -103,18 +103,16 @@ impl Store {
         Ok(Some(rows::runner(&row)))
     }
 
-    /// Authenticate a runner token. `stale` says whether the caller should refresh
-    /// `last_seen_at`.
+    /// Authenticate a runner token.
     pub async fn runner_by_token(&self, hash: &[u8]) -> Result<Option<RunnerIdentity>> {
         Ok(self
-            .query_opt(sql::RUNNER_BY_TOKEN, &[&hash, &self.seen_refresh_ms])
+            .query_opt(sql::RUNNER_BY_TOKEN, &[&hash])
             .await?
             .map(|r| RunnerIdentity {
                 id: r.get("id"),
                 owner: r.get("owner"),
                 workspace: r.get("workspace"),
                 ephemeral: r.get("ephemeral"),
-                stale: r.get("stale"),
             }))
     }
 
