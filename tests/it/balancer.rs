@@ -262,7 +262,11 @@ async fn haproxy_in_front_of_two_replicas_keeps_clients_apart_holds_long_polls_a
         .into_iter()
         .find(|p| Path::new(p).exists())
     else {
-        eprintln!("SKIPPED: haproxy is not installed (apt-get install haproxy; .ci/run does)");
+        let why = "haproxy is not installed (apt-get install haproxy; .ci/run does)";
+        assert!(!crate::support::require(
+            "haproxy_in_front",
+            Some(why.to_owned())
+        ));
         return;
     };
     // The shipped timeouts outlast the longest long-poll the contract allows.

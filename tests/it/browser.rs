@@ -242,7 +242,8 @@ async fn runners_page_signs_in_and_follows_a_job_to_completion() {
     let browser = match Browser::start().await {
         Ok(b) => b,
         Err(why) => {
-            eprintln!("SKIP runners_page test: Chromium cannot start: {why}");
+            let why = format!("Chromium cannot start: {why}");
+            assert!(!crate::support::require("runners_page", Some(why)));
             return;
         }
     };

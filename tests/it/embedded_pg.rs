@@ -25,8 +25,11 @@ async fn connects(url: &str) -> Result<(), tokio_postgres::Error> {
 
 #[tokio::test]
 async fn as_root_a_checkout_in_a_private_directory_still_gets_its_database() {
-    if !nix::unistd::geteuid().is_root() {
-        eprintln!("SKIPPED as_root_a_checkout_in_a_private_directory...: not running as root (the server runs as ourselves, so any directory we can use, it can)");
+    let missing = (!nix::unistd::geteuid().is_root()).then(|| {
+        "not running as root (the server runs as ourselves, so any directory we can use, it can)"
+            .to_owned()
+    });
+    if !crate::support::require("as_root_a_checkout_in_a_private_directory", missing) {
         return;
     }
     let home = std::env::temp_dir().join(format!("leasehold-private-{}", Uuid::now_v7()));

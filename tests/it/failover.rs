@@ -98,8 +98,10 @@ fn leases_after(history: &Recorder, t: u64) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_primary_failover_loses_nothing_acknowledged_and_replicas_recover() {
-    if leasehold::embedded_pg::find_tool("pg_basebackup").is_none() {
-        eprintln!("skipping: pg_basebackup (PostgreSQL client tools) is not installed");
+    let missing = leasehold::embedded_pg::find_tool("pg_basebackup")
+        .is_none()
+        .then(|| "pg_basebackup (PostgreSQL client tools) is not installed".to_owned());
+    if !crate::support::require("a_primary_failover", missing) {
         return;
     }
     let mut cluster = tokio::task::block_in_place(|| Cluster::start(false)).expect("cluster");

@@ -44,16 +44,13 @@ pub fn git(dir: &Path, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
 
-/// `false` (and the test skips, saying why) when git is not installed.
-pub fn have_git() -> bool {
+/// `false` when git is not installed, and the test `test` may skip (see [`support::require`]).
+pub fn have_git(test: &str) -> bool {
     let ok = Command::new("git")
         .arg("--version")
         .output()
         .is_ok_and(|o| o.status.success());
-    if !ok {
-        eprintln!("skipping: git is not installed");
-    }
-    ok
+    crate::support::require(test, (!ok).then(|| "git is not installed".to_owned()))
 }
 
 /// A repository with two commits (`file` says `v1`, then `v2`), and a bare copy of it that a
@@ -121,7 +118,7 @@ fn all_bytes(dir: &Path) -> Vec<u8> {
 
 #[tokio::test]
 async fn exactly_the_commit_is_checked_out_from_a_file_url_and_a_missing_one_fails() {
-    if !have_git() {
+    if !have_git("exactly_the_commit_is_checked_out") {
         return;
     }
     let dir = TempDir::new("source-file");
@@ -210,7 +207,7 @@ async fn dumb_http(root: PathBuf, expected: String) -> (String, Arc<Mutex<Seen>>
 
 #[tokio::test]
 async fn a_credential_goes_only_to_allowed_hosts_only_as_a_header_and_into_no_file() {
-    if !have_git() {
+    if !have_git("a_credential_goes_only_to_allowed_hosts") {
         return;
     }
     use base64::Engine;

@@ -375,3 +375,20 @@ pub async fn until_waiters(url: &str, n: u64, within: Duration) {
     })
     .await;
 }
+
+/// Whether a test that needs something outside the crate (a tool, root) can go on: `missing`
+/// is `None` when it is here, else why not. Under CI (`CI=true`), where `.ci/run` installs
+/// every tool the suite uses, a missing one fails the test; elsewhere the test says why and
+/// returns, so nothing is ever skipped silently.
+#[must_use]
+pub fn require(test: &str, missing: Option<String>) -> bool {
+    let Some(why) = missing else {
+        return true;
+    };
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "{test} cannot run under CI: {why}"
+    );
+    eprintln!("SKIPPED {test}: {why}");
+    false
+}

@@ -207,7 +207,7 @@ async fn a_replica_without_the_key_answers_503_and_parks_the_jobs_again() {
 #[tokio::test]
 async fn a_real_runner_runs_at_the_exact_commit_with_the_secret_in_its_environment_only() {
     use sha2::Digest;
-    if !crate::sources::have_git() {
+    if !crate::sources::have_git("a_real_runner_runs_at_the_exact_commit") {
         return;
     }
     let dir = crate::procs::TempDir::new("trust-e2e");
