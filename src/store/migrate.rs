@@ -211,4 +211,53 @@ mod tests {
             .count();
         assert_eq!(all.len(), on_disk);
     }
+
+    /// SHA-256 of every migration that has landed on main. A landed migration is immutable: a
+    /// database migrated with it refuses to start once its text changes, so a schema change is
+    /// a new file (and a new line here), never an edit.
+    const LANDED: &[(&str, &str)] = &[
+        (
+            "0001_schema.sql",
+            "2499341ddfc9a2109c89dc6a594e51e4c2362c1e9e5723ba5022f5626ffe685f",
+        ),
+        (
+            "0002_hot_path.sql",
+            "18b8d8a08daf9a8f094046c188f7be2bf2fe45c9be366d5f8ef5dafe97340855",
+        ),
+        (
+            "0004_secrets.sql",
+            "61f92092b1d76a07d6590afe25d9665f4bf061816959c3ce9ef9bfbfef293895",
+        ),
+        (
+            "0005_placement.sql",
+            "fe0ce539bb3021f8c50d9097ec587bd0904c6cfd65658cba9d261eef5a644588",
+        ),
+        (
+            "0009_traceparent.sql",
+            "51de8183c0640449590bf5353397ced5039f577cbdcf2167f4e33f530d6e6f73",
+        ),
+    ];
+
+    #[test]
+    fn landed_migrations_are_never_edited() {
+        let all = migrations().unwrap();
+        for (name, want) in LANDED {
+            let m = all
+                .iter()
+                .find(|m| m.name == *name)
+                .unwrap_or_else(|| panic!("landed migration {name} was removed"));
+            let got: String = m.checksum().iter().map(|b| format!("{b:02x}")).collect();
+            assert_eq!(
+                &got, want,
+                "{name} landed and must not change: put the change in a new migration file"
+            );
+        }
+        let newest = LANDED.last().unwrap().0;
+        for m in all.iter().filter(|m| m.name > newest) {
+            eprintln!(
+                "{} is new: add its checksum to LANDED once it lands",
+                m.name
+            );
+        }
+    }
 }
