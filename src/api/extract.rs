@@ -109,39 +109,12 @@ impl<S: Send + Sync> FromRequestParts<S> for QueryMap {
 
     async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
         let query = parts.uri.query().unwrap_or("");
-        let pairs: Vec<(String, String)> = serde_urlencoded_pairs(query)?;
-        Ok(QueryMap(pairs.into_iter().collect()))
+        Ok(QueryMap(
+            form_urlencoded::parse(query.as_bytes())
+                .into_owned()
+                .collect(),
+        ))
     }
-}
-
-fn serde_urlencoded_pairs(query: &str) -> Result<Vec<(String, String)>, ApiError> {
-    let mut out = Vec::new();
-    for part in query.split('&').filter(|p| !p.is_empty()) {
-        let (k, v) = part.split_once('=').unwrap_or((part, ""));
-        let decode = |s: &str| -> Result<String, ApiError> {
-            let s = s.replace('+', " ");
-            percent_decode(&s).ok_or_else(|| ApiError::bad("query: malformed percent-encoding"))
-        };
-        out.push((decode(k)?, decode(v)?));
-    }
-    Ok(out)
-}
-
-fn percent_decode(s: &str) -> Option<String> {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = s.get(i + 1..i + 3)?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
 }
 
 impl QueryMap {
