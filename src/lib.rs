@@ -29,7 +29,7 @@
 //! - [`embedded_pg`]: a private PostgreSQL from the installed binaries (`leasehold dev`, tests,
 //!   bench).
 //! - [`config`]: the typed configuration of a replica.
-//! - [`telemetry`]: Prometheus metrics of a replica.
+//! - [`telemetry`]: Prometheus metrics of a replica and its OpenTelemetry traces.
 //! - [`bench`]: `leasehold bench`, the benchmark against a raw-SQL baseline.
 //! - [`drill`]: `leasehold drill`, faults on a schedule and a checker of the invariants.
 //!
