@@ -10,8 +10,10 @@ mod depth;
 mod idle;
 mod redelivery;
 mod setup;
+mod soak;
 pub mod stats;
 mod throughput;
+mod unfit_head;
 mod wake;
 
 use std::io::Write;
@@ -26,7 +28,8 @@ pub type Table = Vec<(String, String, String)>;
 
 #[derive(Debug, Clone, Args)]
 pub struct BenchArgs {
-    /// Scenarios, comma-separated: throughput, wake, idle, depth, churn, redelivery, or all.
+    /// Scenarios, comma-separated: throughput, wake, idle, depth, churn, redelivery,
+    /// unfit-head, soak, or all (every one but soak, which runs for --soak-seconds).
     #[arg(long, default_value = "all")]
     pub scenario: String,
     /// Use this PostgreSQL server (its role must be allowed to create databases) instead of a
@@ -69,6 +72,12 @@ pub struct BenchArgs {
     /// Lease TTL used by the redelivery scenario, milliseconds.
     #[arg(long, default_value_t = 2000)]
     pub redelivery_ttl_ms: u64,
+    /// Parked jobs no runner can run at the head of the pool in the unfit-head scenario.
+    #[arg(long, default_value_t = 10_000)]
+    pub unfit_jobs: usize,
+    /// How long the soak scenario holds its snapshot open under load, seconds.
+    #[arg(long, default_value_t = 600)]
+    pub soak_seconds: u64,
 }
 
 /// Progress on stderr, one line rewritten in place.
@@ -87,9 +96,18 @@ fn done_progress() {
 /// # Errors
 /// Set-up failed (PostgreSQL, replicas) or a scenario could not run.
 pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
-    let all = ["throughput", "wake", "idle", "depth", "churn", "redelivery"];
+    let all = [
+        "throughput",
+        "wake",
+        "idle",
+        "depth",
+        "churn",
+        "redelivery",
+        "unfit-head",
+        "soak",
+    ];
     let chosen: Vec<&str> = if args.scenario == "all" {
-        all.to_vec()
+        all.iter().copied().filter(|s| *s != "soak").collect()
     } else {
         args.scenario.split(',').map(str::trim).collect()
     };
@@ -114,6 +132,8 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
             "depth" => depth::run(&deployment, &args, &mut out, &mut table).await,
             "churn" => churn::run(&deployment, &args, &mut out, &mut table).await,
             "redelivery" => redelivery::run(&deployment, &args, &mut out, &mut table).await,
+            "unfit-head" => unfit_head::run(&deployment, &args, &mut out, &mut table).await,
+            "soak" => soak::run(&deployment, &args, &mut out, &mut table).await,
             _ => unreachable!("checked above"),
         };
         done_progress();

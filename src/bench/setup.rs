@@ -52,11 +52,17 @@ impl Deployment {
                             "track_commit_timestamp=on",
                             "max_wal_size=8GB",
                             "checkpoint_timeout=30min",
+                            "shared_preload_libraries=pg_stat_statements",
+                            "pg_stat_statements.track_planning=on",
                         ],
                     )
                 })
                 .await??;
                 let base = pg.url("{db}");
+                connect(&base.replace("{db}", "postgres"))
+                    .await?
+                    .batch_execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+                    .await?;
                 Ok(Self {
                     _pg: Some(pg),
                     base,
@@ -85,6 +91,26 @@ impl Deployment {
         crate::store::migrate::run(&url).await?;
         Ok(url)
     }
+}
+
+/// PostgreSQL's own time (execution plus planning, ms) spent on the statements of database
+/// `db`, from `pg_stat_statements`, for `pg_ms_per_job`: read before and after a phase. Only
+/// the work counts: transaction control (`BEGIN`, `COMMIT`: their time is the WAL flush, which
+/// pgbench's autocommit statements do outside any statement's timing) and session `SET`s are
+/// left out. `None` when the server does not load the extension (a `--database-url` without it).
+pub async fn pg_time_ms(dep: &Deployment, db: &str) -> Option<f64> {
+    let admin = connect(&dep.url("postgres")).await.ok()?;
+    let row = admin
+        .query_one(
+            "SELECT coalesce(sum(total_exec_time + total_plan_time), 0)::float8
+               FROM pg_stat_statements
+              WHERE dbid = (SELECT oid FROM pg_database WHERE datname = $1)
+                AND query !~* '^\\s*(begin|commit|rollback|set|reset|show|discard)\\M'",
+            &[&db],
+        )
+        .await
+        .ok()?;
+    Some(row.get(0))
 }
 
 /// A plain connection (not pooled) for measurement and set-up queries.

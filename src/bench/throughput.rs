@@ -35,7 +35,7 @@ pub async fn run(
     table: &mut Table,
 ) -> anyhow::Result<()> {
     progress("throughput: the pgbench reference cycle");
-    let reference = pgbench_cycle(dep, args).await?;
+    let (reference, reference_pg_ms) = pgbench_cycle(dep, args).await?;
 
     let url = dep.fresh_database("leasehold_bench_throughput").await?;
     let pool = (args.runners + args.dispatchers)
@@ -81,12 +81,16 @@ pub async fn run(
     truncate(&url).await?;
 
     progress("throughput: end to end, one job per call");
-    let e2e = end_to_end(&operators, &single, &replicas, 1, args).await?;
+    let pg_before = setup::pg_time_ms(dep, "leasehold_bench_throughput").await;
+    let (e2e, e2e_jobs) = end_to_end(&operators, &single, &replicas, 1, args).await?;
+    let e2e_pg_ms = pg_before
+        .zip(setup::pg_time_ms(dep, "leasehold_bench_throughput").await)
+        .map(|(before, after)| (after - before) / e2e_jobs.max(1) as f64);
     truncate(&url).await?;
 
     progress("throughput: end to end, batch dispatch and batch leasing");
     let batched = setup::runners(&operators[0], args.runners, args.batch).await?;
-    let e2e_batch = end_to_end(&operators, &batched, &replicas, args.batch, args).await?;
+    let (e2e_batch, _) = end_to_end(&operators, &batched, &replicas, args.batch, args).await?;
 
     out.insert("pgbench_cycle_jobs_per_s".into(), round(reference, 0));
     out.insert("baseline_jobs_per_s".into(), round(baseline, 0));
@@ -104,6 +108,15 @@ pub async fn run(
     out.insert("e2e_ratio".into(), round(e2e / reference, 3));
     out.insert("e2e_batch_ratio".into(), round(e2e_batch / reference, 3));
     out.insert("e2e_vs_baseline".into(), round(e2e / baseline, 3));
+    // PostgreSQL's own time per completed job (pg_stat_statements), null without the extension.
+    let pg_ms = |v: Option<f64>| v.map_or(Value::Null, |ms| round(ms, 4));
+    out.insert("pg_ms_per_job".into(), pg_ms(e2e_pg_ms));
+    out.insert("reference_pg_ms_per_job".into(), pg_ms(reference_pg_ms));
+    let pg_ratio = e2e_pg_ms.zip(reference_pg_ms).map(|(e, r)| e / r);
+    out.insert(
+        "pg_ms_per_job_ratio".into(),
+        pg_ratio.map_or(Value::Null, |r| round(r, 3)),
+    );
     out.insert(
         "throughput_shape".into(),
         json!({"dispatchers": args.dispatchers, "runners": args.runners, "batch": args.batch,
@@ -129,6 +142,13 @@ pub async fn run(
         format!("{e2e:.0}"),
         format!("ratio {:.2} (target >= 0.5)", e2e / reference),
     ));
+    if let (Some(e), Some(r), Some(ratio)) = (e2e_pg_ms, reference_pg_ms, pg_ratio) {
+        table.push((
+            "pg_ms_per_job, e2e / reference".into(),
+            format!("{e:.3} / {r:.3}"),
+            format!("ratio {ratio:.2} (target <= 2)"),
+        ));
+    }
     table.push((
         format!("e2e_batch_jobs_per_s (batch {})", args.batch),
         format!("{e2e_batch:.0}"),
@@ -144,8 +164,9 @@ async fn truncate(url: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The reference: pgbench running the raw cycle on its own database of the same server.
-async fn pgbench_cycle(dep: &Deployment, args: &BenchArgs) -> anyhow::Result<f64> {
+/// The reference: pgbench running the raw cycle on its own database of the same server. Also
+/// PostgreSQL's own time per completed job, where `pg_stat_statements` is loaded.
+async fn pgbench_cycle(dep: &Deployment, args: &BenchArgs) -> anyhow::Result<(f64, Option<f64>)> {
     let name = "leasehold_bench_raw";
     let admin = setup::connect(&dep.url("postgres")).await?;
     admin
@@ -163,6 +184,7 @@ async fn pgbench_cycle(dep: &Deployment, args: &BenchArgs) -> anyhow::Result<f64
     std::fs::write(&script, CYCLE_SQL)?;
     let pgbench = crate::embedded_pg::find_tool("pgbench")
         .context("pgbench (PostgreSQL's client tools) not found")?;
+    let pg_before = setup::pg_time_ms(dep, name).await;
     let output = tokio::process::Command::new(pgbench)
         .args(["-n", "-M", "prepared", "-c", "16", "-j", "2", "-T"])
         .arg(args.seconds.to_string())
@@ -184,10 +206,18 @@ async fn pgbench_cycle(dep: &Deployment, args: &BenchArgs) -> anyhow::Result<f64
         .and_then(|l| l.split_whitespace().next())
         .and_then(|t| t.parse::<f64>().ok())
         .context("no tps line in pgbench's output")?;
+    let completed: i64 = setup::connect(&url)
+        .await?
+        .query_one("SELECT count(*) FROM jobs WHERE state = 'completed'", &[])
+        .await?
+        .get(0);
+    let pg_ms = pg_before
+        .zip(setup::pg_time_ms(dep, name).await)
+        .map(|(before, after)| (after - before) / completed.max(1) as f64);
     admin
         .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
         .await?;
-    Ok(tps)
+    Ok((tps, pg_ms))
 }
 
 /// Completed jobs per second over the measured window (after a one-second warm-up).
@@ -218,7 +248,7 @@ async fn end_to_end(
     replicas: &[ReplicaProcess],
     batch: i64,
     args: &BenchArgs,
-) -> anyhow::Result<f64> {
+) -> anyhow::Result<(f64, u64)> {
     let stop = Arc::new(AtomicBool::new(false));
     let completed = Arc::new(AtomicU64::new(0));
     let mut tasks = tokio::task::JoinSet::new();
@@ -286,7 +316,7 @@ async fn end_to_end(
     let rate = measure(&completed, args.seconds, label).await;
     stop.store(true, Ordering::Relaxed);
     while tasks.join_next().await.is_some() {}
-    Ok(rate)
+    Ok((rate, completed.load(Ordering::Relaxed)))
 }
 
 /// The service's statements through the store, no HTTP, no coalescing: each client parks a

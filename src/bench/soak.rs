@@ -1,0 +1,308 @@
+//! `soak`: does the queue stay fast for hours? The end-to-end load of `throughput` (dispatch →
+//! lease → complete over HTTP, one job per call, two replicas) runs for `--soak-seconds`
+//! (600) while one transaction holds a snapshot open the whole time (the analytics query users
+//! report: river#59, graphile#348), so vacuum can remove nothing the load leaves behind. Then
+//! the snapshot is released and the load runs one more minute.
+//!
+//! Printed: throughput and lease p99 in the first minute, the last minute under the snapshot,
+//! and the minute after its release; the job table's and its indexes' sizes at each point.
+//! Goals (issue 19): last minute ≥ 0.7× the first, lease p99 ≤ 3× fresh, and back to fresh
+//! within a minute of the release.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Map, Value};
+
+use super::setup::{self, ReplicaProcess};
+use super::stats::quantile;
+use super::{progress, round, BenchArgs, Deployment, Table};
+use crate::client::Client;
+use crate::wire;
+
+/// One minute: the window each figure is taken over.
+const WINDOW: Duration = Duration::from_secs(60);
+
+/// Lease latencies (ms) of calls that returned a job, stamped with when they ended.
+type Samples = Arc<Mutex<Vec<(Duration, f64)>>>;
+
+pub async fn run(
+    dep: &Deployment,
+    args: &BenchArgs,
+    out: &mut Map<String, Value>,
+    table: &mut Table,
+) -> anyhow::Result<()> {
+    let url = dep.fresh_database("leasehold_bench_soak").await?;
+    let pool = (args.runners + args.dispatchers)
+        .div_ceil(2)
+        .max(8)
+        .to_string();
+    let env = [("LEASEHOLD_POOL_SIZE", pool)];
+    let replicas = [
+        ReplicaProcess::start(&url, &env).await?,
+        ReplicaProcess::start(&url, &env).await?,
+    ];
+    let key = setup::api_key(&url, "bench", "bench").await?;
+    let operators: Vec<Client> = replicas
+        .iter()
+        .map(|r| Client::new(&r.url, Some(key.clone())))
+        .collect();
+    let runners = setup::runners(&operators[0], args.runners, 1).await?;
+    let db = setup::connect(&url).await?;
+    let sizes_fresh = sizes(&db).await?;
+
+    // The snapshot holder: a repeatable-read transaction that has read the job table.
+    let holder = setup::connect(&url).await?;
+    holder
+        .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM jobs")
+        .await?;
+
+    let load = Load::start(&operators, &runners, &replicas, args.dispatchers);
+    let soak = Duration::from_secs(args.soak_seconds.max(2 * WINDOW.as_secs()));
+    while load.t0.elapsed() < soak {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let (rate, _) = load.window(load.t0.elapsed());
+        progress(&format!(
+            "soak: {}/{} s under an open snapshot, {rate:.0} jobs/s",
+            load.t0.elapsed().as_secs(),
+            soak.as_secs()
+        ));
+    }
+    let held_until = load.t0.elapsed();
+    let sizes_held = sizes(&db).await?;
+    holder.batch_execute("COMMIT").await?;
+    progress("soak: snapshot released, one more minute");
+    tokio::time::sleep(WINDOW).await;
+    let end = load.t0.elapsed();
+    let sizes_end = sizes(&db).await?;
+    let figures = load.stop().await;
+
+    let (first_rate, first_p99) = figures.window(WINDOW);
+    let (held_rate, held_p99) = figures.window(held_until);
+    let (after_rate, after_p99) = figures.window(end);
+    out.insert(
+        "soak".into(),
+        json!({
+            "seconds_under_snapshot": held_until.as_secs(),
+            "jobs_per_s": {"first_minute": round(first_rate, 0), "last_minute": round(held_rate, 0),
+                           "after_release": round(after_rate, 0)},
+            "lease_p99_ms": {"first_minute": round(first_p99, 2), "last_minute": round(held_p99, 2),
+                             "after_release": round(after_p99, 2)},
+            "sizes_mb": {"fresh": sizes_fresh, "under_snapshot": sizes_held, "after_release": sizes_end},
+        }),
+    );
+    out.insert(
+        "soak_throughput_ratio".into(),
+        round(held_rate / first_rate, 3),
+    );
+    out.insert(
+        "soak_lease_p99_ratio".into(),
+        round(held_p99 / first_p99, 3),
+    );
+    out.insert(
+        "soak_recovered_ratio".into(),
+        round(after_rate / first_rate, 3),
+    );
+    table.push((
+        "soak jobs/s, first / last minute under a snapshot".into(),
+        format!("{first_rate:.0} / {held_rate:.0}"),
+        format!("ratio {:.2} (target >= 0.7)", held_rate / first_rate),
+    ));
+    table.push((
+        "soak lease p99 ms, first / last minute".into(),
+        format!("{first_p99:.1} / {held_p99:.1}"),
+        format!("ratio {:.2} (target <= 3)", held_p99 / first_p99),
+    ));
+    table.push((
+        "soak jobs/s, minute after the release".into(),
+        format!("{after_rate:.0}"),
+        format!("ratio {:.2} to the first minute", after_rate / first_rate),
+    ));
+    table.push((
+        "soak jobs table + indexes MB, fresh / held / after".into(),
+        format!(
+            "{} / {} / {}",
+            sizes_fresh["jobs_total"], sizes_held["jobs_total"], sizes_end["jobs_total"]
+        ),
+        "pg_total_relation_size('jobs')".into(),
+    ));
+    Ok(())
+}
+
+/// Sizes in MB of the job table, its indexes and the events table.
+async fn sizes(db: &tokio_postgres::Client) -> anyhow::Result<Value> {
+    let row = db
+        .query_one(
+            "SELECT pg_relation_size('jobs')::float8, pg_indexes_size('jobs')::float8,
+                    pg_total_relation_size('jobs')::float8,
+                    pg_total_relation_size('job_events')::float8",
+            &[],
+        )
+        .await?;
+    let mb = |i: usize| round(row.get::<_, f64>(i) / 1_048_576.0, 1);
+    Ok(
+        json!({"jobs_heap": mb(0), "jobs_indexes": mb(1), "jobs_total": mb(2),
+              "job_events_total": mb(3)}),
+    )
+}
+
+/// The running load: dispatchers and runners, a per-second count of completed jobs, and the
+/// lease latencies.
+struct Load {
+    t0: Instant,
+    stop: Arc<AtomicBool>,
+    tasks: tokio::task::JoinSet<()>,
+    /// Completed jobs at the end of each second since `t0`.
+    counts: Arc<Mutex<Vec<u64>>>,
+    samples: Samples,
+}
+
+/// What a load measured, once stopped.
+struct Figures {
+    counts: Vec<u64>,
+    samples: Vec<(Duration, f64)>,
+}
+
+impl Load {
+    fn start(
+        operators: &[Client],
+        runners: &[Client],
+        replicas: &[ReplicaProcess],
+        dispatchers: usize,
+    ) -> Self {
+        let t0 = Instant::now();
+        let stop = Arc::new(AtomicBool::new(false));
+        let completed = Arc::new(AtomicU64::new(0));
+        let samples: Samples = Arc::default();
+        let counts: Arc<Mutex<Vec<u64>>> = Arc::default();
+        let mut tasks = tokio::task::JoinSet::new();
+        let target = wire::Target::Pool {
+            pool: wire::PoolName::Workspace,
+        };
+        for d in 0..dispatchers {
+            let (op, stop, target) = (
+                operators[d % operators.len()].clone(),
+                stop.clone(),
+                target.clone(),
+            );
+            tasks.spawn(async move {
+                let mut n = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    let _ = op
+                        .dispatch(&wire::Dispatch::new(target.clone(), json!({"n": n})))
+                        .await;
+                    n += 1;
+                }
+            });
+        }
+        for (i, r) in runners.iter().enumerate() {
+            let r = Client::new(
+                &replicas[i % replicas.len()].url,
+                r.token().map(str::to_owned),
+            );
+            let (stop, completed, samples) = (stop.clone(), completed.clone(), samples.clone());
+            tasks.spawn(async move {
+                while !stop.load(Ordering::Relaxed) {
+                    let t = Instant::now();
+                    let Ok(jobs) = r
+                        .lease(&wire::Lease {
+                            wait_ms: Some(1000),
+                            max_jobs: Some(1),
+                            ..Default::default()
+                        })
+                        .await
+                    else {
+                        continue;
+                    };
+                    if jobs.is_empty() {
+                        continue;
+                    }
+                    let ms = t.elapsed().as_secs_f64() * 1000.0;
+                    samples
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .push((t0.elapsed(), ms));
+                    for j in &jobs {
+                        if r.complete(j.id, j.epoch, json!({"exit_code": 0}))
+                            .await
+                            .is_ok()
+                        {
+                            completed.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                }
+            });
+        }
+        {
+            let (stop, completed, counts) = (stop.clone(), completed.clone(), counts.clone());
+            tasks.spawn(async move {
+                let mut tick = tokio::time::interval_at(
+                    tokio::time::Instant::from_std(t0) + Duration::from_secs(1),
+                    Duration::from_secs(1),
+                );
+                while !stop.load(Ordering::Relaxed) {
+                    tick.tick().await;
+                    counts
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .push(completed.load(Ordering::Relaxed));
+                }
+            });
+        }
+        Self {
+            t0,
+            stop,
+            tasks,
+            counts,
+            samples,
+        }
+    }
+
+    /// Throughput and lease p99 over the minute that ends at `end` (so far).
+    fn window(&self, end: Duration) -> (f64, f64) {
+        let counts = self
+            .counts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let samples = self
+            .samples
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        Figures { counts, samples }.window(end)
+    }
+
+    async fn stop(mut self) -> Figures {
+        self.stop.store(true, Ordering::Relaxed);
+        while self.tasks.join_next().await.is_some() {}
+        let counts = std::mem::take(&mut *self.counts.lock().unwrap_or_else(|p| p.into_inner()));
+        let samples = std::mem::take(&mut *self.samples.lock().unwrap_or_else(|p| p.into_inner()));
+        Figures { counts, samples }
+    }
+}
+
+impl Figures {
+    /// Jobs per second and lease p99 (ms) over the minute ending at `end` (shorter when less
+    /// has been measured).
+    fn window(&self, end: Duration) -> (f64, f64) {
+        let end_s = (end.as_secs() as usize).min(self.counts.len());
+        let start_s = end_s.saturating_sub(WINDOW.as_secs() as usize);
+        let at = |s: usize| if s == 0 { 0 } else { self.counts[s - 1] };
+        let rate = if end_s > start_s {
+            (at(end_s) - at(start_s)) as f64 / (end_s - start_s) as f64
+        } else {
+            0.0
+        };
+        let from = Duration::from_secs(start_s as u64);
+        let to = Duration::from_secs(end_s as u64);
+        let mut lat: Vec<f64> = self
+            .samples
+            .iter()
+            .filter(|(t, _)| *t >= from && *t < to)
+            .map(|(_, ms)| *ms)
+            .collect();
+        (rate, quantile(&mut lat, 0.99))
+    }
+}
