@@ -1,68 +1,118 @@
 //! Rows to records. Each mapping reads columns by name, so a statement may return more columns
 //! than a record needs; the schema test checks that every statement returns what its mapping
 //! reads.
+//!
+//! Invariant: a record, the columns its mapping reads and the mapping are one definition
+//! ([`mapping!`]): the column list is made from the mapping's own lines, and the mapping builds
+//! the record with a struct literal, so a field the mapping forgets does not compile and a
+//! column it reads is always in the list the schema test checks.
 
 use tokio_postgres::Row;
 
-/// Columns each mapping reads.
-pub const JOB_COLUMNS: &[&str] = &[
-    "id",
-    "workspace",
-    "owner",
-    "runner_id",
-    "state",
-    "kind",
-    "payload",
-    "required_capabilities",
-    "priority",
-    "epoch",
-    "attempts",
-    "max_attempts",
-    "created_at",
-    "leased_at",
-    "finished_at",
-    "result",
-    "error",
-    "provenance",
-    "billing_tenant",
-    "pool",
-    "secrets",
-    "source",
-    "traceparent",
-];
-pub const RUNNER_COLUMNS: &[&str] = &[
-    "id",
-    "owner",
-    "workspace",
-    "label",
-    "os",
-    "version",
-    "capabilities",
-    "capacity",
-    "active_leases",
-    "presence",
-    "last_seen_at",
-    "created_at",
-    "approved_by",
-    "ephemeral",
-];
+/// `mapping!(COLUMNS, name -> Record { field: "column" [=> reader], ... })` defines
+/// `pub const COLUMNS` (every column read, in order) and `pub fn name(&Row) -> Record`; a field
+/// with a reader is read by `reader(row, column)`, the others by `Row::get`. With
+/// `-> Result<Record>` the readers are fallible and the mapping returns their error.
+macro_rules! mapping {
+    ($(#[$doc:meta])* $columns:ident, $name:ident -> Result<$rec:ident> {
+        $($field:ident: $col:literal $(=> $read:path)?),* $(,)?
+    }) => {
+        /// Columns the mapping of the same record reads.
+        pub const $columns: &[&str] = &[$($col),*];
+        $(#[$doc])*
+        pub fn $name(r: &Row) -> Result<$rec> {
+            Ok($rec { $($field: mapping!(@try r, $col $(, $read)?)),* })
+        }
+    };
+    ($(#[$doc:meta])* $columns:ident, $name:ident -> $rec:ident {
+        $($field:ident: $col:literal $(=> $read:path)?),* $(,)?
+    }) => {
+        /// Columns the mapping of the same record reads.
+        pub const $columns: &[&str] = &[$($col),*];
+        $(#[$doc])*
+        pub fn $name(r: &Row) -> $rec {
+            $rec { $($field: mapping!(@get r, $col $(, $read)?)),* }
+        }
+    };
+    (@try $r:ident, $col:literal) => { $r.get($col) };
+    (@try $r:ident, $col:literal, $read:path) => { $read($r, $col)? };
+    (@get $r:ident, $col:literal) => { $r.get($col) };
+    (@get $r:ident, $col:literal, $read:path) => { $read($r, $col) };
+}
+
+mapping!(
+    /// A runner as every listing, pairing and heartbeat returns it.
+    RUNNER_COLUMNS, runner -> Runner {
+        id: "id",
+        owner: "owner",
+        workspace: "workspace",
+        label: "label",
+        os: "os",
+        version: "version",
+        capabilities: "capabilities",
+        capacity: "capacity",
+        active_leases: "active_leases",
+        presence: "presence",
+        last_seen_at: "last_seen_at",
+        created_at: "created_at",
+        approved_by: "approved_by",
+        ephemeral: "ephemeral",
+        outdated: "outdated",
+        exclusive: "exclusive",
+        repo_targets: "repo_targets" => repo_targets,
+    }
+);
+
+mapping!(
+    /// A job as every statement that returns one (`*` or `j.*`) gives it.
+    JOB_COLUMNS, job -> Result<Job> {
+        id: "id",
+        workspace: "workspace",
+        owner: "owner",
+        runner_id: "runner_id",
+        state: "state" => state,
+        kind: "kind",
+        payload: "payload",
+        required_capabilities: "required_capabilities",
+        priority: "priority",
+        epoch: "epoch",
+        attempts: "attempts",
+        max_attempts: "max_attempts",
+        created_at: "created_at",
+        leased_at: "leased_at",
+        finished_at: "finished_at",
+        result: "result",
+        error: "error",
+        provenance: "provenance",
+        billing_tenant: "billing_tenant",
+        pool: "pool",
+        secrets: "secrets",
+        source: "source",
+        traceparent: "traceparent",
+    }
+);
+
+mapping!(
+    /// A job the claim leased (`outcome = 'leased'` rows of `lease_claim.sql`).
+    CLAIMED_COLUMNS, claimed -> Claimed {
+        id: "id",
+        workspace: "workspace",
+        epoch: "epoch",
+        attempt: "attempts",
+        kind: "kind",
+        payload: "payload",
+        required_capabilities: "required_capabilities",
+        priority: "priority",
+        named: "named",
+        lease_expires_at: "lease_expires_at",
+        secrets: "secrets",
+        source: "source",
+        traceparent: "traceparent",
+    }
+);
+
+/// Columns [`moved`] reads.
 pub const MOVED_COLUMNS: &[&str] = &["id", "workspace", "owner", "runner_id", "pool", "state"];
-pub const CLAIMED_COLUMNS: &[&str] = &[
-    "outcome",
-    "id",
-    "workspace",
-    "epoch",
-    "attempts",
-    "kind",
-    "payload",
-    "required_capabilities",
-    "priority",
-    "named",
-    "lease_expires_at",
-    "secrets",
-    "source",
-    "traceparent",
-];
 
 /// Which statements feed which mapping: the schema test checks that each returns every column
 /// its mapping reads, so a column dropped from a statement fails a test, not a request.
@@ -85,6 +135,7 @@ pub const MAPPED: &[(&str, &[&str])] = &[
     ("sweep_lapsed_leases.sql", MOVED_COLUMNS),
     ("sweep_no_runner.sql", MOVED_COLUMNS),
     ("sweep_queue_timeout.sql", MOVED_COLUMNS),
+    ("lease_claim.sql", &["outcome"]),
     ("lease_claim.sql", CLAIMED_COLUMNS),
 ];
 
@@ -97,56 +148,6 @@ use crate::domain::state::JobState;
 pub fn state(r: &Row, column: &str) -> Result<JobState> {
     let raw: &str = r.get(column);
     JobState::parse(raw).ok_or_else(|| StoreError::Invalid(format!("unknown job state {raw:?}")))
-}
-
-pub fn runner(r: &Row) -> Runner {
-    Runner {
-        id: r.get("id"),
-        owner: r.get("owner"),
-        workspace: r.get("workspace"),
-        label: r.get("label"),
-        os: r.get("os"),
-        version: r.get("version"),
-        capabilities: r.get("capabilities"),
-        capacity: r.get("capacity"),
-        active_leases: r.get("active_leases"),
-        presence: r.get("presence"),
-        last_seen_at: r.get("last_seen_at"),
-        created_at: r.get("created_at"),
-        approved_by: r.get("approved_by"),
-        ephemeral: r.get("ephemeral"),
-        outdated: r.get("outdated"),
-        exclusive: r.get("exclusive"),
-        repo_targets: super::placement::repo_targets(&r.get("repo_targets")),
-    }
-}
-
-pub fn job(r: &Row) -> Result<Job> {
-    Ok(Job {
-        id: r.get("id"),
-        workspace: r.get("workspace"),
-        owner: r.get("owner"),
-        runner_id: r.get("runner_id"),
-        state: state(r, "state")?,
-        kind: r.get("kind"),
-        payload: r.get("payload"),
-        required_capabilities: r.get("required_capabilities"),
-        priority: r.get("priority"),
-        epoch: r.get("epoch"),
-        attempts: r.get("attempts"),
-        max_attempts: r.get("max_attempts"),
-        created_at: r.get("created_at"),
-        leased_at: r.get("leased_at"),
-        finished_at: r.get("finished_at"),
-        result: r.get("result"),
-        error: r.get("error"),
-        provenance: r.get("provenance"),
-        billing_tenant: r.get("billing_tenant"),
-        pool: r.get("pool"),
-        secrets: r.get("secrets"),
-        source: r.get("source"),
-        traceparent: r.try_get("traceparent").ok().flatten(),
-    })
 }
 
 pub fn jobs(rows: &[Row]) -> Result<Vec<Job>> {
@@ -166,20 +167,7 @@ pub fn moved(r: &Row) -> Result<Moved> {
     })
 }
 
-pub fn claimed(r: &Row) -> Claimed {
-    Claimed {
-        id: r.get("id"),
-        workspace: r.get("workspace"),
-        epoch: r.get("epoch"),
-        attempt: r.get("attempts"),
-        kind: r.get("kind"),
-        payload: r.get("payload"),
-        required_capabilities: r.get("required_capabilities"),
-        priority: r.get("priority"),
-        named: r.get("named"),
-        lease_expires_at: r.get("lease_expires_at"),
-        secrets: r.get("secrets"),
-        source: r.get("source"),
-        traceparent: r.get("traceparent"),
-    }
+/// A runner's repository targets, aggregated as JSON by the statement.
+fn repo_targets(r: &Row, column: &str) -> Vec<crate::domain::records::RepoTarget> {
+    super::placement::repo_targets(&r.get(column))
 }
