@@ -19,6 +19,11 @@ use crate::domain::state::JobState;
 use crate::store::NewJob;
 use crate::wire;
 
+/// The most payload, result and error bytes (serialised) a page of `GET /v1/jobs` carries
+/// past its first job: a page ends early there, with `next` set, so the memory one list call
+/// takes is bounded whatever its `limit` and however large the jobs (issue 18, row 7).
+pub const LIST_PAGE_BYTES: usize = 4 * 1024 * 1024;
+
 fn wait_duration(st: &AppState, query: &QueryMap, default_ms: i64) -> ApiResult<Duration> {
     let ms = query.int("wait_ms", 0, 60_000)?.unwrap_or(default_ms);
     Ok(Duration::from_millis(
@@ -408,12 +413,20 @@ pub async fn list(
         Some("desc") => true,
         Some(_) => return Err(ApiError::bad("order: must be asc or desc")),
     };
-    let jobs = st
+    let (jobs, cut) = st
         .hub
         .store
-        .jobs(&key.workspace, state, after, limit, descending)
+        .jobs(
+            &key.workspace,
+            state,
+            after,
+            limit,
+            descending,
+            LIST_PAGE_BYTES,
+        )
         .await?;
-    let next = (jobs.len() as i64 == limit)
+    // A page is full at `limit` jobs or at the byte budget (docs/contract-notes.md).
+    let next = (cut || jobs.len() as i64 == limit)
         .then(|| jobs.last().map(|j| j.id))
         .flatten();
     Ok(Json(wire::JobList {

@@ -55,22 +55,19 @@ pub struct AppState {
 
 /// The version last recorded through this replica per runner token hash. Only ever a shortcut:
 /// a miss records again. Bounded: cleared whole when it grows past [`RecordedVersions::MAX`].
+/// Its lock does not poison (a panic under it cannot break later lease calls).
 #[derive(Default)]
-pub struct RecordedVersions(std::sync::Mutex<std::collections::HashMap<Vec<u8>, String>>);
+pub struct RecordedVersions(parking_lot::Mutex<std::collections::HashMap<Vec<u8>, String>>);
 
 impl RecordedVersions {
     const MAX: usize = 100_000;
 
     pub fn already_recorded(&self, token_hash: &[u8], version: &str) -> bool {
-        self.0
-            .lock()
-            .expect("versions lock")
-            .get(token_hash)
-            .is_some_and(|v| v == version)
+        self.0.lock().get(token_hash).is_some_and(|v| v == version)
     }
 
     pub fn recorded(&self, token_hash: &[u8], version: &str) {
-        let mut map = self.0.lock().expect("versions lock");
+        let mut map = self.0.lock();
         if map.len() >= Self::MAX {
             map.clear();
         }
@@ -137,15 +134,21 @@ pub fn router(state: Arc<AppState>) -> Router {
             state.clone(),
             reject_oversized,
         ))
-        .layer(CatchPanicLayer::custom(|_| {
-            ApiError::Internal.into_response()
-        }))
+        .layer(CatchPanicLayer::custom(panicked))
         // Outermost, so it sees every answer: 413s before authentication, 500s from panics.
         .layer(middleware::from_fn_with_state(
             state.clone(),
             observe::track,
         ))
         .with_state(state)
+}
+
+/// The answer to a request whose handler panicked: the contract's 500 JSON. The panic is
+/// caught per request and nothing a handler shares stays locked or poisoned (every lock in the
+/// server is `parking_lot`'s), so later calls are served as before.
+fn panicked(_payload: Box<dyn std::any::Any + Send + 'static>) -> Response {
+    tracing::error!("a request handler panicked; answered 500");
+    ApiError::Internal.into_response()
 }
 
 /// 413 from the declared length, before authentication runs. Bodies without a length are
@@ -164,4 +167,68 @@ async fn reject_oversized(
         return ApiError::PayloadTooLarge.into_response();
     }
     next.run(request).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::routing::get;
+
+    impl RecordedVersions {
+        fn panic_while_held(&self) {
+            let _held = self.0.lock();
+            panic!("a bug while the versions lock is held");
+        }
+    }
+
+    /// Issue 18, row 12: a handler that panics while holding a shared lock is answered with
+    /// the contract's 500 JSON, over real HTTP, and later calls that take the same lock work.
+    #[tokio::test]
+    async fn a_panic_under_a_lock_is_a_500_and_later_calls_work() {
+        let versions = Arc::new(RecordedVersions::default());
+        let (boom, ok) = (versions.clone(), versions.clone());
+        let app = Router::new()
+            .route(
+                "/boom",
+                get(move || async move {
+                    boom.panic_while_held();
+                    "unreachable"
+                }),
+            )
+            .route(
+                "/ok",
+                get(move || async move {
+                    ok.recorded(b"hash", "1.0.0");
+                    if ok.already_recorded(b"hash", "1.0.0") {
+                        "recorded"
+                    } else {
+                        "lost"
+                    }
+                }),
+            )
+            .layer(CatchPanicLayer::custom(panicked));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = tokio::spawn(async move { axum::serve(listener, app).await });
+        let http = reqwest::Client::new();
+        for _ in 0..3 {
+            let r = http
+                .get(format!("http://{addr}/boom"))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 500);
+            assert_eq!(
+                r.headers()[header::CONTENT_TYPE].to_str().unwrap(),
+                "application/json"
+            );
+            let body: serde_json::Value = r.json().await.unwrap();
+            assert_eq!(body["error"]["code"], "internal");
+            assert!(body["error"]["message"].is_string());
+            let r = http.get(format!("http://{addr}/ok")).send().await.unwrap();
+            assert_eq!(r.status(), 200);
+            assert_eq!(r.text().await.unwrap(), "recorded");
+        }
+        server.abort();
+    }
 }

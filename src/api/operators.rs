@@ -58,7 +58,7 @@ async fn pair(
         st.hub.config.min_runner_version.as_ref(),
     );
     let token = Secret::generate(Kind::Runner);
-    let mut runner = st
+    let runner = st
         .hub
         .store
         .insert_runner(&NewRunner {
@@ -76,12 +76,8 @@ async fn pair(
             seen: false,
             outdated,
             exclusive,
+            repo_targets: targets,
         })
-        .await?;
-    runner.repo_targets = st
-        .hub
-        .store
-        .advertise_repo_targets(runner.id, &targets)
         .await?;
     Ok((
         StatusCode::CREATED,

@@ -52,7 +52,7 @@ pub async fn enroll(
     );
     let code = credentials::parse(Kind::JoinCode, &req.code).ok_or(ApiError::Unauthorized)?;
     let token = Secret::generate(Kind::Runner);
-    let mut runner = st
+    let runner = st
         .hub
         .store
         .enroll(&code, |grant| NewRunner {
@@ -70,14 +70,10 @@ pub async fn enroll(
             ephemeral: grant.ephemeral,
             seen: true,
             outdated,
+            repo_targets: targets,
         })
         .await?
         .ok_or(ApiError::Unauthorized)?;
-    runner.repo_targets = st
-        .hub
-        .store
-        .advertise_repo_targets(runner.id, &targets)
-        .await?;
     Ok((
         StatusCode::CREATED,
         Json(wire::RunnerWithToken {

@@ -49,7 +49,7 @@ pub struct Hub {
     pub listening: AtomicBool,
     pub metrics: Metrics,
     /// Runner identities by token hash (never the token), see [`MAX_KNOWN_RUNNERS`].
-    identities: std::sync::Mutex<std::collections::HashMap<Vec<u8>, LeaseIdentity>>,
+    identities: parking_lot::Mutex<std::collections::HashMap<Vec<u8>, LeaseIdentity>>,
 }
 
 /// The end of a lease long-poll.
@@ -69,7 +69,7 @@ impl Hub {
             origin,
             listening: AtomicBool::new(false),
             metrics: Metrics::new(),
-            identities: std::sync::Mutex::default(),
+            identities: parking_lot::Mutex::default(),
         }
     }
 
@@ -186,15 +186,11 @@ impl Hub {
 
     /// Who the runner with this token hash is, if this replica has seen it lease before.
     fn known_runner(&self, token_hash: &[u8]) -> Option<LeaseIdentity> {
-        self.identities
-            .lock()
-            .expect("identities lock")
-            .get(token_hash)
-            .cloned()
+        self.identities.lock().get(token_hash).cloned()
     }
 
     fn remember_runner(&self, token_hash: &[u8], me: Option<&LeaseIdentity>) {
-        let mut known = self.identities.lock().expect("identities lock");
+        let mut known = self.identities.lock();
         match me {
             Some(me) => {
                 if known.len() >= MAX_KNOWN_RUNNERS {

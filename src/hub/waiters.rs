@@ -6,9 +6,16 @@
 //! connection. Invariants: a waiter is woken at most once per registration, and waking removes
 //! it from every key it waits on; within a key waiters are woken oldest first, so runners that
 //! just got work queue up behind those that did not (round-robin across runners).
+//!
+//! The locks are `parking_lot`'s, which do not poison: a panic while one is held (there is no
+//! code that should panic under them; a bug or an allocation failure could) releases it, and
+//! every critical section leaves the maps consistent at each step, so later long-polls keep
+//! working instead of answering 500 until a restart.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 
 use tokio::sync::Notify;
 use uuid::Uuid;
@@ -122,7 +129,7 @@ impl Registration<'_> {
     /// Resolves once woken (immediately if the wake came before the await).
     pub async fn woken(&self) -> Wake {
         loop {
-            if let Some(w) = self.slot.wake.lock().expect("waiter lock").clone() {
+            if let Some(w) = self.slot.wake.lock().clone() {
                 return w;
             }
             self.slot.notify.notified().await;
@@ -145,7 +152,7 @@ impl Waiters {
             wake: Mutex::new(None),
             notify: Notify::new(),
         });
-        let mut inner = self.inner.lock().expect("waiters lock");
+        let mut inner = self.inner.lock();
         inner.next_id += 1;
         let id = inner.next_id;
         for key in &slot.keys {
@@ -164,7 +171,7 @@ impl Waiters {
     }
 
     fn remove(&self, id: u64, keys: &[Key]) {
-        let mut inner = self.inner.lock().expect("waiters lock");
+        let mut inner = self.inner.lock();
         let mut removed = false;
         for key in keys {
             if let Some(q) = inner.queues.get_mut(key) {
@@ -175,7 +182,7 @@ impl Waiters {
             }
         }
         if removed {
-            inner.count -= 1;
+            inner.count = inner.count.saturating_sub(1);
         }
     }
 
@@ -188,15 +195,15 @@ impl Waiters {
                 }
             }
         }
-        inner.count -= 1;
-        *slot.wake.lock().expect("waiter lock") = Some(wake);
+        inner.count = inner.count.saturating_sub(1);
+        *slot.wake.lock() = Some(wake);
         slot.notify.notify_one();
     }
 
     /// Wake the oldest waiter on `key`, unless this wake has already been passed through as
     /// many waiters as are waiting (so a chain of pass-ons ends). `true` if one was woken.
     pub fn wake_one(&self, key: &Key, hops: usize, local: bool) -> bool {
-        let mut inner = self.inner.lock().expect("waiters lock");
+        let mut inner = self.inner.lock();
         let Some(q) = inner.queues.get_mut(key) else {
             return false;
         };
@@ -222,7 +229,7 @@ impl Waiters {
 
     /// Wake every waiter on `key`.
     pub fn wake_all(&self, key: &Key) -> usize {
-        let mut inner = self.inner.lock().expect("waiters lock");
+        let mut inner = self.inner.lock();
         let Some(q) = inner.queues.remove(key) else {
             return 0;
         };
@@ -245,20 +252,13 @@ impl Waiters {
 
     /// Wake every waiter on every key: after the LISTEN connection reconnects, each re-checks.
     pub fn wake_everyone(&self) -> usize {
-        let keys: Vec<Key> = self
-            .inner
-            .lock()
-            .expect("waiters lock")
-            .queues
-            .keys()
-            .cloned()
-            .collect();
+        let keys: Vec<Key> = self.inner.lock().queues.keys().cloned().collect();
         keys.iter().map(|k| self.wake_all(k)).sum()
     }
 
     /// The queues that have waiters now.
     pub fn waited_queues(&self) -> WaitedQueues {
-        let inner = self.inner.lock().expect("waiters lock");
+        let inner = self.inner.lock();
         let mut out = WaitedQueues::default();
         for key in inner.queues.keys() {
             match key {
@@ -273,7 +273,7 @@ impl Waiters {
 
     /// How many waiters are registered.
     pub fn len(&self) -> usize {
-        self.inner.lock().expect("waiters lock").count
+        self.inner.lock().count
     }
 
     pub fn is_empty(&self) -> bool {
@@ -310,6 +310,37 @@ mod tests {
             "a wake passed through more waiters than wait stops"
         );
         assert!(w.wake_one(&pool, 1, true));
+    }
+
+    /// A panic while the registry's lock is held (issue 18, row 12) must not stop later
+    /// registrations and wakes: with `std`'s poisoning locks every later long-poll answered 500.
+    #[tokio::test]
+    async fn a_panic_under_the_lock_leaves_the_registry_working() {
+        let w = Waiters::default();
+        let pool = Key::Pool("acme".into(), "carol".into());
+        let before = w.register(vec![pool.clone()]);
+        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let _held = w.inner.lock();
+            panic!("a bug while the waiters lock is held");
+        }));
+        assert!(panicked.is_err());
+        let slot_panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let _held = before.slot.wake.lock();
+            panic!("a bug while a waiter's lock is held");
+        }));
+        assert!(slot_panicked.is_err());
+        assert_eq!(w.len(), 1);
+        assert!(
+            w.wake_one(&pool, 0, true),
+            "the waiter registered before is woken"
+        );
+        assert_eq!(before.woken().await.key, pool);
+        let after = w.register(vec![pool.clone()]);
+        assert_eq!(w.waited_queues().pools.len(), 1);
+        assert_eq!(w.wake_all(&pool), 1);
+        after.woken().await;
+        drop((before, after));
+        assert!(w.is_empty());
     }
 
     #[test]

@@ -6,8 +6,9 @@
 //! a peer it is required: a connection from a trusted proxy without a valid header is closed
 //! (a misconfigured balancer fails loudly instead of lumping every client into its own rate
 //! bucket). Any other peer is its own client and its bytes go to HTTP untouched, so a PROXY
-//! line from it is a malformed request, never believed. A slow handshake never holds up the
-//! accepting of other connections.
+//! line from it is never believed: it is answered with the contract's `400` error JSON and the
+//! connection closed, as is a trusted proxy's malformed header (issue 18, row 10). A slow
+//! handshake never holds up the accepting of other connections.
 
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -15,11 +16,12 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
 
 use crate::config::TrustedProxies;
+use crate::wire::{ErrorBody, ErrorDetail};
 
 /// How long a trusted proxy has to send its header once connected.
 const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
@@ -205,7 +207,76 @@ async fn handshake(mut tcp: TcpStream, peer: SocketAddr) -> Option<(ClientStream
         Err(_) => format!("no header within {HEADER_TIMEOUT:?}"),
     };
     tracing::warn!(%peer, %why, "closed a connection from a trusted proxy: bad PROXY header");
+    refuse(tcp, &format!("malformed PROXY protocol header: {why}")).await;
     None
+}
+
+/// A connection from a peer that is not a trusted proxy: its first bytes are looked at before
+/// HTTP sees them. If they begin a PROXY header, the peer is answered `400` with the
+/// contract's error JSON and the connection closed; anything else (and a peer that sends
+/// nothing within [`HEADER_TIMEOUT`]) goes to HTTP with the bytes read, untouched.
+async fn sniff(mut tcp: TcpStream, peer: SocketAddr) -> Option<(ClientStream, SocketAddr)> {
+    let mut head = Vec::with_capacity(1024);
+    let deadline = tokio::time::Instant::now() + HEADER_TIMEOUT;
+    loop {
+        let v1 = starts_like(&head, V1_PREFIX);
+        let v2 = starts_like(&head, V2_SIGNATURE);
+        if (v1 && head.len() >= V1_PREFIX.len()) || (v2 && head.len() >= V2_SIGNATURE.len()) {
+            tracing::warn!(%peer, "refused a PROXY header from a peer that is not a trusted proxy");
+            refuse(
+                tcp,
+                "a PROXY protocol header is accepted only from a trusted proxy \
+                 (LEASEHOLD_PROXY_PROTOCOL, LEASEHOLD_TRUSTED_PROXIES)",
+            )
+            .await;
+            return None;
+        }
+        if !v1 && !v2 {
+            break;
+        }
+        match tokio::time::timeout_at(deadline, tcp.read_buf(&mut head)).await {
+            Ok(Ok(n)) if n > 0 => {}
+            // Closed, failed or quiet: HTTP deals with it as it would have.
+            _ => break,
+        }
+    }
+    Some((ClientStream { head, at: 0, tcp }, peer))
+}
+
+/// Answer a connection that never reaches HTTP with the contract's `400` error JSON, then
+/// close it (reading what the peer still sends for a moment, so the close does not reset the
+/// connection before the answer is read).
+async fn refuse(mut tcp: TcpStream, message: &str) {
+    let body = serde_json::to_vec(&ErrorBody {
+        error: ErrorDetail {
+            code: "bad_request".to_owned(),
+            message: message.to_owned(),
+            state: None,
+            min_version: None,
+        },
+    })
+    .unwrap_or_default();
+    let mut answer = format!(
+        "HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\nconnection: close\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    answer.extend_from_slice(&body);
+    let drain = async {
+        tcp.write_all(&answer).await?;
+        tcp.shutdown().await?;
+        let mut sink = [0u8; 4096];
+        let mut left = 64 * 1024;
+        while left > 0 {
+            match tcp.read(&mut sink).await? {
+                0 => break,
+                n => left -= n.min(left),
+            }
+        }
+        io::Result::Ok(())
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(1), drain).await;
 }
 
 /// The replica's listener: accepts TCP connections and, with the PROXY protocol on, reads the
@@ -240,7 +311,7 @@ impl axum::serve::Listener for ClientListener {
                         if self.proxies.as_ref().is_some_and(|p| p.contains(peer.ip())) {
                             self.handshakes.spawn(handshake(tcp, peer));
                         } else {
-                            return (ClientStream { head: Vec::new(), at: 0, tcp }, peer);
+                            self.handshakes.spawn(sniff(tcp, peer));
                         }
                     }
                     Err(e) => accept_failed(e).await,

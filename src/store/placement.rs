@@ -62,6 +62,22 @@ pub(super) fn repo_targets(v: &Value) -> Vec<RepoTarget> {
         .unwrap_or_default()
 }
 
+/// Rows of `repo_targets_advertise.sql` as targets, ordered by id.
+pub(super) fn target_rows(rows: &[tokio_postgres::Row]) -> Vec<RepoTarget> {
+    let mut out: Vec<RepoTarget> = rows
+        .iter()
+        .map(|r| RepoTarget {
+            id: r.get("id"),
+            provider: r.get("provider"),
+            repository: r.get("repository"),
+            label: r.get("label"),
+            status: r.get("status"),
+        })
+        .collect();
+    out.sort_by_key(|t| t.id);
+    out
+}
+
 impl Store {
     /// A lease call's advertisement, before its version is checked: authenticate the token,
     /// mark the runner seen, record `version` with its verdict and add `targets`. `None`: no
@@ -114,18 +130,7 @@ impl Store {
                 ],
             )
             .await?;
-        let mut out: Vec<RepoTarget> = rows
-            .iter()
-            .map(|r| RepoTarget {
-                id: r.get("id"),
-                provider: r.get("provider"),
-                repository: r.get("repository"),
-                label: r.get("label"),
-                status: r.get("status"),
-            })
-            .collect();
-        out.sort_by_key(|t| t.id);
-        Ok(out)
+        Ok(target_rows(&rows))
     }
 
     /// Approve or revoke target `target` of runner `runner`; `false` when it has no such target.

@@ -5,6 +5,7 @@
 
 use uuid::Uuid;
 
+use super::placement::AdvertisedTargets;
 use super::{rows, sql, At, Result, Store};
 use crate::domain::records::{JoinGrant, Moved, Runner, RunnerIdentity};
 
@@ -28,6 +29,9 @@ pub struct NewRunner {
     pub outdated: bool,
     /// Canary names (also in `capabilities`).
     pub exclusive: Vec<String>,
+    /// The repository targets it advertises, recorded `pending` in the same transaction as
+    /// the runner (and, on enrolment, the burning of its code): both or neither.
+    pub repo_targets: AdvertisedTargets,
 }
 
 impl NewRunner {
@@ -57,21 +61,25 @@ impl NewRunner {
 }
 
 impl Store {
+    /// Pair a runner: the runner and its advertised repository targets in one transaction.
     pub async fn insert_runner(&self, r: &NewRunner) -> Result<Runner> {
-        let row = self
-            .query(sql::RUNNER_INSERT, &r.params(&self.presence_window_ms))
-            .await?;
-        Ok(rows::runner(&row[0]))
+        let mut client = self.client().await?;
+        self.count(4);
+        let tx = client.transaction().await?;
+        let runner = insert_with_targets(&tx, r, self.presence_window_ms).await?;
+        tx.commit().await?;
+        Ok(runner)
     }
 
-    /// Burn a join code and enrol its runner in one transaction: both or neither.
+    /// Burn a join code and enrol its runner, with its advertised repository targets, in one
+    /// transaction: all or nothing (a failure leaves the code unburnt and no runner).
     pub async fn enroll(
         &self,
         code_hash: &[u8],
         make: impl FnOnce(&JoinGrant) -> NewRunner,
     ) -> Result<Option<Runner>> {
         let mut client = self.client().await?;
-        self.count(4);
+        self.count(5);
         let tx = client.transaction().await?;
         let burn = tx
             .prepare_cached(sql::JOIN_CODE_BURN)
@@ -91,16 +99,9 @@ impl Store {
             ephemeral: row.get("ephemeral"),
         };
         let r = make(&grant);
-        let insert = tx
-            .prepare_cached(sql::RUNNER_INSERT)
-            .await
-            .at(sql::RUNNER_INSERT)?;
-        let row = tx
-            .query_one(&insert, &r.params(&self.presence_window_ms))
-            .await
-            .at(sql::RUNNER_INSERT)?;
+        let runner = insert_with_targets(&tx, &r, self.presence_window_ms).await?;
         tx.commit().await?;
-        Ok(Some(rows::runner(&row)))
+        Ok(Some(runner))
     }
 
     /// Authenticate a runner token.
@@ -230,4 +231,37 @@ impl Store {
         tx.commit().await?;
         Ok(Some(moved))
     }
+}
+
+/// Insert runner `r` and record its advertised repository targets inside `tx`.
+async fn insert_with_targets(
+    tx: &deadpool_postgres::Transaction<'_>,
+    r: &NewRunner,
+    presence_window_ms: i64,
+) -> Result<Runner> {
+    let insert = tx
+        .prepare_cached(sql::RUNNER_INSERT)
+        .await
+        .at(sql::RUNNER_INSERT)?;
+    let row = tx
+        .query_one(&insert, &r.params(&presence_window_ms))
+        .await
+        .at(sql::RUNNER_INSERT)?;
+    let mut runner = rows::runner(&row);
+    if !r.repo_targets.is_empty() {
+        let t = &r.repo_targets;
+        let advertise = tx
+            .prepare_cached(sql::REPO_TARGETS_ADVERTISE)
+            .await
+            .at(sql::REPO_TARGETS_ADVERTISE)?;
+        let rows = tx
+            .query(
+                &advertise,
+                &[&r.id, &t.ids, &t.providers, &t.repositories, &t.labels],
+            )
+            .await
+            .at(sql::REPO_TARGETS_ADVERTISE)?;
+        runner.repo_targets = super::placement::target_rows(&rows);
+    }
+    Ok(runner)
 }

@@ -67,6 +67,29 @@ fn status(answer: &str) -> u16 {
         .unwrap_or(0)
 }
 
+/// A raw answer is the contract's 400: status line, JSON content type and length, connection
+/// closed, and an `{"error":{"code":"bad_request","message"}}` body.
+#[track_caller]
+fn assert_bad_request(answer: &str) {
+    assert_eq!(status(answer), 400, "answer: {answer:?}");
+    let (head, body) = answer.split_once("\r\n\r\n").expect("headers end");
+    let head = head.to_ascii_lowercase();
+    assert!(
+        head.contains("\r\ncontent-type: application/json"),
+        "{head}"
+    );
+    assert!(head.contains("\r\nconnection: close"), "{head}");
+    assert!(
+        head.contains(&format!("\r\ncontent-length: {}", body.len())),
+        "{head}"
+    );
+    let body: serde_json::Value = serde_json::from_str(body).expect("a JSON body");
+    assert_eq!(body["error"]["code"], "bad_request");
+    assert!(body["error"]["message"]
+        .as_str()
+        .is_some_and(|m| m.contains("PROXY")));
+}
+
 fn proxy_v2(client: [u8; 4], port: u16) -> Vec<u8> {
     let mut h = b"\r\n\r\n\0\r\nQUIT\n\x21\x11\x00\x0c".to_vec();
     h.extend_from_slice(&client);
@@ -132,25 +155,20 @@ async fn a_trusted_proxys_proxy_header_names_the_client_and_nobody_elses_is_beli
         401,
         "v2 header: another client's bucket"
     );
-    // A trusted proxy without a header, or with a broken one, gets no answer at all.
-    assert_eq!(
-        raw("127.0.0.1", server, BAD_KEY_REQUEST.as_bytes()).await,
-        ""
-    );
-    assert_eq!(
-        raw("127.0.0.1", server, &v1("192.0.2.999")).await,
-        "",
-        "malformed v1 header"
-    );
+    // A trusted proxy without a header, or with a broken one, is answered with the contract's
+    // 400 error JSON and the connection closed (issue 18, row 10).
+    assert_bad_request(&raw("127.0.0.1", server, BAD_KEY_REQUEST.as_bytes()).await);
+    assert_bad_request(&raw("127.0.0.1", server, &v1("192.0.2.999")).await);
     let mut truncated = proxy_v2([192, 0, 2, 3], 1);
     truncated.truncate(20);
-    assert_eq!(raw("127.0.0.1", server, &truncated).await, "");
-    // Any other peer is its own client: its PROXY line is not a header but a bad request,
-    // and its plain requests are served.
-    assert_eq!(
-        status(&raw("127.0.0.2", server, &v1("192.0.2.9")).await),
-        400
-    );
+    assert_bad_request(&raw("127.0.0.1", server, &truncated).await);
+    // Any other peer is its own client: its PROXY header (v1 or v2) is never believed but
+    // answered with the contract's 400 error JSON, and its plain requests are served.
+    assert_bad_request(&raw("127.0.0.2", server, &v1("192.0.2.9")).await);
+    let mut forged_v2 = proxy_v2([192, 0, 2, 9], 40000);
+    forged_v2.extend_from_slice(BAD_KEY_REQUEST.as_bytes());
+    assert_bad_request(&raw("127.0.0.2", server, &forged_v2).await);
+    assert_bad_request(&raw("127.0.0.2", server, b"PROXY garbage\r\n\r\n").await);
     let health = "GET /healthz HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n";
     assert_eq!(
         status(&raw("127.0.0.2", server, health.as_bytes()).await),

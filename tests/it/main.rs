@@ -12,6 +12,7 @@ mod errors;
 mod failover;
 mod faults;
 mod fuzz;
+mod holes;
 mod lease;
 mod logs;
 mod metrics;
