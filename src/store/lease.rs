@@ -93,6 +93,30 @@ impl Store {
         lease_ttl_ms: i64,
         want_more: bool,
     ) -> Result<LeaseOutcome> {
+        self.bounded(
+            "lease transaction",
+            self.lease_once(
+                token_hash,
+                advertised,
+                known,
+                max_jobs,
+                lease_ttl_ms,
+                want_more,
+            ),
+        )
+        .await
+    }
+
+    /// [`Self::lease`], unbounded.
+    async fn lease_once(
+        &self,
+        token_hash: &[u8],
+        advertised: &Advertised,
+        known: Option<&LeaseIdentity>,
+        max_jobs: i64,
+        lease_ttl_ms: i64,
+        want_more: bool,
+    ) -> Result<LeaseOutcome> {
         let client = self.client().await?;
         let lock = client
             .prepare_cached(sql::RUNNER_LOCK_FOR_LEASE)
@@ -131,6 +155,7 @@ impl Store {
                     client.query(&claim, &claim_params),
                     client.batch_execute("COMMIT"),
                 );
+                client.release();
                 begin?;
                 let locked = locked.map_err(lock_err)?;
                 let claimed = claimed.map_err(claim_err)?;
@@ -158,6 +183,8 @@ impl Store {
                 let tx = client.transaction().await?;
                 let Some(locked) = tx.query_opt(&lock, &lock_params).await.map_err(lock_err)?
                 else {
+                    tx.rollback().await?;
+                    client.release();
                     return Ok(LeaseOutcome::default());
                 };
                 let me = identity_of(&locked);
@@ -177,6 +204,7 @@ impl Store {
                     .await
                     .map_err(claim_err)?;
                 tx.commit().await?;
+                client.release();
                 (me, locked.get("version"), claimed)
             }
         };

@@ -70,37 +70,43 @@ impl Store {
         code_hash: &[u8],
         make: impl FnOnce(&JoinGrant) -> NewRunner,
     ) -> Result<Option<Runner>> {
-        let mut client = self.client().await?;
-        self.count(4);
-        let tx = client.transaction().await?;
-        let burn = tx
-            .prepare_cached(sql::JOIN_CODE_BURN)
-            .await
-            .at(sql::JOIN_CODE_BURN)?;
-        let Some(row) = tx
-            .query_opt(&burn, &[&code_hash])
-            .await
-            .at(sql::JOIN_CODE_BURN)?
-        else {
-            return Ok(None);
-        };
-        let grant = JoinGrant {
-            workspace: row.get("workspace"),
-            owner: row.get("owner"),
-            approved_by: row.get("approved_by"),
-            ephemeral: row.get("ephemeral"),
-        };
-        let r = make(&grant);
-        let insert = tx
-            .prepare_cached(sql::RUNNER_INSERT)
-            .await
-            .at(sql::RUNNER_INSERT)?;
-        let row = tx
-            .query_one(&insert, &r.params(&self.presence_window_ms))
-            .await
-            .at(sql::RUNNER_INSERT)?;
-        tx.commit().await?;
-        Ok(Some(rows::runner(&row)))
+        self.bounded("enroll", async move {
+            let mut client = self.client().await?;
+            self.count(4);
+            let tx = client.transaction().await?;
+            let burn = tx
+                .prepare_cached(sql::JOIN_CODE_BURN)
+                .await
+                .at(sql::JOIN_CODE_BURN)?;
+            let Some(row) = tx
+                .query_opt(&burn, &[&code_hash])
+                .await
+                .at(sql::JOIN_CODE_BURN)?
+            else {
+                tx.rollback().await?;
+                client.release();
+                return Ok(None);
+            };
+            let grant = JoinGrant {
+                workspace: row.get("workspace"),
+                owner: row.get("owner"),
+                approved_by: row.get("approved_by"),
+                ephemeral: row.get("ephemeral"),
+            };
+            let r = make(&grant);
+            let insert = tx
+                .prepare_cached(sql::RUNNER_INSERT)
+                .await
+                .at(sql::RUNNER_INSERT)?;
+            let row = tx
+                .query_one(&insert, &r.params(&self.presence_window_ms))
+                .await
+                .at(sql::RUNNER_INSERT)?;
+            tx.commit().await?;
+            client.release();
+            Ok(Some(rows::runner(&row)))
+        })
+        .await
     }
 
     /// Authenticate a runner token.
@@ -201,33 +207,39 @@ impl Store {
         owner: &str,
         workspace: &str,
     ) -> Result<Option<Vec<Moved>>> {
-        let mut client = self.client().await?;
-        self.count(4);
-        let tx = client.transaction().await?;
-        let revoke = tx
-            .prepare_cached(sql::RUNNER_REVOKE)
-            .await
-            .at(sql::RUNNER_REVOKE)?;
-        if tx
-            .query_opt(&revoke, &[&id, &owner, &workspace])
-            .await
-            .at(sql::RUNNER_REVOKE)?
-            .is_none()
-        {
-            return Ok(None);
-        }
-        let jobs = tx
-            .prepare_cached(sql::RUNNER_REVOKE_JOBS)
-            .await
-            .at(sql::RUNNER_REVOKE_JOBS)?;
-        let moved = tx
-            .query(&jobs, &[&id])
-            .await
-            .at(sql::RUNNER_REVOKE_JOBS)?
-            .iter()
-            .map(rows::moved)
-            .collect::<Result<_>>()?;
-        tx.commit().await?;
-        Ok(Some(moved))
+        self.bounded("revoke_runner", async {
+            let mut client = self.client().await?;
+            self.count(4);
+            let tx = client.transaction().await?;
+            let revoke = tx
+                .prepare_cached(sql::RUNNER_REVOKE)
+                .await
+                .at(sql::RUNNER_REVOKE)?;
+            if tx
+                .query_opt(&revoke, &[&id, &owner, &workspace])
+                .await
+                .at(sql::RUNNER_REVOKE)?
+                .is_none()
+            {
+                tx.rollback().await?;
+                client.release();
+                return Ok(None);
+            }
+            let jobs = tx
+                .prepare_cached(sql::RUNNER_REVOKE_JOBS)
+                .await
+                .at(sql::RUNNER_REVOKE_JOBS)?;
+            let moved = tx
+                .query(&jobs, &[&id])
+                .await
+                .at(sql::RUNNER_REVOKE_JOBS)?
+                .iter()
+                .map(rows::moved)
+                .collect::<Result<_>>()?;
+            tx.commit().await?;
+            client.release();
+            Ok(Some(moved))
+        })
+        .await
     }
 }
