@@ -6,7 +6,8 @@
 //! batches in flight run, and the next batch takes them all (shared/PERF-FACTS.md 3: one
 //! statement for ten jobs costs a fraction of ten).
 //!
-//! Invariants: every call gets exactly one answer; a batch that fails is retried one call at a
+//! Invariants: every call gets exactly one answer (a call whose caller gave up before its batch
+//! started is dropped unrun); a batch that fails is retried one call at a
 //! time, so one call's bad input never fails another's, except when the failure is the
 //! database's (unreachable, or past the store's operation deadline): then every call of the
 //! batch gets it at once, never after a retry of each. A batch never runs longer than the
@@ -86,6 +87,12 @@ async fn drive<I, O>(
                 Ok(next) => batch.push(next),
                 Err(_) => break,
             }
+        }
+        // A caller that gave up while its call queued (its deadline passed, its client left)
+        // is no longer there to be answered: its call is not run.
+        batch.retain(|(_, reply)| !reply.is_closed());
+        if batch.is_empty() {
+            continue;
         }
         let run = run.clone();
         tokio::spawn(async move {

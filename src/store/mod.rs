@@ -73,6 +73,8 @@ pub struct Store {
     reporter: Arc<OnceLock<combine::Combiner<Report, Option<Job>>>>,
     /// How long one operation and one checkout may take.
     deadlines: Deadlines,
+    /// One lease transaction at a time per runner token (see [`lease`]).
+    lease_turns: Arc<lease::LeaseTurns>,
 }
 
 impl Store {
@@ -133,6 +135,7 @@ impl Store {
             parker: Arc::new(OnceLock::new()),
             reporter: Arc::new(OnceLock::new()),
             deadlines: Deadlines::default(),
+            lease_turns: Arc::default(),
         })
     }
 
