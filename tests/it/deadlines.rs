@@ -323,7 +323,7 @@ async fn a_flood_of_long_polls_on_one_token_is_capped_and_other_tenants_keep_the
     let (_, calm_runner) = pair(&calm, Tier::Personal, &[], 1).await;
     // Warm up (connections, statement caches, identities), then measure.
     calm_latency(&calm, &calm_runner, 3).await;
-    let (dispatch_before, lease_before) = calm_latency(&calm, &calm_runner, 9).await;
+    let (dispatch_before, lease_before) = calm_latency(&calm, &calm_runner, 15).await;
 
     // The flood: 200 long-polls at once on one token, each re-polling as soon as it is
     // answered (after Retry-After when refused), until the test ends.
@@ -402,14 +402,14 @@ async fn a_flood_of_long_polls_on_one_token_is_capped_and_other_tenants_keep_the
     )
     .await;
 
-    let (dispatch_during, lease_during) = calm_latency(&calm, &calm_runner, 9).await;
+    let (dispatch_during, lease_during) = calm_latency(&calm, &calm_runner, 15).await;
     stop.store(true, Ordering::Relaxed);
     println!(
         "calm tenant medians: dispatch {dispatch_before:?} -> {dispatch_during:?}, \
          lease {lease_before:?} -> {lease_during:?} (flood of {FLOOD} long-polls, {MAX} held)"
     );
     // Within 2x, with a small absolute floor for a loaded 2-core box.
-    let floor = Duration::from_millis(25);
+    let floor = Duration::from_millis(50);
     assert!(
         dispatch_during <= (dispatch_before * 2).max(floor),
         "another workspace's dispatch slowed from {dispatch_before:?} to {dispatch_during:?}"
@@ -420,5 +420,96 @@ async fn a_flood_of_long_polls_on_one_token_is_capped_and_other_tenants_keep_the
     );
     for f in flood {
         f.abort();
+    }
+}
+
+#[tokio::test]
+async fn a_long_poll_may_outlast_the_request_deadline_by_its_wait_and_no_more() {
+    // A deadline far shorter than the waits asked for: the waits are not cut at it.
+    let app = TestApp::spawn_with(1, |c| c.request_timeout_ms = 300).await;
+    let alice = app.operator("acme", "alice", false).await;
+    let (_, runner) = pair(&alice, Tier::Personal, &[], 1).await;
+    let job = alice
+        .dispatch(&{
+            let mut d = wire::Dispatch::new(personal(), json!("needs a gpu"));
+            d.required_capabilities = Some(vec!["gpu".into()]);
+            d
+        })
+        .await
+        .unwrap();
+    let wait = Duration::from_millis(1200);
+    let most = wait + Duration::from_millis(300) + SLACK;
+
+    let t = Instant::now();
+    let got = runner
+        .lease(&wire::Lease {
+            wait_ms: Some(wait.as_millis() as i64),
+            ..Default::default()
+        })
+        .await
+        .expect("a lease long-poll longer than the deadline answers 200");
+    assert!(got.is_empty());
+    assert!(
+        t.elapsed() >= wait - Duration::from_millis(50) && t.elapsed() < most,
+        "{:?}",
+        t.elapsed()
+    );
+
+    let t = Instant::now();
+    let j = alice
+        .wait_job(job.id, wait.as_millis() as u64)
+        .await
+        .expect("a job wait longer than the deadline answers 200");
+    assert_eq!(j.state, "parked");
+    assert!(
+        t.elapsed() >= wait - Duration::from_millis(50) && t.elapsed() < most,
+        "{:?}",
+        t.elapsed()
+    );
+
+    let http = reqwest::Client::new();
+    let now: serde_json::Value = http
+        .get(format!("{}/v1/jobs/{}/events", app.url(0), job.id))
+        .bearer_auth(alice.token().unwrap())
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let t = Instant::now();
+    let events = http
+        .get(format!(
+            "{}/v1/jobs/{}/events?after={}&wait_ms={}",
+            app.url(0),
+            job.id,
+            now["next"],
+            wait.as_millis()
+        ))
+        .bearer_auth(alice.token().unwrap())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(events.status().as_u16(), 200);
+    assert!(
+        t.elapsed() >= wait - Duration::from_millis(50) && t.elapsed() < most,
+        "{:?}",
+        t.elapsed()
+    );
+}
+
+#[test]
+fn serve_help_lists_the_deadline_and_poll_bound_settings() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args(["serve", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    for var in [
+        "LEASEHOLD_REQUEST_TIMEOUT_MS",
+        "LEASEHOLD_POOL_TIMEOUT_MS",
+        "LEASEHOLD_MAX_POLLS_PER_RUNNER",
+    ] {
+        assert!(help.contains(var), "`serve --help` names {var}:\n{help}");
     }
 }
