@@ -102,6 +102,18 @@ pub struct Config {
     /// How often each replica counts parked and leased jobs for `/metrics` (one query).
     #[arg(long, env = "LEASEHOLD_METRICS_INTERVAL_MS", default_value_t = 15_000)]
     pub metrics_interval_ms: u64,
+    /// Deadline of every call, and of every database operation a replica runs (a long-poll
+    /// gets its `wait_ms` on top). Past it the call answers 503 `unavailable` with
+    /// `Retry-After`, and the connection it was using is cancelled and discarded.
+    #[arg(long, env = "LEASEHOLD_REQUEST_TIMEOUT_MS", default_value_t = 30_000)]
+    pub request_timeout_ms: u64,
+    /// How long a call waits for a free pooled connection before it answers 503.
+    #[arg(long, env = "LEASEHOLD_POOL_TIMEOUT_MS", default_value_t = 5_000)]
+    pub pool_timeout_ms: u64,
+    /// Concurrent lease calls one runner token may hold open on one replica; beyond it a lease
+    /// call answers 429 `rate_limited` with `Retry-After`, before any database work.
+    #[arg(long, env = "LEASEHOLD_MAX_POLLS_PER_RUNNER", default_value_t = 16)]
+    pub max_polls_per_runner: usize,
 }
 
 fn parse_min_version(s: &str) -> Result<Version, String> {
@@ -133,6 +145,9 @@ impl Config {
             trusted_proxies: TrustedProxies::default(),
             proxy_protocol: false,
             metrics_interval_ms: 15_000,
+            request_timeout_ms: 30_000,
+            pool_timeout_ms: 5_000,
+            max_polls_per_runner: 16,
         }
     }
 
@@ -157,6 +172,16 @@ impl Config {
 
     pub fn metrics_interval(&self) -> Duration {
         Duration::from_millis(self.metrics_interval_ms.max(10))
+    }
+
+    /// See [`Config::request_timeout_ms`].
+    pub fn request_timeout(&self) -> Duration {
+        Duration::from_millis(self.request_timeout_ms.max(1))
+    }
+
+    /// See [`Config::pool_timeout_ms`].
+    pub fn pool_timeout(&self) -> Duration {
+        Duration::from_millis(self.pool_timeout_ms.max(1))
     }
 
     /// A replica holding a runner's long-poll refreshes its `last_seen_at` this often, a third

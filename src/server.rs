@@ -22,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 use crate::api::{self, AppState};
 use crate::config::Config;
 use crate::hub::{sweeper, Hub, Notifier};
-use crate::store::{listener, migrate, Store};
+use crate::store::{listener, migrate, Deadlines, Store};
 use crate::telemetry::metrics::{Metrics, StateLabel};
 
 /// A running replica.
@@ -66,7 +66,11 @@ pub async fn start(config: Config, listener: TcpListener) -> anyhow::Result<Repl
         &config.database_url,
         config.pool_size,
         config.presence_window_ms,
-    )?;
+    )?
+    .with_deadlines(Deadlines {
+        operation: config.request_timeout(),
+        checkout: config.pool_timeout(),
+    });
     let origin = format!("{:016x}", rand::rng().next_u64());
     let background = CancellationToken::new();
     let shutdown = CancellationToken::new();

@@ -33,6 +33,9 @@ pub enum ApiError {
         retry_after_s: u64,
     },
     Unavailable,
+    /// The call passed its deadline (`LEASEHOLD_REQUEST_TIMEOUT_MS`): 503, and a write it made
+    /// may have committed.
+    TimedOut,
     Internal,
 }
 
@@ -113,6 +116,14 @@ impl ApiError {
                 "unavailable",
                 "the database is unreachable; retry, nothing was written".into(),
             ),
+            TimedOut => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "unavailable",
+                "the call did not finish within this replica's deadline; retry it (a write it \
+                 made may have committed: a dispatch retried with the same Idempotency-Key \
+                 answers the first job)"
+                    .into(),
+            ),
             Internal => (
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "internal",
@@ -128,6 +139,10 @@ impl From<StoreError> for ApiError {
             StoreError::Unavailable(msg) => {
                 tracing::warn!(error = %msg, "database unavailable");
                 ApiError::Unavailable
+            }
+            StoreError::TimedOut(msg) => {
+                tracing::warn!(error = %msg, "database deadline passed");
+                ApiError::TimedOut
             }
             // SQLSTATE and statement only: the database's message can quote request data.
             StoreError::Db {
@@ -183,7 +198,7 @@ impl IntoResponse for ApiError {
                     .headers_mut()
                     .insert(header::RETRY_AFTER, HeaderValue::from(retry_after_s.max(1)));
             }
-            ApiError::Unavailable => {
+            ApiError::Unavailable | ApiError::TimedOut => {
                 response
                     .headers_mut()
                     .insert(header::RETRY_AFTER, HeaderValue::from(1u64));

@@ -9,6 +9,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
 use uuid::Uuid;
 
+use super::deadline::LongPoll;
 use super::error::{ApiError, ApiResult};
 use super::extract::{ApiKeyHash, Body, Operator, PathId, QueryMap};
 use super::operators::resolve_target;
@@ -373,9 +374,11 @@ pub async fn get(
     State(st): State<Arc<AppState>>,
     Operator(key): Operator,
     PathId(id): PathId,
+    poll: LongPoll,
     query: QueryMap,
 ) -> ApiResult<Json<wire::Job>> {
     let wait = wait_duration(&st, &query, 0)?;
+    poll.allow(wait);
     let store = &st.hub.store;
     let job = st
         .hub
@@ -456,11 +459,13 @@ pub async fn events(
     State(st): State<Arc<AppState>>,
     Operator(key): Operator,
     PathId(id): PathId,
+    poll: LongPoll,
     query: QueryMap,
 ) -> ApiResult<Json<wire::EventList>> {
     let after = query.int("after", 0, i64::from(i32::MAX))?.unwrap_or(0);
     let limit = query.int("limit", 1, 1000)?.unwrap_or(1000);
     let wait = wait_duration(&st, &query, 0)?;
+    poll.allow(wait);
     let store = &st.hub.store;
     if store.job(id, &key.workspace).await?.is_none() {
         return Err(ApiError::NotFound);

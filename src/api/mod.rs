@@ -2,6 +2,7 @@
 //! and the error mapping. Handlers validate, call the store, and tell the hub what changed after
 //! the change committed.
 
+pub mod deadline;
 pub mod error;
 pub mod extract;
 mod jobs;
@@ -10,6 +11,7 @@ pub mod openapi;
 mod operators;
 mod ops;
 mod placement;
+pub mod poll_limit;
 pub mod routes;
 mod runner;
 mod secrets;
@@ -51,6 +53,8 @@ pub struct AppState {
     /// Versions this replica recorded for runner tokens, so a lease call repeating its version
     /// costs no statement.
     pub versions: RecordedVersions,
+    /// Open lease calls per runner token (`LEASEHOLD_MAX_POLLS_PER_RUNNER`).
+    pub polls: poll_limit::PollSlots,
 }
 
 /// The version last recorded through this replica per runner token hash. Only ever a shortcut:
@@ -87,6 +91,7 @@ impl AppState {
             limiter: RateLimiter::keyed(quota),
             sealer: config.sealer(),
             versions: RecordedVersions::default(),
+            polls: poll_limit::PollSlots::new(config.max_polls_per_runner),
             hub,
             shutdown,
         }
@@ -135,6 +140,10 @@ pub fn router(state: Arc<AppState>) -> Router {
             reject_oversized,
         ))
         .layer(CatchPanicLayer::custom(panicked))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            deadline::bound,
+        ))
         // Outermost, so it sees every answer: 413s before authentication, 500s from panics.
         .layer(middleware::from_fn_with_state(
             state.clone(),

@@ -218,7 +218,13 @@ fn operation(route: &Route) -> Value {
         responses.insert(
             "429".into(),
             error(
-                "too many failed authentications from this address; see Retry-After",
+                if route.path == "/v1/runner/lease" {
+                    "too many failed authentications from this address, or this runner token \
+                     holds LEASEHOLD_MAX_POLLS_PER_RUNNER lease calls on this replica already; \
+                     see Retry-After"
+                } else {
+                    "too many failed authentications from this address; see Retry-After"
+                },
                 &["rate_limited"],
             ),
         );
@@ -231,7 +237,10 @@ fn operation(route: &Route) -> Value {
         responses.insert(
             "503".into(),
             error(
-                "the database is unreachable; retry, nothing was half-written",
+                "the database is unreachable, or the call passed its deadline \
+                 (LEASEHOLD_REQUEST_TIMEOUT_MS); retry, nothing was half-written (after a \
+                 deadline a write may have committed whole: an Idempotency-Key makes a \
+                 dispatch's retry safe)",
                 &["unavailable"],
             ),
         );

@@ -12,6 +12,7 @@ use axum::Json;
 use serde_json::Value;
 use uuid::Uuid;
 
+use super::deadline::LongPoll;
 use super::error::{ApiError, ApiResult};
 use super::extract::{Body, ClientIp, PathId, RunnerCaller, RunnerToken};
 use super::secrets;
@@ -131,12 +132,15 @@ pub async fn heartbeat(
 pub async fn lease(
     State(st): State<Arc<AppState>>,
     token: RunnerToken,
+    poll: LongPoll,
     Body(req): Body<wire::Lease>,
 ) -> ApiResult<Json<wire::Leased>> {
     let wait_ms = validate::range("wait_ms", req.wait_ms, 0, 60_000, 30_000)?;
     let max_jobs = validate::range("max_jobs", req.max_jobs, 1, 100, 1)?;
     validate::opt_text("version", req.version.as_deref(), 64)?;
     let targets = validate::repo_targets(req.repo_targets.as_deref())?;
+    // Before any database work; held until this call answers or is dropped.
+    let _slot = st.polls.take(&token.hash)?;
     placement_check(&st, &token, req.version.as_deref(), &targets).await?;
     let advertised = Advertised {
         capabilities: req
@@ -150,6 +154,7 @@ pub async fn lease(
         version: req.version.clone(),
     };
     let wait = Duration::from_millis((wait_ms as u64).min(st.hub.config.max_wait_ms));
+    poll.allow(wait);
     match st
         .hub
         .lease(&token.hash, advertised, max_jobs, wait, &st.shutdown)

@@ -4,7 +4,9 @@
 //!
 //! Keys are coalesced: whatever queued up while the previous statement ran goes out in the next
 //! one, de-duplicated. A notification that cannot be sent is dropped and logged; correctness
-//! never depends on one arriving (waiters re-check on their own).
+//! never depends on one arriving (waiters re-check on their own). Connecting and each send
+//! have a deadline ([`crate::store::listener::PATIENCE`]): a connection that stops answering
+//! is dropped and replaced, so the notifier never wedges.
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -56,17 +58,21 @@ impl Notifier {
 }
 
 async fn connect(database_url: &str) -> Option<tokio_postgres::Client> {
-    let connected = async {
+    let connected = tokio::time::timeout(crate::store::listener::PATIENCE, async {
         let (client, connection) =
             crate::store::listener::connect_as(database_url, "leasehold-notify").await?;
         tokio::spawn(connection);
         client.batch_execute("SET synchronous_commit = off").await?;
         Ok::<_, tokio_postgres::Error>(client)
-    };
+    });
     match connected.await {
-        Ok(client) => Some(client),
-        Err(e) => {
+        Ok(Ok(client)) => Some(client),
+        Ok(Err(e)) => {
             tracing::warn!(error = %e, "the notifier could not connect; wake-ups to other replicas wait for it");
+            None
+        }
+        Err(_) => {
+            tracing::warn!("the notifier's connect did not finish in time; wake-ups to other replicas wait for it");
             None
         }
     }
@@ -110,13 +116,33 @@ async fn run(
                 }
                 continue;
             };
-            match c.execute(sql::NOTIFY, &[&payloads]).await {
-                Ok(_) => {
+            let sent_in_time = tokio::time::timeout(
+                crate::store::listener::PATIENCE,
+                c.execute(sql::NOTIFY, &[&payloads]),
+            )
+            .await;
+            match sent_in_time {
+                Err(_) => {
+                    tracing::warn!(attempt, keys = payloads.len(),
+                        "sending wake-ups to other replicas did not finish in time; their waiters re-check on their own");
+                    if let Some(stuck) = client.take() {
+                        let cancel = stuck.cancel_token();
+                        tokio::spawn(async move {
+                            let _ = tokio::time::timeout(
+                                crate::store::listener::PATIENCE,
+                                cancel.cancel_query(tokio_postgres::NoTls),
+                            )
+                            .await;
+                            drop(stuck);
+                        });
+                    }
+                }
+                Ok(Ok(_)) => {
                     sent.fetch_add(payloads.len() as u64, Ordering::Relaxed);
                     delivered = true;
                     break;
                 }
-                Err(e) => {
+                Ok(Err(e)) => {
                     tracing::warn!(error = %e, attempt, keys = payloads.len(),
                         "sending wake-ups to other replicas failed; their waiters re-check on their own");
                     client = None;

@@ -6,8 +6,13 @@
 //! batches in flight run, and the next batch takes them all (shared/PERF-FACTS.md 3: one
 //! statement for ten jobs costs a fraction of ten).
 //!
-//! Invariants: every call gets exactly one answer; a batch that fails is retried one call at a
-//! time, so one call's bad input never fails another's.
+//! Invariants: every call gets exactly one answer (a call whose caller gave up before its batch
+//! started is dropped unrun); a batch that fails is retried one call at a
+//! time, so one call's bad input never fails another's, except when the failure is the
+//! database's (unreachable, or past the store's operation deadline): then every call of the
+//! batch gets it at once, never after a retry of each. A batch never runs longer than the
+//! store's operation deadline (its statement is bounded), so a hung COMMIT holds its
+//! in-flight slot for at most that long and cannot wedge the combiner.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -83,6 +88,12 @@ async fn drive<I, O>(
                 Err(_) => break,
             }
         }
+        // A caller that gave up while its call queued (its deadline passed, its client left)
+        // is no longer there to be answered: its call is not run.
+        batch.retain(|(_, reply)| !reply.is_closed());
+        if batch.is_empty() {
+            continue;
+        }
         let run = run.clone();
         tokio::spawn(async move {
             let (items, replies): (Vec<I>, Vec<Reply<O>>) = batch.into_iter().unzip();
@@ -103,14 +114,28 @@ async fn drive<I, O>(
                 Err(e) if n == 1 => {
                     let _ = replies.into_iter().next().map(|r| r.send(Err(e)));
                 }
+                Err(e) if e.shared().is_some() => {
+                    for reply in replies {
+                        let _ = reply.send(Err(e
+                            .shared()
+                            .unwrap_or(StoreError::Unavailable("the database failed".into()))));
+                    }
+                }
                 Err(_) => {
-                    // Find whose input failed it: each alone.
+                    // Find whose input failed it: each alone, until the database itself fails.
+                    let mut shared: Option<StoreError> = None;
                     for (item, reply) in items.into_iter().zip(replies) {
-                        let out = run(vec![item]).await.and_then(|mut o| {
-                            o.pop().ok_or_else(|| {
-                                StoreError::Invalid("a batch of one answered nothing".into())
-                            })
-                        });
+                        let out = match shared.as_ref().and_then(StoreError::shared) {
+                            Some(e) => Err(e),
+                            None => run(vec![item]).await.and_then(|mut o| {
+                                o.pop().ok_or_else(|| {
+                                    StoreError::Invalid("a batch of one answered nothing".into())
+                                })
+                            }),
+                        };
+                        if let Err(e) = &out {
+                            shared = shared.or_else(|| e.shared());
+                        }
                         let _ = reply.send(out);
                     }
                 }

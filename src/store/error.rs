@@ -15,6 +15,11 @@ pub enum StoreError {
     /// The database cannot be reached or is shutting down; nothing was half-written.
     #[error("database unavailable: {0}")]
     Unavailable(String),
+    /// An operation did not finish within its deadline (a COMMIT waiting for a synchronous
+    /// standby that is gone, a lock held too long): it was cancelled, and a write it made may
+    /// have committed.
+    #[error("database deadline passed: {0}")]
+    TimedOut(String),
     /// The database returned something the schema rules out (a bug).
     #[error("invalid row: {0}")]
     Invalid(String),
@@ -30,9 +35,21 @@ pub enum StoreError {
 }
 
 impl StoreError {
-    /// Whether the database could not be reached (503) rather than failed (500).
+    /// Whether the database could not be reached or did not answer in time (503) rather than
+    /// failed (500).
     pub fn is_unavailable(&self) -> bool {
-        matches!(self, StoreError::Unavailable(_))
+        matches!(self, StoreError::Unavailable(_) | StoreError::TimedOut(_))
+    }
+
+    /// The same error for another caller of a shared statement (a coalesced batch), when it
+    /// is one every caller shares: unreachable or timed out. `None` for the others, which
+    /// belong to one input.
+    pub fn shared(&self) -> Option<StoreError> {
+        match self {
+            StoreError::Unavailable(m) => Some(StoreError::Unavailable(m.clone())),
+            StoreError::TimedOut(m) => Some(StoreError::TimedOut(m.clone())),
+            _ => None,
+        }
     }
 
     /// The error of running the statement `sql` (one of [`sql::ALL`]): keeps its SQLSTATE and

@@ -193,7 +193,7 @@ impl Store {
         } else {
             sql::JOBS_LIST
         };
-        traces::statement(|| sql::span_name(statement), async {
+        let list = async {
             let mut client = self.client().await?;
             let tx = client.transaction().await?;
             let stmt = tx.prepare_cached(statement).await.at(statement)?;
@@ -218,6 +218,7 @@ impl Store {
                     jobs.push(job);
                     if bytes >= budget && (jobs.len() as i64) < limit {
                         tx.commit().await?;
+                        client.release();
                         return Ok((jobs, true));
                     }
                 }
@@ -228,8 +229,13 @@ impl Store {
                 fetch = (((budget - bytes) / largest).max(1) as i64).min(left);
             }
             tx.commit().await?;
+            client.release();
             Ok((jobs, false))
-        })
+        };
+        traces::statement(
+            || sql::span_name(statement),
+            self.bounded(sql::name(statement), list),
+        )
         .await
     }
 

@@ -6,6 +6,15 @@
 //! COMMIT) are sent together on one connection, pipelined: one round trip. That needs the
 //! runner's fixed identity (id, workspace, owner) before the lock answers; a replica remembers
 //! it by token hash, and the first call of a runner it does not know yet takes two round trips.
+//!
+//! Concurrent lease transactions of one token on one replica take turns ([`LeaseTurns`])
+//! before they check out a connection: they would serialise on the runner row lock anyway, and
+//! waiting in memory instead leaves the pool's connections to other runners' and tenants'
+//! calls (one runner's burst of long-polls cannot hold the pool while its calls queue on its
+//! own row lock).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use tokio_postgres::types::ToSql;
 
@@ -47,6 +56,47 @@ pub enum Probe {
     Nothing,
     /// A lease transaction may find something (or must refresh what it records).
     Worth,
+}
+
+/// Whose lease transaction runs now, per token hash: one at a time per token on this replica.
+/// An entry lives only while a transaction of its token runs or waits.
+#[derive(Default)]
+pub struct LeaseTurns(Mutex<HashMap<Vec<u8>, Arc<tokio::sync::Mutex<()>>>>);
+
+/// A token's turn; dropping it lets the next transaction of that token run.
+struct Turn<'a> {
+    turns: &'a LeaseTurns,
+    token_hash: &'a [u8],
+    guard: Option<tokio::sync::OwnedMutexGuard<()>>,
+}
+
+impl LeaseTurns {
+    async fn turn<'a>(&'a self, token_hash: &'a [u8]) -> Turn<'a> {
+        let queue = {
+            // Handles only: nothing panics while the lock is held.
+            let mut map = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+            map.entry(token_hash.to_vec()).or_default().clone()
+        };
+        Turn {
+            turns: self,
+            token_hash,
+            guard: Some(queue.lock_owned().await),
+        }
+    }
+}
+
+impl Drop for Turn<'_> {
+    fn drop(&mut self) {
+        let mut map = self.turns.0.lock().unwrap_or_else(PoisonError::into_inner);
+        drop(self.guard.take());
+        // Only the map holds it: no transaction of this token runs or waits.
+        if map
+            .get(self.token_hash)
+            .is_some_and(|q| Arc::strong_count(q) == 1)
+        {
+            map.remove(self.token_hash);
+        }
+    }
 }
 
 impl Store {
@@ -93,6 +143,31 @@ impl Store {
         lease_ttl_ms: i64,
         want_more: bool,
     ) -> Result<LeaseOutcome> {
+        self.bounded("lease transaction", async {
+            let _turn = self.lease_turns.turn(token_hash).await;
+            self.lease_once(
+                token_hash,
+                advertised,
+                known,
+                max_jobs,
+                lease_ttl_ms,
+                want_more,
+            )
+            .await
+        })
+        .await
+    }
+
+    /// [`Self::lease`], unbounded.
+    async fn lease_once(
+        &self,
+        token_hash: &[u8],
+        advertised: &Advertised,
+        known: Option<&LeaseIdentity>,
+        max_jobs: i64,
+        lease_ttl_ms: i64,
+        want_more: bool,
+    ) -> Result<LeaseOutcome> {
         let client = self.client().await?;
         let lock = client
             .prepare_cached(sql::RUNNER_LOCK_FOR_LEASE)
@@ -131,6 +206,7 @@ impl Store {
                     client.query(&claim, &claim_params),
                     client.batch_execute("COMMIT"),
                 );
+                client.release();
                 begin?;
                 let locked = locked.map_err(lock_err)?;
                 let claimed = claimed.map_err(claim_err)?;
@@ -158,6 +234,8 @@ impl Store {
                 let tx = client.transaction().await?;
                 let Some(locked) = tx.query_opt(&lock, &lock_params).await.map_err(lock_err)?
                 else {
+                    tx.rollback().await?;
+                    client.release();
                     return Ok(LeaseOutcome::default());
                 };
                 let me = identity_of(&locked);
@@ -177,6 +255,7 @@ impl Store {
                     .await
                     .map_err(claim_err)?;
                 tx.commit().await?;
+                client.release();
                 (me, locked.get("version"), claimed)
             }
         };

@@ -3,6 +3,11 @@
 //! It forwards every notification on channel `leasehold`, reports when it is up or down, and
 //! reconnects with capped exponential backoff. Notifications sent while it was down are gone,
 //! so on every (re)connect the hub makes every waiter re-check.
+//!
+//! It cannot wedge: connecting and `LISTEN` each have a deadline, and while it is up a
+//! `SELECT 1` every [`PING_EVERY`] must answer within [`PATIENCE`], so a connection that went
+//! silent (a server that stopped answering, a network path that died without a reset) is
+//! reported down and replaced within seconds rather than looking up forever.
 
 use std::time::Duration;
 
@@ -24,6 +29,12 @@ pub enum ListenerEvent {
 
 pub const CHANNEL: &str = "leasehold";
 
+/// How long connecting, `LISTEN` and each liveness ping may take.
+pub const PATIENCE: Duration = Duration::from_secs(5);
+
+/// How often the LISTEN connection proves it still answers.
+pub const PING_EVERY: Duration = Duration::from_secs(10);
+
 /// Run until `cancel` fires.
 pub async fn run(
     database_url: String,
@@ -32,8 +43,12 @@ pub async fn run(
 ) {
     let mut backoff = Duration::from_millis(50);
     while !cancel.is_cancelled() {
-        match connect_as(&database_url, "leasehold-listen").await {
-            Ok((client, mut connection)) => {
+        let connected =
+            tokio::time::timeout(PATIENCE, connect_as(&database_url, "leasehold-listen")).await;
+        match connected {
+            Err(_) => tracing::warn!("LISTEN connect did not finish in time; retrying"),
+            Ok(Err(e)) => tracing::debug!(error = %e, "LISTEN connect failed"),
+            Ok(Ok((client, mut connection))) => {
                 let (tx, mut rx) = mpsc::unbounded_channel::<String>();
                 let driver = tokio::spawn(async move {
                     let mut messages =
@@ -53,13 +68,14 @@ pub async fn run(
                         }
                     }
                 });
-                if client
-                    .batch_execute(&format!("LISTEN {CHANNEL}"))
-                    .await
-                    .is_ok()
-                {
+                let listen = format!("LISTEN {CHANNEL}");
+                let listening = tokio::time::timeout(PATIENCE, client.batch_execute(&listen)).await;
+                if matches!(listening, Ok(Ok(()))) {
                     backoff = Duration::from_millis(50);
                     let _ = events.send(ListenerEvent::Up);
+                    let mut ping = tokio::time::interval(PING_EVERY);
+                    ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                    ping.tick().await;
                     loop {
                         tokio::select! {
                             _ = cancel.cancelled() => break,
@@ -67,6 +83,13 @@ pub async fn run(
                                 Some(p) => { let _ = events.send(ListenerEvent::Notification(p)); }
                                 None => break,
                             },
+                            _ = ping.tick() => {
+                                let answered = tokio::time::timeout(PATIENCE, client.simple_query("SELECT 1")).await;
+                                if !matches!(answered, Ok(Ok(_))) {
+                                    tracing::warn!("the LISTEN connection stopped answering; reconnecting");
+                                    break;
+                                }
+                            }
                         }
                     }
                     let _ = events.send(ListenerEvent::Down);
@@ -74,7 +97,6 @@ pub async fn run(
                 drop(client);
                 driver.abort();
             }
-            Err(e) => tracing::debug!(error = %e, "LISTEN connect failed"),
         }
         tokio::select! {
             _ = cancel.cancelled() => break,

@@ -8,13 +8,17 @@
 //!   revocation; [`lease`]: the lease transaction; [`jobs`]: parking, reading and the fenced
 //!   runner transitions; [`pool`]: pool counts, preflight and the wake-up safety net;
 //!   [`sweep`]: maintenance; [`rows`]: rows to records; [`combine`]: coalescing concurrent
-//!   calls into one statement.
+//!   calls into one statement; [`conn`]: a checked-out connection and the deadlines every
+//!   operation runs under.
 //!
 //! Invariants: every job transition is one fenced statement that also authenticates its caller
 //! (or, for the lease and revocation, one short transaction that locks the runner row first);
-//! deadlines use the database clock; values are always bound, never formatted into SQL.
+//! deadlines use the database clock; values are always bound, never formatted into SQL; every
+//! operation finishes within [`Deadlines::operation`], and a connection an operation left
+//! mid-statement never goes back to the pool.
 
 pub mod combine;
+pub mod conn;
 mod depth;
 pub mod error;
 pub mod jobs;
@@ -35,10 +39,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime, Timeouts};
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{NoTls, Row};
 
+pub use conn::{Conn, Deadlines};
 pub use depth::JobDepth;
 pub use error::{At, StoreError};
 pub use jobs::{FenceMiss, NewJob, Report};
@@ -66,6 +71,10 @@ pub struct Store {
     /// Dispatches and reports of concurrent callers, coalesced (started on first use).
     parker: Arc<OnceLock<combine::Combiner<NewJob, Option<Job>>>>,
     reporter: Arc<OnceLock<combine::Combiner<Report, Option<Job>>>>,
+    /// How long one operation and one checkout may take.
+    deadlines: Deadlines,
+    /// One lease transaction at a time per runner token (see [`lease`]).
+    lease_turns: Arc<lease::LeaseTurns>,
 }
 
 impl Store {
@@ -116,11 +125,7 @@ impl Store {
         let pool = Pool::builder(manager)
             .max_size(size.max(1))
             .runtime(Runtime::Tokio1)
-            .timeouts(Timeouts {
-                wait: Some(Duration::from_secs(5)),
-                create: Some(Duration::from_secs(3)),
-                recycle: Some(Duration::from_secs(3)),
-            })
+            .timeouts(Deadlines::default().pool_timeouts())
             .build()?;
         Ok(Self {
             pool,
@@ -129,7 +134,23 @@ impl Store {
             statements: Arc::new(AtomicU64::new(0)),
             parker: Arc::new(OnceLock::new()),
             reporter: Arc::new(OnceLock::new()),
+            deadlines: Deadlines::default(),
+            lease_turns: Arc::default(),
         })
+    }
+
+    /// The same store with other deadlines (`LEASEHOLD_REQUEST_TIMEOUT_MS` and
+    /// `LEASEHOLD_POOL_TIMEOUT_MS` for a replica). Call before first use: the combiners keep
+    /// the deadlines they started with.
+    #[must_use]
+    pub fn with_deadlines(mut self, deadlines: Deadlines) -> Self {
+        self.deadlines = deadlines;
+        self
+    }
+
+    /// The deadlines of this store's operations.
+    pub fn deadlines(&self) -> Deadlines {
+        self.deadlines
     }
 
     /// Statements sent so far.
@@ -146,8 +167,21 @@ impl Store {
         self.pool.status()
     }
 
-    async fn client(&self) -> Result<deadpool_postgres::Object> {
-        Ok(self.pool.get().await?)
+    /// Check out a connection within the checkout deadline. Give it back with
+    /// [`Conn::release`] once every statement sent on it has answered; dropped otherwise, it
+    /// is cancelled and discarded.
+    async fn client(&self) -> Result<Conn> {
+        let timeouts = self.deadlines.pool_timeouts();
+        Ok(Conn::new(self.pool.timeout_get(&timeouts).await?))
+    }
+
+    /// Run one operation under the operation deadline (see [`Deadlines::bound`]).
+    async fn bounded<T>(
+        &self,
+        what: &'static str,
+        op: impl std::future::Future<Output = Result<T>>,
+    ) -> Result<T> {
+        self.deadlines.bound(what, op).await
     }
 
     /// Run one statement of `sql/` and return its rows. Every statement outside a transaction
@@ -159,10 +193,15 @@ impl Store {
     /// [`Self::query`] without a span: for statements a combiner runs on behalf of several
     /// requests, whose callers each hold the span (see [`Self::park`]).
     async fn query_untraced(&self, sql: &'static str, params: &Params<'_>) -> Result<Vec<Row>> {
-        let client = self.client().await?;
-        let stmt = client.prepare_cached(sql).await.at(sql)?;
-        self.count(1);
-        client.query(&stmt, params).await.at(sql)
+        self.bounded(sql::name(sql), async {
+            let client = self.client().await?;
+            let stmt = client.prepare_cached(sql).await.at(sql)?;
+            self.count(1);
+            let rows = client.query(&stmt, params).await;
+            client.release();
+            rows.at(sql)
+        })
+        .await
     }
 
     async fn query_opt(&self, sql: &'static str, params: &Params<'_>) -> Result<Option<Row>> {
@@ -171,12 +210,17 @@ impl Store {
     }
 
     async fn execute(&self, sql: &'static str, params: &Params<'_>) -> Result<u64> {
-        traces::statement(|| sql::span_name(sql), async {
-            let client = self.client().await?;
-            let stmt = client.prepare_cached(sql).await.at(sql)?;
-            self.count(1);
-            client.execute(&stmt, params).await.at(sql)
-        })
+        traces::statement(
+            || sql::span_name(sql),
+            self.bounded(sql::name(sql), async {
+                let client = self.client().await?;
+                let stmt = client.prepare_cached(sql).await.at(sql)?;
+                self.count(1);
+                let n = client.execute(&stmt, params).await;
+                client.release();
+                n.at(sql)
+            }),
+        )
         .await
     }
 
@@ -196,26 +240,31 @@ impl Store {
         if let [one] = sets {
             return Ok(vec![self.query_untraced(sql, one.as_ref()).await?.pop()]);
         }
-        let client = self.client().await?;
-        let stmt = client.prepare_cached(sql).await.at(sql)?;
-        self.count(sets.len() as u64 + 2);
-        // Every message is queued on the connection before any answer is read (each future
-        // sends its message when first polled, and join polls them in order), so a caller that
-        // gives up half-way still leaves a whole transaction behind it, never an open one.
-        let (begin, rows, commit) = tokio::join!(
-            client.batch_execute("BEGIN"),
-            futures_util::future::join_all(
-                sets.iter().map(|p| client.query_opt(&stmt, p.as_ref()))
-            ),
-            client.batch_execute("COMMIT"),
-        );
-        begin.at(sql)?;
-        let rows = rows
-            .into_iter()
-            .collect::<std::result::Result<Vec<_>, _>>()
-            .at(sql)?;
-        commit.at(sql)?;
-        Ok(rows)
+        self.bounded(sql::name(sql), async {
+            let client = self.client().await?;
+            let stmt = client.prepare_cached(sql).await.at(sql)?;
+            self.count(sets.len() as u64 + 2);
+            // Every message is queued on the connection before any answer is read (each future
+            // sends its message when first polled, and join polls them in order), so a caller
+            // that gives up half-way still leaves a whole transaction behind it, never an open
+            // one (and the connection is discarded, its COMMIT cancelled: see [`Conn`]).
+            let (begin, rows, commit) = tokio::join!(
+                client.batch_execute("BEGIN"),
+                futures_util::future::join_all(
+                    sets.iter().map(|p| client.query_opt(&stmt, p.as_ref()))
+                ),
+                client.batch_execute("COMMIT"),
+            );
+            client.release();
+            begin.at(sql)?;
+            let rows = rows
+                .into_iter()
+                .collect::<std::result::Result<Vec<_>, _>>()
+                .at(sql)?;
+            commit.at(sql)?;
+            Ok(rows)
+        })
+        .await
     }
 
     /// The database answers.
@@ -241,6 +290,7 @@ impl Store {
                 .map_err(|e| format!("{e:?}"));
             out.push((*file, columns));
         }
+        client.release();
         Ok(out)
     }
 
@@ -274,6 +324,7 @@ impl Store {
             out.push(text.join("\n"));
         }
         tx.rollback().await?;
+        client.release();
         Ok(out)
     }
 }

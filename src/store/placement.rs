@@ -210,29 +210,33 @@ impl Store {
         batch: i64,
         unseen_ms: i64,
     ) -> Result<Vec<Moved>> {
-        let mut client = self.client().await?;
-        self.count(3);
-        let tx = client.transaction().await?;
-        let reap = tx.prepare_cached(statement).await.at(statement)?;
-        let ids: Vec<Uuid> = tx
-            .query(&reap, &[&batch, &unseen_ms])
-            .await
-            .at(statement)?
-            .iter()
-            .map(|r| r.get(0))
-            .collect();
-        let jobs = tx
-            .prepare_cached(sql::RUNNER_REVOKE_JOBS)
-            .await
-            .at(sql::RUNNER_REVOKE_JOBS)?;
-        let mut out = Vec::new();
-        for id in &ids {
-            self.count(1);
-            for row in tx.query(&jobs, &[id]).await.at(sql::RUNNER_REVOKE_JOBS)? {
-                out.push(rows::moved(&row)?);
+        self.bounded(sql::name(statement), async {
+            let mut client = self.client().await?;
+            self.count(3);
+            let tx = client.transaction().await?;
+            let reap = tx.prepare_cached(statement).await.at(statement)?;
+            let ids: Vec<Uuid> = tx
+                .query(&reap, &[&batch, &unseen_ms])
+                .await
+                .at(statement)?
+                .iter()
+                .map(|r| r.get(0))
+                .collect();
+            let jobs = tx
+                .prepare_cached(sql::RUNNER_REVOKE_JOBS)
+                .await
+                .at(sql::RUNNER_REVOKE_JOBS)?;
+            let mut out = Vec::new();
+            for id in &ids {
+                self.count(1);
+                for row in tx.query(&jobs, &[id]).await.at(sql::RUNNER_REVOKE_JOBS)? {
+                    out.push(rows::moved(&row)?);
+                }
             }
-        }
-        tx.commit().await?;
-        Ok(out)
+            tx.commit().await?;
+            client.release();
+            Ok(out)
+        })
+        .await
     }
 }

@@ -63,12 +63,16 @@ impl NewRunner {
 impl Store {
     /// Pair a runner: the runner and its advertised repository targets in one transaction.
     pub async fn insert_runner(&self, r: &NewRunner) -> Result<Runner> {
-        let mut client = self.client().await?;
-        self.count(4);
-        let tx = client.transaction().await?;
-        let runner = insert_with_targets(&tx, r, self.presence_window_ms).await?;
-        tx.commit().await?;
-        Ok(runner)
+        self.bounded("insert_runner", async {
+            let mut client = self.client().await?;
+            self.count(4);
+            let tx = client.transaction().await?;
+            let runner = insert_with_targets(&tx, r, self.presence_window_ms).await?;
+            tx.commit().await?;
+            client.release();
+            Ok(runner)
+        })
+        .await
     }
 
     /// Burn a join code and enrol its runner, with its advertised repository targets, in one
@@ -78,30 +82,36 @@ impl Store {
         code_hash: &[u8],
         make: impl FnOnce(&JoinGrant) -> NewRunner,
     ) -> Result<Option<Runner>> {
-        let mut client = self.client().await?;
-        self.count(5);
-        let tx = client.transaction().await?;
-        let burn = tx
-            .prepare_cached(sql::JOIN_CODE_BURN)
-            .await
-            .at(sql::JOIN_CODE_BURN)?;
-        let Some(row) = tx
-            .query_opt(&burn, &[&code_hash])
-            .await
-            .at(sql::JOIN_CODE_BURN)?
-        else {
-            return Ok(None);
-        };
-        let grant = JoinGrant {
-            workspace: row.get("workspace"),
-            owner: row.get("owner"),
-            approved_by: row.get("approved_by"),
-            ephemeral: row.get("ephemeral"),
-        };
-        let r = make(&grant);
-        let runner = insert_with_targets(&tx, &r, self.presence_window_ms).await?;
-        tx.commit().await?;
-        Ok(Some(runner))
+        self.bounded("enroll", async move {
+            let mut client = self.client().await?;
+            self.count(5);
+            let tx = client.transaction().await?;
+            let burn = tx
+                .prepare_cached(sql::JOIN_CODE_BURN)
+                .await
+                .at(sql::JOIN_CODE_BURN)?;
+            let Some(row) = tx
+                .query_opt(&burn, &[&code_hash])
+                .await
+                .at(sql::JOIN_CODE_BURN)?
+            else {
+                tx.rollback().await?;
+                client.release();
+                return Ok(None);
+            };
+            let grant = JoinGrant {
+                workspace: row.get("workspace"),
+                owner: row.get("owner"),
+                approved_by: row.get("approved_by"),
+                ephemeral: row.get("ephemeral"),
+            };
+            let r = make(&grant);
+            let runner = insert_with_targets(&tx, &r, self.presence_window_ms).await?;
+            tx.commit().await?;
+            client.release();
+            Ok(Some(runner))
+        })
+        .await
     }
 
     /// Authenticate a runner token.
@@ -202,34 +212,40 @@ impl Store {
         owner: &str,
         workspace: &str,
     ) -> Result<Option<Vec<Moved>>> {
-        let mut client = self.client().await?;
-        self.count(4);
-        let tx = client.transaction().await?;
-        let revoke = tx
-            .prepare_cached(sql::RUNNER_REVOKE)
-            .await
-            .at(sql::RUNNER_REVOKE)?;
-        if tx
-            .query_opt(&revoke, &[&id, &owner, &workspace])
-            .await
-            .at(sql::RUNNER_REVOKE)?
-            .is_none()
-        {
-            return Ok(None);
-        }
-        let jobs = tx
-            .prepare_cached(sql::RUNNER_REVOKE_JOBS)
-            .await
-            .at(sql::RUNNER_REVOKE_JOBS)?;
-        let moved = tx
-            .query(&jobs, &[&id])
-            .await
-            .at(sql::RUNNER_REVOKE_JOBS)?
-            .iter()
-            .map(rows::moved)
-            .collect::<Result<_>>()?;
-        tx.commit().await?;
-        Ok(Some(moved))
+        self.bounded("revoke_runner", async {
+            let mut client = self.client().await?;
+            self.count(4);
+            let tx = client.transaction().await?;
+            let revoke = tx
+                .prepare_cached(sql::RUNNER_REVOKE)
+                .await
+                .at(sql::RUNNER_REVOKE)?;
+            if tx
+                .query_opt(&revoke, &[&id, &owner, &workspace])
+                .await
+                .at(sql::RUNNER_REVOKE)?
+                .is_none()
+            {
+                tx.rollback().await?;
+                client.release();
+                return Ok(None);
+            }
+            let jobs = tx
+                .prepare_cached(sql::RUNNER_REVOKE_JOBS)
+                .await
+                .at(sql::RUNNER_REVOKE_JOBS)?;
+            let moved = tx
+                .query(&jobs, &[&id])
+                .await
+                .at(sql::RUNNER_REVOKE_JOBS)?
+                .iter()
+                .map(rows::moved)
+                .collect::<Result<_>>()?;
+            tx.commit().await?;
+            client.release();
+            Ok(Some(moved))
+        })
+        .await
     }
 }
 

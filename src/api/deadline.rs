@@ -1,0 +1,78 @@
+//! The deadline of every call: `LEASEHOLD_REQUEST_TIMEOUT_MS` from when the request arrived,
+//! plus, for a long-poll, the wait it asked for (which its handler declares through
+//! [`LongPoll::allow`] once the wait is validated).
+//!
+//! Invariant: no call answers later than its deadline. Past it the handler's future is dropped
+//! and the call answers 503 `unavailable` with `Retry-After`; a database connection the handler
+//! was using is then cancelled and discarded by the store ([`crate::store::Conn`]), never
+//! handed to the next caller. A write that was waiting to commit may have committed: the answer
+//! says so, and an idempotency key makes the retry safe (docs/contract-notes.md, "Deadlines").
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{FromRequestParts, Request, State};
+use axum::http::request::Parts;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use tokio::time::Instant;
+
+use super::error::ApiError;
+use super::AppState;
+
+/// A call's handle on its own deadline: how much long-poll wait it may add.
+#[derive(Clone, Default)]
+pub struct LongPoll(Arc<AtomicU64>);
+
+impl LongPoll {
+    /// This call waits up to `wait` on top of the request deadline.
+    pub fn allow(&self, wait: Duration) {
+        let ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX);
+        self.0.fetch_max(ms, Ordering::Relaxed);
+    }
+
+    fn extra(&self) -> Duration {
+        Duration::from_millis(self.0.load(Ordering::Relaxed))
+    }
+}
+
+/// Never fails: a call outside [`bound`] gets a handle that changes nothing.
+impl<S: Send + Sync> FromRequestParts<S> for LongPoll {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        Ok(parts
+            .extensions
+            .get::<LongPoll>()
+            .cloned()
+            .unwrap_or_default())
+    }
+}
+
+/// The layer: run the call, or answer 503 once its deadline has passed.
+pub async fn bound(State(st): State<Arc<AppState>>, mut request: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let budget = st.hub.config.request_timeout();
+    let poll = LongPoll::default();
+    request.extensions_mut().insert(poll.clone());
+    let call = next.run(request);
+    tokio::pin!(call);
+    loop {
+        let deadline = started + budget + poll.extra();
+        tokio::select! {
+            response = &mut call => return response,
+            () = tokio::time::sleep_until(deadline) => {
+                // The handler may have declared its wait since the sleep began.
+                if Instant::now() >= started + budget + poll.extra() {
+                    break;
+                }
+            }
+        }
+    }
+    tracing::warn!(
+        budget_ms = budget.as_millis() as u64,
+        "a call passed its deadline; answered 503 and its database work was cancelled"
+    );
+    ApiError::TimedOut.into_response()
+}
