@@ -102,6 +102,31 @@ pub struct Config {
     /// How often each replica counts parked and leased jobs for `/metrics` (one query).
     #[arg(long, env = "LEASEHOLD_METRICS_INTERVAL_MS", default_value_t = 15_000)]
     pub metrics_interval_ms: u64,
+    /// Serve HTTPS with this PEM certificate chain (with --tls-key); re-read on SIGHUP.
+    #[arg(
+        long,
+        env = "LEASEHOLD_TLS_CERT",
+        requires = "tls_key",
+        value_name = "PEM"
+    )]
+    pub tls_cert: Option<std::path::PathBuf>,
+    /// The PEM private key of --tls-cert; re-read with it on SIGHUP.
+    #[arg(
+        long,
+        env = "LEASEHOLD_TLS_KEY",
+        requires = "tls_cert",
+        value_name = "PEM"
+    )]
+    pub tls_key: Option<std::path::PathBuf>,
+    /// The URLs runners reach this service at, comma-separated: join codes then come with a
+    /// pasted `leasehold runner connect` payload.
+    #[arg(
+        long,
+        env = "LEASEHOLD_PUBLIC_URL",
+        value_delimiter = ',',
+        value_name = "URL"
+    )]
+    pub public_url: Vec<String>,
 }
 
 fn parse_min_version(s: &str) -> Result<Version, String> {
@@ -133,6 +158,9 @@ impl Config {
             trusted_proxies: TrustedProxies::default(),
             proxy_protocol: false,
             metrics_interval_ms: 15_000,
+            tls_cert: None,
+            tls_key: None,
+            public_url: Vec::new(),
         }
     }
 

@@ -51,6 +51,9 @@ pub struct AppState {
     /// Versions this replica recorded for runner tokens, so a lease call repeating its version
     /// costs no statement.
     pub versions: RecordedVersions,
+    /// The certificate this replica serves HTTPS with, when it does (its pin goes into join
+    /// codes' connect payloads).
+    pub certificates: Option<Arc<crate::tls::certificates::Certificates>>,
 }
 
 /// The version last recorded through this replica per runner token hash. Only ever a shortcut:
@@ -90,6 +93,7 @@ impl AppState {
             limiter: RateLimiter::keyed(quota),
             sealer: config.sealer(),
             versions: RecordedVersions::default(),
+            certificates: None,
             hub,
             shutdown,
         }

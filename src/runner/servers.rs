@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::client::{backoff, Client, ClientError};
+use crate::client::{backoff, Client, ClientError, Trust};
 
 /// The runner's view of the service: several replicas, one preferred at a time.
 pub struct Servers {
@@ -24,19 +24,22 @@ pub struct Servers {
 }
 
 impl Servers {
-    /// Clients for `urls`, all holding `token`.
+    /// Clients for `urls`, all holding `token` and checking certificates with `trust`.
+    ///
+    /// # Errors
+    /// The trust names a CA file that cannot be read.
     ///
     /// # Panics
     /// When `urls` is empty.
-    pub fn new(urls: &[String], token: Option<&str>) -> Self {
+    pub fn new(urls: &[String], token: Option<&str>, trust: &Trust) -> anyhow::Result<Self> {
         assert!(!urls.is_empty(), "at least one server");
-        Self {
+        Ok(Self {
             clients: urls
                 .iter()
-                .map(|u| Client::new(u.clone(), token.map(str::to_owned)))
-                .collect(),
+                .map(|u| Client::with_trust(u.clone(), token.map(str::to_owned), trust))
+                .collect::<anyhow::Result<_>>()?,
             current: AtomicUsize::new(0),
-        }
+        })
     }
 
     /// The server calls go to now.
