@@ -25,5 +25,6 @@ mod schema;
 mod secrets;
 mod sources;
 mod tenancy;
+mod tls;
 mod traces;
 mod trust;
