@@ -539,3 +539,150 @@ async fn sighup_reloads_the_certificate_and_open_connections_go_on() {
     assert_eq!(get_on(&mut before, "/healthz").await, 200);
     serve.terminate(LONG).await.unwrap();
 }
+
+/// The shipped `deploy/haproxy-tls.cfg` with its `bind` on `port` and `pem`, its first server at
+/// `replica` (the others dropped) and a `maxconn` this machine's file limit allows.
+fn haproxy_tls_config(port: u16, pem: &Path, replica: &str) -> String {
+    let shipped = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/haproxy-tls.cfg"),
+    )
+    .unwrap();
+    let mut out = String::new();
+    for line in shipped.lines() {
+        let trimmed = line.trim_start();
+        if trimmed.starts_with("maxconn ") {
+            out.push_str("    maxconn 1000\n");
+        } else if trimmed.starts_with("bind ") {
+            let shipped_crt = "/etc/haproxy/certs/leasehold.pem";
+            assert!(
+                line.contains("*:8443") && line.contains(shipped_crt),
+                "{line}"
+            );
+            out.push_str(
+                &line
+                    .replace("*:8443", &format!("127.0.0.1:{port}"))
+                    .replace(shipped_crt, pem.to_str().unwrap()),
+            );
+            out.push('\n');
+        } else if trimmed.starts_with("server replica1 ") {
+            out.push_str(&line.replace("leasehold-1:8080", replica));
+            out.push('\n');
+        } else if !trimmed.starts_with("server replica") {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// HAProxy terminating TLS with the shipped `deploy/haproxy-tls.cfg` in front of a plain-HTTP
+/// replica reading its PROXY header: the CLI and a runner reach the service over HTTPS through
+/// it, trusting the balancer's private CA.
+#[tokio::test]
+async fn haproxy_terminating_tls_serves_the_cli_and_a_runner() {
+    let Some(haproxy) = ["/usr/sbin/haproxy", "/usr/local/sbin/haproxy"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+    else {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "haproxy is not installed (apt-get install haproxy; .ci/run does)"
+        );
+        eprintln!("SKIPPED: haproxy is not installed (apt-get install haproxy; .ci/run does)");
+        return;
+    };
+    let dir = TempDir::new("haproxy-tls");
+    let ca = Ca::new(dir.path(), "ca");
+    let leaf = ca.issue("balancer");
+    let pem = dir.join("leasehold.pem");
+    std::fs::write(
+        &pem,
+        std::fs::read_to_string(&leaf.cert).unwrap() + &std::fs::read_to_string(&leaf.key).unwrap(),
+    )
+    .unwrap();
+    let db = fresh_database().await;
+    let port = free_port();
+    let lb = format!("https://127.0.0.1:{port}");
+    let replica = crate::support::serve_process(
+        &db,
+        &[
+            ("LEASEHOLD_PROXY_PROTOCOL", "true"),
+            ("LEASEHOLD_TRUSTED_PROXIES", "127.0.0.1"),
+            ("LEASEHOLD_PUBLIC_URL", &lb),
+        ],
+    )
+    .await;
+    let config = dir.join("haproxy.cfg");
+    std::fs::write(
+        &config,
+        haproxy_tls_config(port, &pem, replica.url.trim_start_matches("http://")),
+    )
+    .unwrap();
+    let mut haproxy = tokio::process::Command::new(haproxy)
+        .arg("-db")
+        .arg("-f")
+        .arg(&config)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start haproxy");
+    let key = key_in(&db, "acme", "alice", false).await;
+    let alice = operator(&lb, &key, &ca.cert);
+    let deadline = tokio::time::Instant::now() + LONG;
+    while alice.pool().await.is_err() {
+        if let Some(status) = haproxy.try_wait().unwrap() {
+            panic!("haproxy exited: {status}");
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the balancer answers over HTTPS"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // The payload names the balancer and carries no pin (the replica holds no certificate).
+    let code = mint(&alice).await;
+    let payload = Connect::decode(code.connect.as_deref().unwrap()).unwrap();
+    assert_eq!(payload.servers, vec![lb.clone()]);
+    assert_eq!(payload.pin, None);
+    let runner_config = dir.join("runner.json");
+    let ca_path = ca.cert.to_str().unwrap();
+    let out = cli(
+        "unused",
+        "unused",
+        &[
+            "runner",
+            "connect",
+            code.connect.as_deref().unwrap(),
+            "--config",
+            runner_config.to_str().unwrap(),
+            "--ca-cert",
+            ca_path,
+        ],
+        LONG,
+    )
+    .await;
+    assert_eq!(out.code, Some(0), "{out:?}");
+    let mut r = runner(&runner_config, &dir.join("work"), &[], &[]);
+    let out = cli(
+        &lb,
+        &key,
+        &[
+            "job",
+            "submit",
+            "--wait",
+            "--ca-cert",
+            ca_path,
+            "--",
+            "echo",
+            "through-haproxy",
+        ],
+        LONG,
+    )
+    .await;
+    assert_eq!(out.code, Some(0), "{out:?}\nrunner log:\n{}", r.log());
+    assert_eq!(out.stdout, "through-haproxy\n");
+    r.signal(Signal::SIGTERM);
+    r.exit(LONG).await;
+}
