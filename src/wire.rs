@@ -382,8 +382,8 @@ pub struct JoinCode {
     pub code: String,
     pub expires_at: DateTime<Utc>,
     /// The code with the server's URLs (and, for a self-signed server, its key pin) in one
-    /// string for `leasehold runner connect` ([`connect::Connect`]); `null` when the server
-    /// has no `LEASEHOLD_PUBLIC_URL`. A leasehold extension; v1 clients ignore it.
+    /// `lh1.` string for `leasehold runner connect`; `null` when the server has no
+    /// `LEASEHOLD_PUBLIC_URL`. A leasehold extension; v1 clients ignore it.
     #[serde(default)]
     pub connect: Option<String>,
 }
