@@ -66,6 +66,13 @@ pub async fn start(config: Config, listener: TcpListener) -> anyhow::Result<Repl
         "LEASEHOLD_PROXY_PROTOCOL is on but LEASEHOLD_TRUSTED_PROXIES is empty: \
          name the load balancers' addresses that send the PROXY header"
     );
+    let mut config = config;
+    config.public_url = config
+        .public_url
+        .iter()
+        .map(|u| u.trim().to_owned())
+        .filter(|u| !u.is_empty())
+        .collect();
     if let Some(bad) = config
         .public_url
         .iter()

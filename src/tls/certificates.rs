@@ -121,3 +121,43 @@ impl ResolvesServerCert for Certificates {
         Some(self.current.read().expect("certificate lock").key.clone())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write_self_signed(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
+        let made = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
+        let (cert, key) = (
+            dir.join(format!("{name}.crt")),
+            dir.join(format!("{name}.key")),
+        );
+        std::fs::write(&cert, made.cert.pem()).unwrap();
+        std::fs::write(&key, made.signing_key.serialize_pem()).unwrap();
+        (cert, key)
+    }
+
+    #[test]
+    fn a_reload_takes_a_good_pair_and_keeps_the_old_one_otherwise() {
+        let dir = std::env::temp_dir().join(format!("lh-certs-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (cert, key) = write_self_signed(&dir, "live");
+        let (other_cert, other_key) = write_self_signed(&dir, "other");
+        let certs = Certificates::load(&cert, &key).unwrap();
+        let first = certs.self_signed_pin().expect("self-signed: pinned");
+
+        // Another certificate with the old key: not a pair, refused.
+        std::fs::copy(&other_cert, &cert).unwrap();
+        assert!(!certs.reload());
+        assert_eq!(certs.self_signed_pin(), Some(first));
+        std::fs::write(&key, "garbage").unwrap();
+        assert!(!certs.reload());
+        assert_eq!(certs.self_signed_pin(), Some(first));
+
+        std::fs::copy(&other_key, &key).unwrap();
+        assert!(certs.reload());
+        assert_ne!(certs.self_signed_pin(), Some(first));
+        assert!(Certificates::load(&cert, &dir.join("missing.key")).is_err());
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+}
