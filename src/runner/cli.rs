@@ -188,6 +188,15 @@ fn what_to_join(
     } else {
         servers
     };
+    if let Some(plain) = servers
+        .iter()
+        .find(|u| pin.is_some() && u.starts_with("http://"))
+    {
+        anyhow::bail!(
+            "the connect payload pins the server's key, but {plain} is plain HTTP, where no key \
+             is checked: use its https:// URL"
+        );
+    }
     Ok((payload.code, servers, Trust { ca_cert, pin }))
 }
 
