@@ -317,3 +317,59 @@ pub async fn run(command: RunnerCommand) -> anyhow::Result<i32> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn payload(servers: &[&str], pin: Option<&str>) -> String {
+        Connect {
+            code: "jc_x".into(),
+            servers: servers.iter().map(|s| (*s).to_owned()).collect(),
+            pin: pin.map(str::to_owned),
+        }
+        .encode()
+    }
+
+    const PIN: &str = "sha256//AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=";
+
+    #[test]
+    fn a_payload_needs_no_flag_and_a_bare_code_needs_a_server() {
+        let (code, servers, trust) =
+            what_to_join(payload(&["https://a"], Some(PIN)), vec![], None).unwrap();
+        assert_eq!(code, "jc_x");
+        assert_eq!(servers, vec!["https://a"]);
+        assert_eq!(trust.pin, Some(PIN.parse().unwrap()));
+
+        let (_, servers, _) = what_to_join(
+            payload(&["https://a"], Some(PIN)),
+            vec!["https://b".into()],
+            None,
+        )
+        .unwrap();
+        assert_eq!(
+            servers,
+            vec!["https://b"],
+            "--server replaces the payload's"
+        );
+
+        let err = what_to_join("jc_x".into(), vec![], None).unwrap_err();
+        assert!(err.to_string().contains("--server"), "{err}");
+        let (_, _, trust) = what_to_join("jc_x".into(), vec!["http://a".into()], None).unwrap();
+        assert_eq!(trust, Trust::default());
+    }
+
+    #[test]
+    fn a_pin_is_never_paired_with_plain_http() {
+        for (servers, flag) in [
+            (vec!["http://a"], vec![]),
+            (vec!["https://a"], vec!["http://a".to_owned()]),
+        ] {
+            let err = what_to_join(payload(&servers, Some(PIN)), flag, None).unwrap_err();
+            assert!(err.to_string().contains("plain HTTP"), "{err}");
+        }
+        assert!(what_to_join(payload(&["http://a"], None), vec![], None).is_ok());
+        let err = what_to_join(payload(&["https://a"], Some("sha1//x")), vec![], None).unwrap_err();
+        assert!(err.to_string().contains("pin"), "{err}");
+    }
+}
