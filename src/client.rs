@@ -1,5 +1,9 @@
 //! A typed HTTP client over [`crate::wire`]: the runner, the CLI, the benchmark and the tests
 //! all speak the contract through it. It imports nothing of the server.
+//!
+//! HTTPS goes through rustls with the [`Trust`] it is built with (system roots, `--ca-cert`, or
+//! a pinned key); a refused certificate is a [`ClientError::Tls`] that says why in words, and
+//! is final (no retry or failover changes it).
 
 use std::time::Duration;
 
@@ -8,6 +12,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use uuid::Uuid;
 
+pub use crate::tls::{Pin, Trust};
 use crate::wire::{self, ErrorBody};
 
 /// A failed call: the contract's error, or no answer at all.
@@ -23,6 +28,9 @@ pub enum ClientError {
     },
     #[error("transport: {0}")]
     Transport(#[from] reqwest::Error),
+    /// The server's certificate was refused, or the TLS handshake failed: the message says why.
+    #[error("{0}")]
+    Tls(String),
 }
 
 impl ClientError {
@@ -30,22 +38,24 @@ impl ClientError {
     pub fn code(&self) -> Option<&str> {
         match self {
             ClientError::Api { code, .. } => Some(code),
-            ClientError::Transport(_) => None,
+            ClientError::Transport(_) | ClientError::Tls(_) => None,
         }
     }
 
     pub fn status(&self) -> Option<StatusCode> {
         match self {
             ClientError::Api { status, .. } => Some(*status),
-            ClientError::Transport(_) => None,
+            ClientError::Transport(_) | ClientError::Tls(_) => None,
         }
     }
 
     /// Whether the call is worth repeating (here or at another replica): no answer at all,
-    /// or an answer that asks to try again (502, 503, 504). Any other answer is final.
+    /// or an answer that asks to try again (502, 503, 504). Any other answer is final, and so
+    /// is a refused certificate.
     pub fn is_transient(&self) -> bool {
         match self {
             ClientError::Transport(_) => true,
+            ClientError::Tls(_) => false,
             ClientError::Api { status, .. } => matches!(status.as_u16(), 502..=504),
         }
     }
@@ -78,9 +88,25 @@ pub struct Client {
 }
 
 impl Client {
-    /// A client for `base` (e.g. `http://127.0.0.1:8080`) calling with `token`.
+    /// A client for `base` (e.g. `http://127.0.0.1:8080`) calling with `token`, trusting the
+    /// system's CAs.
     pub fn new(base: impl Into<String>, token: Option<String>) -> Self {
+        Self::with_trust(base, token, &Trust::default()).expect("the default trust needs no file")
+    }
+
+    /// A client for `base` calling with `token`, trusting `trust`.
+    ///
+    /// # Errors
+    /// The trust names a CA file that cannot be read.
+    pub fn with_trust(
+        base: impl Into<String>,
+        token: Option<String>,
+        trust: &Trust,
+    ) -> anyhow::Result<Self> {
+        let base = base.into().trim_end_matches('/').to_owned();
+        let https = !base.starts_with("http://");
         let http = reqwest::Client::builder()
+            .use_preconfigured_tls(trust.client_config(https)?)
             .pool_idle_timeout(Duration::from_secs(30))
             .tcp_nodelay(true)
             // Every call says which leasehold sent it (runners: their version).
@@ -88,11 +114,7 @@ impl Client {
             .connect_timeout(Duration::from_secs(5))
             .build()
             .expect("reqwest client");
-        Self {
-            http,
-            base: base.into().trim_end_matches('/').to_owned(),
-            token,
-        }
+        Ok(Self { http, base, token })
     }
 
     /// The same server with another credential, sharing connections.
@@ -137,7 +159,13 @@ impl Client {
         if let Some(b) = body {
             req = req.json(b);
         }
-        let resp = req.send().await?;
+        let resp = req
+            .send()
+            .await
+            .map_err(|e| match crate::tls::explain(&e) {
+                Some(why) => ClientError::Tls(format!("{}: {why}", self.base)),
+                None => ClientError::Transport(e),
+            })?;
         let status = resp.status();
         let bytes = resp.bytes().await?;
         if !status.is_success() {

@@ -114,6 +114,31 @@ pub struct Config {
     /// call answers 429 `rate_limited` with `Retry-After`, before any database work.
     #[arg(long, env = "LEASEHOLD_MAX_POLLS_PER_RUNNER", default_value_t = 16)]
     pub max_polls_per_runner: usize,
+    /// Serve HTTPS with this PEM certificate chain (with --tls-key); re-read on SIGHUP.
+    #[arg(
+        long,
+        env = "LEASEHOLD_TLS_CERT",
+        requires = "tls_key",
+        value_name = "PEM"
+    )]
+    pub tls_cert: Option<std::path::PathBuf>,
+    /// The PEM private key of --tls-cert; re-read with it on SIGHUP.
+    #[arg(
+        long,
+        env = "LEASEHOLD_TLS_KEY",
+        requires = "tls_cert",
+        value_name = "PEM"
+    )]
+    pub tls_key: Option<std::path::PathBuf>,
+    /// The URLs runners reach this service at, comma-separated: join codes then come with a
+    /// pasted `leasehold runner connect` payload.
+    #[arg(
+        long,
+        env = "LEASEHOLD_PUBLIC_URL",
+        value_delimiter = ',',
+        value_name = "URL"
+    )]
+    pub public_url: Vec<String>,
 }
 
 fn parse_min_version(s: &str) -> Result<Version, String> {
@@ -148,6 +173,9 @@ impl Config {
             request_timeout_ms: 30_000,
             pool_timeout_ms: 5_000,
             max_polls_per_runner: 16,
+            tls_cert: None,
+            tls_key: None,
+            public_url: Vec::new(),
         }
     }
 

@@ -1,8 +1,13 @@
 //! `leasehold dev`: everything on one machine: a private PostgreSQL in a local directory (kept
 //! across runs), one replica, a local runner in this process and a printed admin key.
 //!
-//! Invariant: what must stay secret stays in files only its user can read (the secrets key and
-//! the dev runner's credentials, mode 0600); a key file readable by others is refused.
+//! With `--tls` it serves HTTPS with a self-signed certificate kept beside the data directory
+//! (`dev-tls.crt`, `dev-tls.key`, made on first use and reused, so its pin stays the same) and
+//! prints how to trust it.
+//!
+//! Invariant: what must stay secret stays in files only its user can read (the secrets key, the
+//! TLS key and the dev runner's credentials, mode 0600); a key file readable by others is
+//! refused.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -11,7 +16,7 @@ use anyhow::Context;
 use clap::Args;
 
 use crate::admin::create_key;
-use crate::client::Client;
+use crate::client::{Client, Trust};
 use crate::config::Config;
 use crate::domain::sealing::SealKey;
 use crate::embedded_pg::EmbeddedPg;
@@ -34,6 +39,10 @@ pub struct DevArgs {
     /// Do not start the local runner.
     #[arg(long)]
     pub no_runner: bool,
+    /// Serve HTTPS with a self-signed certificate (made once, kept beside the data directory)
+    /// and print how to trust it.
+    #[arg(long)]
+    pub tls: bool,
 }
 
 /// Run until SIGTERM or Ctrl-C; the local runner gives its jobs back, then the replica stops.
@@ -46,6 +55,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         listen,
         workspace,
         no_runner,
+        tls,
     } = args;
     let state_dir = data_dir
         .parent()
@@ -58,13 +68,30 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     let mut config = Config::new(&url);
     config.listen = listen;
     config.secrets_key = Some(dev_secrets_key(&state_dir.join("secrets.key"))?);
+    let tls_files = if tls {
+        Some(dev_certificate(&state_dir)?)
+    } else {
+        None
+    };
+    if let Some((cert, key)) = &tls_files {
+        config.tls_cert = Some(cert.clone());
+        config.tls_key = Some(key.clone());
+    }
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .with_context(|| format!("binding {listen}"))?;
+    let scheme = if tls { "https" } else { "http" };
+    let base = format!("{scheme}://{}", listener.local_addr()?);
+    // Join codes come with a pasted connect payload for this address.
+    config.public_url = vec![base.clone()];
     let replica = server::start(config, listener).await?;
     let key = create_key(&url, &workspace, "admin", true).await?;
-    let base = format!("http://{}", replica.addr);
-    let admin = Client::new(&base, Some(key.clone()));
+    let pin = replica
+        .certificates
+        .as_ref()
+        .and_then(|c| c.self_signed_pin());
+    let trust = Trust { ca_cert: None, pin };
+    let admin = Client::with_trust(&base, Some(key.clone()), &trust)?;
 
     // A local runner in this process, owned by the admin key's subject, so personal-pool jobs
     // run on this machine; and a spare join code to enrol another one.
@@ -72,7 +99,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     let local_runner = if no_runner {
         None
     } else {
-        let config = dev_runner(&admin, &base, &runner_config).await?;
+        let config = dev_runner(&admin, &base, &trust, &runner_config).await?;
         let id = config.runner_id;
         let mut opts = runner::Options::new(config, work_dir);
         opts.capacity = Some(2);
@@ -100,6 +127,18 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     println!();
     println!("  export LEASEHOLD_SERVER={base}");
     println!("  export LEASEHOLD_API_KEY={key}");
+    if let Some((cert, _)) = &tls_files {
+        let cert = std::fs::canonicalize(cert).unwrap_or_else(|_| cert.clone());
+        println!("  export LEASEHOLD_CA_CERT={}", cert.display());
+        println!();
+        println!("HTTPS with a self-signed certificate; trust it with --ca-cert (or LEASEHOLD_CA_CERT above):");
+        println!("  certificate: {}", cert.display());
+        if let Some(pin) = pin {
+            println!("  key pin:     {pin}");
+            println!("  curl --cacert {} {base}/healthz", cert.display());
+            println!("  curl -k --pinnedpubkey '{pin}' {base}/healthz");
+        }
+    }
     println!();
     if let Some((id, _)) = &local_runner {
         println!("A local runner ({id}) takes jobs from your personal pool:");
@@ -116,7 +155,10 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     println!("  printf %s \"$TOKEN\" | leasehold secrets set TOKEN");
     println!();
     println!("Enrol another runner (code valid 10 minutes, once):");
-    println!("  leasehold runner connect {} --server {base}", spare.code);
+    match &spare.connect {
+        Some(payload) => println!("  leasehold runner connect {payload}"),
+        None => println!("  leasehold runner connect {} --server {base}", spare.code),
+    }
     println!("Admin key for workspace '{workspace}' (shown once):");
     println!("{key}");
 
@@ -168,17 +210,56 @@ fn dev_secrets_key(path: &std::path::Path) -> anyhow::Result<SealKey> {
     Ok(key)
 }
 
+/// The dev server's self-signed certificate and key (`dev-tls.crt`, `dev-tls.key`, mode 0600)
+/// in `dir`: made on first use for `localhost`, `127.0.0.1` and `::1`, reused after.
+fn dev_certificate(dir: &std::path::Path) -> anyhow::Result<(PathBuf, PathBuf)> {
+    use std::io::Write;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let cert = dir.join("dev-tls.crt");
+    let key = dir.join("dev-tls.key");
+    if let Ok(meta) = std::fs::metadata(&key) {
+        anyhow::ensure!(
+            meta.permissions().mode() & 0o077 == 0,
+            "{} is readable by others; it holds the TLS key (chmod 600 it)",
+            key.display()
+        );
+        if cert.exists() {
+            return Ok((cert, key));
+        }
+    }
+    let made = rcgen::generate_simple_self_signed(vec![
+        "localhost".to_owned(),
+        "127.0.0.1".to_owned(),
+        "::1".to_owned(),
+    ])
+    .context("making a self-signed certificate")?;
+    std::fs::create_dir_all(dir)?;
+    let _ = std::fs::remove_file(&key);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&key)
+        .with_context(|| format!("creating {}", key.display()))?;
+    f.write_all(made.signing_key.serialize_pem().as_bytes())?;
+    std::fs::write(&cert, made.cert.pem())
+        .with_context(|| format!("writing {}", cert.display()))?;
+    Ok((cert, key))
+}
+
 /// The dev runner: the one enrolled by an earlier `leasehold dev` (kept in `path`, mode 0600)
 /// while its token still works, else a new one enrolled with a personal join code minted with
 /// the admin key.
 async fn dev_runner(
     admin: &Client,
     base: &str,
+    trust: &Trust,
     path: &std::path::Path,
 ) -> anyhow::Result<runner::RunnerConfig> {
     if let Ok(mut config) = runner::RunnerConfig::load(path) {
         config.servers = vec![base.to_owned()];
-        let probe = Client::new(base, Some(config.token.clone()));
+        config.trust = trust.clone();
+        let probe = Client::with_trust(base, Some(config.token.clone()), trust)?;
         if probe
             .runner_heartbeat(&wire::RunnerHeartbeat::default())
             .await
@@ -201,6 +282,7 @@ async fn dev_runner(
         .map_or_else(|| "dev-runner".to_owned(), |h| format!("{h} (dev)"));
     let config = runner::enroll(
         &[base.to_owned()],
+        trust,
         &wire::Enroll {
             code: code.code,
             label,

@@ -24,7 +24,7 @@ pub const START_WITHIN: Duration = Duration::from_secs(60);
 /// A running `leasehold serve` child and the URL it listens on.
 pub struct ServeProcess {
     pub child: Child,
-    /// `http://127.0.0.1:PORT`.
+    /// `http://127.0.0.1:PORT`, or `https://...` when it serves TLS.
     pub url: String,
 }
 

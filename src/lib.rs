@@ -17,6 +17,7 @@
 //! - [`api`]: the axum router, authentication, the error type and its JSON mapping.
 //! - [`server`]: wires store, hub and api into one replica with an ordered shutdown.
 //! - [`client`]: a typed HTTP client over [`wire`] (runner, CLI, bench and tests use it).
+//! - [`tls`]: what both ends of HTTPS share: PEM files, key pins, the client's trust.
 //! - [`runner`]: the reference runner: enrolment, lease loop, executor, sandbox, drain, and
 //!   its command line (`leasehold runner connect|run`).
 //! - [`cli`]: the human command line (`leasehold job|runners|join-code|pool|preflight|secrets`).
@@ -34,9 +35,10 @@
 //! - [`drill`]: `leasehold drill`, faults on a schedule and a checker of the invariants.
 //!
 //! Imports run one way: `domain` imports nothing of ours; `store` imports `domain`; `hub`
-//! imports `store`, `domain` and `config`; `api` imports `hub`, `store`, `domain`, `config`
-//! and `wire`; `telemetry` imports nothing of ours and any of them may import it; `client`
-//! imports only `wire`; `runner` and `cli` import only `client` and `wire`, never each other:
+//! imports `store`, `domain` and `config`; `api` imports `hub`, `store`, `domain`, `config`, `tls`
+//! and `wire`; `telemetry` imports nothing of ours and any of them may import it; `tls`
+//! imports nothing of ours; `client` imports only `wire` and `tls` (and re-exports [`client::Trust`]
+//! and [`client::Pin`]); `runner` and `cli` import only `client` and `wire`, never each other:
 //! what both need lives there (the `command` job kind in [`wire::command`], retry back-off and
 //! "is this failure transient" in [`client`]).
 #![forbid(unsafe_code)]
@@ -59,4 +61,5 @@ pub mod serve;
 pub mod server;
 pub mod store;
 pub mod telemetry;
+pub mod tls;
 pub mod wire;

@@ -1,5 +1,6 @@
 //! `leasehold serve`: one replica until SIGTERM or Ctrl-C, then an ordered drain (see
-//! [`crate::server`]). Scripts and tests read the bound address from the first line it prints.
+//! [`crate::server`]); SIGHUP re-reads the TLS certificate. Scripts and tests read the bound
+//! URL from the first line it prints.
 
 use std::time::Duration;
 
@@ -18,8 +19,18 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("binding {}", config.listen))?;
     let replica = server::start(config, listener).await?;
-    // Scripts and tests read the bound address from this line.
-    println!("{}http://{}", crate::launch::LISTENING, replica.addr);
+    // Installed before the first line, so a SIGHUP sent once it is read never kills the process.
+    if let Some(certificates) = replica.certificates.clone() {
+        let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+            .context("installing a SIGHUP handler")?;
+        tokio::spawn(async move {
+            while hup.recv().await.is_some() {
+                certificates.reload();
+            }
+        });
+    }
+    // Scripts and tests read the bound URL from this line.
+    println!("{}{}", crate::launch::LISTENING, replica.url());
     let token = replica.shutdown_token();
     tokio::spawn(stop_on_signal(token));
     replica.stop_after_shutdown(Duration::from_secs(9)).await;

@@ -4,9 +4,11 @@
 //! loop, HTTP. Stop order: answer long-polls and stop accepting, let in-flight requests finish,
 //! then stop the background loops, all under one deadline. Connections are accepted by
 //! [`proxy_protocol::ClientListener`], which learns each one's client from a trusted load
-//! balancer's PROXY header when `LEASEHOLD_PROXY_PROTOCOL` is on.
+//! balancer's PROXY header when `LEASEHOLD_PROXY_PROTOCOL` is on, and, with `--tls-cert`, go
+//! through a TLS handshake ([`tls`]) before HTTP.
 
 mod proxy_protocol;
+pub mod tls;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -24,10 +26,13 @@ use crate::config::Config;
 use crate::hub::{sweeper, Hub, Notifier};
 use crate::store::{listener, migrate, Deadlines, Store};
 use crate::telemetry::metrics::{Metrics, StateLabel};
+use crate::tls::certificates::Certificates;
 
 /// A running replica.
 pub struct Replica {
     pub addr: SocketAddr,
+    /// The certificate it serves HTTPS with, when it does.
+    pub certificates: Option<Arc<Certificates>>,
     pub hub: Arc<Hub>,
     shutdown: CancellationToken,
     server: tokio::task::JoinHandle<()>,
@@ -61,6 +66,25 @@ pub async fn start(config: Config, listener: TcpListener) -> anyhow::Result<Repl
         "LEASEHOLD_PROXY_PROTOCOL is on but LEASEHOLD_TRUSTED_PROXIES is empty: \
          name the load balancers' addresses that send the PROXY header"
     );
+    let mut config = config;
+    config.public_url = config
+        .public_url
+        .iter()
+        .map(|u| u.trim().to_owned())
+        .filter(|u| !u.is_empty())
+        .collect();
+    if let Some(bad) = config
+        .public_url
+        .iter()
+        .find(|u| !(u.starts_with("https://") || u.starts_with("http://")))
+    {
+        anyhow::bail!("LEASEHOLD_PUBLIC_URL: '{bad}' is not an http:// or https:// URL");
+    }
+    let certificates = match (&config.tls_cert, &config.tls_key) {
+        (Some(cert), Some(key)) => Some(Certificates::load(cert, key)?),
+        (None, None) => None,
+        _ => anyhow::bail!("--tls-cert and --tls-key go together"),
+    };
     migrate_with_patience(&config.database_url, Duration::from_secs(30)).await?;
     let store = Store::connect(
         &config.database_url,
@@ -97,7 +121,9 @@ pub async fn start(config: Config, listener: TcpListener) -> anyhow::Result<Repl
     tasks.spawn(hub.clone().recheck_loop(background.clone()));
     tasks.spawn(count_jobs(hub.clone(), background.clone()));
 
-    let state = Arc::new(AppState::new(hub.clone(), shutdown.clone()));
+    let mut state = AppState::new(hub.clone(), shutdown.clone());
+    state.certificates = certificates.clone();
+    let state = Arc::new(state);
     {
         // Forget rate-limit buckets of clients that have been quiet.
         let state = state.clone();
@@ -119,6 +145,7 @@ pub async fn start(config: Config, listener: TcpListener) -> anyhow::Result<Repl
         config
             .proxy_protocol
             .then(|| config.trusted_proxies.clone()),
+        certificates.as_ref().map(Certificates::acceptor),
     );
     let serve = axum::serve(
         // A no-op tap: axum's `ConnectInfo<SocketAddr>` is implemented for tapped listeners,
@@ -137,6 +164,7 @@ pub async fn start(config: Config, listener: TcpListener) -> anyhow::Result<Repl
     });
     Ok(Replica {
         addr,
+        certificates,
         hub,
         shutdown,
         server,
@@ -144,6 +172,16 @@ pub async fn start(config: Config, listener: TcpListener) -> anyhow::Result<Repl
 }
 
 impl Replica {
+    /// `https://ADDR` when it serves HTTPS, else `http://ADDR`.
+    pub fn url(&self) -> String {
+        let scheme = if self.certificates.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        format!("{scheme}://{}", self.addr)
+    }
+
     /// Graceful stop: open long-polls answer at once, new connections are refused, in-flight
     /// requests finish, background loops stop. Gives up waiting after `deadline`.
     pub async fn stop(self, deadline: Duration) {

@@ -3,6 +3,7 @@
 //! requests ignore unknown fields and leave range checks to the server's validation.
 
 pub mod command;
+pub mod connect;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Deserializer, Serialize};
@@ -380,6 +381,11 @@ pub struct CreateJoinCode {
 pub struct JoinCode {
     pub code: String,
     pub expires_at: DateTime<Utc>,
+    /// The code with the server's URLs (and, for a self-signed server, its key pin) in one
+    /// `lh1.` string for `leasehold runner connect`; `null` when the server has no
+    /// `LEASEHOLD_PUBLIC_URL`. A leasehold extension; v1 clients ignore it.
+    #[serde(default)]
+    pub connect: Option<String>,
 }
 
 #[derive(utoipa::ToSchema, Debug, Clone, Serialize, Deserialize)]

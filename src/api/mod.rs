@@ -55,6 +55,9 @@ pub struct AppState {
     pub versions: RecordedVersions,
     /// Open lease calls per runner token (`LEASEHOLD_MAX_POLLS_PER_RUNNER`).
     pub polls: poll_limit::PollSlots,
+    /// The certificate this replica serves HTTPS with, when it does (its pin goes into join
+    /// codes' connect payloads).
+    pub certificates: Option<Arc<crate::tls::certificates::Certificates>>,
 }
 
 /// The version last recorded through this replica per runner token hash. Only ever a shortcut:
@@ -92,6 +95,7 @@ impl AppState {
             sealer: config.sealer(),
             versions: RecordedVersions::default(),
             polls: poll_limit::PollSlots::new(config.max_polls_per_runner),
+            certificates: None,
             hub,
             shutdown,
         }

@@ -213,11 +213,25 @@ pub async fn create_join_code(
         .store
         .insert_join_code(code.hash(), &grant, ttl_s)
         .await?;
+    let public_urls = &st.hub.config.public_url;
+    let connect = (!public_urls.is_empty()).then(|| {
+        wire::connect::Connect {
+            code: code.reveal().to_owned(),
+            servers: public_urls.clone(),
+            pin: st
+                .certificates
+                .as_ref()
+                .and_then(|c| c.self_signed_pin())
+                .map(|p| p.to_string()),
+        }
+        .encode()
+    });
     Ok((
         StatusCode::CREATED,
         Json(wire::JoinCode {
             code: code.reveal().to_owned(),
             expires_at,
+            connect,
         }),
     ))
 }

@@ -5,7 +5,8 @@
 //! It speaks only the public contract through [`crate::client`]. Output is for people by
 //! default and JSON with `--json`; an error prints the service's message (never a debug dump)
 //! and exits non-zero. Credentials come from `--server`/`--key` or `LEASEHOLD_SERVER` /
-//! `LEASEHOLD_API_KEY`, and the key is never printed, not even by `--help`.
+//! `LEASEHOLD_API_KEY`, and the key is never printed, not even by `--help`; a private CA from
+//! `--ca-cert` / `LEASEHOLD_CA_CERT`.
 
 pub mod jobs;
 pub mod operators;
@@ -15,7 +16,7 @@ use std::fmt::Write as _;
 
 use clap::{Args, Subcommand};
 
-use crate::client::{Client, ClientError};
+use crate::client::{Client, ClientError, Trust};
 
 /// Where to call and as whom; every operator and dispatcher command takes these.
 #[derive(Debug, Clone, Args)]
@@ -29,6 +30,10 @@ pub struct Conn {
     /// Print JSON (the contract's objects) instead of text for people.
     #[arg(long, global = true)]
     pub json: bool,
+    /// A PEM file of CA certificates to trust beside the system's, for a server whose
+    /// certificate comes from a private CA (or is self-signed: then the certificate itself).
+    #[arg(long, env = "LEASEHOLD_CA_CERT", global = true, value_name = "FILE")]
+    pub ca_cert: Option<std::path::PathBuf>,
 }
 
 impl Conn {
@@ -44,7 +49,7 @@ impl Conn {
             .key
             .clone()
             .ok_or_else(|| anyhow::anyhow!("no API key: pass --key or set LEASEHOLD_API_KEY"))?;
-        Ok(Client::new(server, Some(key)))
+        Client::with_trust(server, Some(key), &Trust::ca(self.ca_cert.clone()))
     }
 }
 
@@ -133,6 +138,9 @@ pub fn render_error(e: &anyhow::Error) -> String {
                 }
                 ClientError::Transport(t) => {
                     let _ = write!(out, "cannot reach the service: {t}");
+                }
+                ClientError::Tls(why) => {
+                    let _ = write!(out, "cannot reach the service: {why}");
                 }
             }
             return out;

@@ -2,7 +2,8 @@
 //! retire runners.
 //!
 //! Invariant: a join code is printed only by the command that creates it (the contract's one
-//! showing); nothing else here prints a secret.
+//! showing), as the whole `leasehold runner connect <payload>` line when the server hands out a
+//! connect payload; nothing else here prints a secret.
 
 use clap::Subcommand;
 use uuid::Uuid;
@@ -187,6 +188,13 @@ pub async fn join_code(conn: &Conn, command: JoinCodeCommand) -> anyhow::Result<
         .await?;
     if conn.json {
         print_json(&code);
+    } else if let Some(payload) = &code.connect {
+        // The server knows its public URLs: one line to paste on the runner's machine.
+        println!("leasehold runner connect {payload}");
+        eprintln!(
+            "valid until {}, once. Paste the line above on the runner's machine.",
+            when(Some(code.expires_at)),
+        );
     } else {
         println!("{}", code.code);
         eprintln!(

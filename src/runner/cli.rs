@@ -1,7 +1,7 @@
 //! `leasehold runner connect|run`: enrol this machine, then run it until drained.
 //!
 //! Invariants: the token is written only to the configuration file (mode 0600) and never
-//! printed; SIGTERM or Ctrl-C drains, a second one releases at once; a runner asked for a
+//! printed; a pasted `lh1.` payload's pin is kept there and checked on every later call; SIGTERM or Ctrl-C drains, a second one releases at once; a runner asked for a
 //! sandbox that does not work refuses to start.
 
 use std::path::PathBuf;
@@ -12,8 +12,10 @@ use clap::{Subcommand, ValueEnum};
 
 use super::sandbox::Network;
 use super::{config, Options, RunnerConfig, Sandbox, Stopper};
+use crate::client::{Pin, Trust};
 use crate::runner;
 use crate::wire;
+use crate::wire::connect::Connect;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum SandboxArg {
@@ -36,11 +38,18 @@ pub enum NetworkArg {
 pub enum RunnerCommand {
     /// Enrol with a join code and write the runner's credentials (mode 0600).
     Connect {
-        /// The `jc_` join code from `leasehold join-code create`.
+        /// The `lh1.` payload `leasehold join-code create` printed (it carries the code, the
+        /// servers and the key pin: no other flag is needed), or a bare `jc_` code with --server.
+        #[arg(value_name = "PAYLOAD|CODE")]
         code: String,
-        /// The service's URL; repeat for replicas to fail over to.
-        #[arg(long = "server", required = true, value_name = "URL")]
+        /// The service's URL; repeat for replicas to fail over to. Needed with a bare code;
+        /// with a payload, used instead of the URLs it carries.
+        #[arg(long = "server", value_name = "URL")]
         servers: Vec<String>,
+        /// A PEM file of CA certificates to trust beside the system's (a private CA), kept in
+        /// the configuration for `runner run`.
+        #[arg(long, env = "LEASEHOLD_CA_CERT", value_name = "FILE")]
+        ca_cert: Option<PathBuf>,
         /// A name for people (default: the host name).
         #[arg(long)]
         label: Option<String>,
@@ -65,6 +74,10 @@ pub enum RunnerCommand {
     Run {
         #[arg(long, value_name = "PATH")]
         config: Option<PathBuf>,
+        /// A PEM file of CA certificates to trust beside the system's, instead of the one the
+        /// configuration names.
+        #[arg(long, env = "LEASEHOLD_CA_CERT", value_name = "FILE")]
+        ca_cert: Option<PathBuf>,
         /// Take one job, report it, and exit.
         #[arg(long)]
         once: bool,
@@ -147,6 +160,51 @@ pub fn escalate_on_signals(stopper: Stopper) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The code, the servers and the trust of `runner connect`: from a pasted payload (its servers
+/// unless `--server` is given, its pin), or a bare code and `--server`.
+fn what_to_join(
+    code: String,
+    servers: Vec<String>,
+    ca_cert: Option<PathBuf>,
+) -> anyhow::Result<(String, Vec<String>, Trust)> {
+    let ca_cert = ca_cert.map(absolute).transpose()?;
+    if !Connect::is_payload(&code) {
+        anyhow::ensure!(
+            !servers.is_empty(),
+            "a bare join code needs --server URL (or paste the whole `leasehold runner connect \
+             lh1...` line that `leasehold join-code create` printed)"
+        );
+        return Ok((code, servers, Trust { ca_cert, pin: None }));
+    }
+    let payload = Connect::decode(&code).map_err(anyhow::Error::msg)?;
+    let pin = payload
+        .pin
+        .as_deref()
+        .map(str::parse::<Pin>)
+        .transpose()
+        .map_err(|e| anyhow::anyhow!("the connect payload's pin: {e}"))?;
+    let servers = if servers.is_empty() {
+        payload.servers
+    } else {
+        servers
+    };
+    if let Some(plain) = servers
+        .iter()
+        .find(|u| pin.is_some() && u.starts_with("http://"))
+    {
+        anyhow::bail!(
+            "the connect payload pins the server's key, but {plain} is plain HTTP, where no key \
+             is checked: use its https:// URL"
+        );
+    }
+    Ok((payload.code, servers, Trust { ca_cert, pin }))
+}
+
+/// `path` from the root, so `runner run` finds it from any directory.
+fn absolute(path: PathBuf) -> anyhow::Result<PathBuf> {
+    std::fs::canonicalize(&path).with_context(|| format!("--ca-cert {}", path.display()))
+}
+
 /// # Errors
 /// Enrolment refused, configuration unreadable, sandbox broken, token revoked.
 pub async fn run(command: RunnerCommand) -> anyhow::Result<i32> {
@@ -154,6 +212,7 @@ pub async fn run(command: RunnerCommand) -> anyhow::Result<i32> {
         RunnerCommand::Connect {
             code,
             servers,
+            ca_cert,
             label,
             capacity,
             capabilities,
@@ -162,6 +221,7 @@ pub async fn run(command: RunnerCommand) -> anyhow::Result<i32> {
             config,
         } => {
             let path = config_path(config);
+            let (code, servers, trust) = what_to_join(code, servers, ca_cert)?;
             let req = wire::Enroll {
                 code,
                 label: label.unwrap_or_else(hostname),
@@ -177,7 +237,7 @@ pub async fn run(command: RunnerCommand) -> anyhow::Result<i32> {
                         .collect()
                 }),
             };
-            let cfg = runner::enroll(&servers, &req).await?;
+            let cfg = runner::enroll(&servers, &trust, &req).await?;
             cfg.save(&path)?;
             println!(
                 "enrolled runner {} ({}) for {}{}",
@@ -195,6 +255,7 @@ pub async fn run(command: RunnerCommand) -> anyhow::Result<i32> {
         }
         RunnerCommand::Run {
             config,
+            ca_cert,
             once,
             sandbox,
             network,
@@ -207,7 +268,10 @@ pub async fn run(command: RunnerCommand) -> anyhow::Result<i32> {
             git_credential_hosts,
         } => {
             let path = config_path(config);
-            let cfg = RunnerConfig::load(&path)?;
+            let mut cfg = RunnerConfig::load(&path)?;
+            if let Some(ca) = ca_cert {
+                cfg.trust.ca_cert = Some(absolute(ca)?);
+            }
             let mut opts = Options::new(cfg, work_dir.unwrap_or_else(default_work_dir));
             opts.config_path = Some(path);
             opts.subreaper = true;
@@ -251,5 +315,61 @@ pub async fn run(command: RunnerCommand) -> anyhow::Result<i32> {
             runner::run(opts, stopper).await?;
             Ok(0)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn payload(servers: &[&str], pin: Option<&str>) -> String {
+        Connect {
+            code: "jc_x".into(),
+            servers: servers.iter().map(|s| (*s).to_owned()).collect(),
+            pin: pin.map(str::to_owned),
+        }
+        .encode()
+    }
+
+    const PIN: &str = "sha256//AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=";
+
+    #[test]
+    fn a_payload_needs_no_flag_and_a_bare_code_needs_a_server() {
+        let (code, servers, trust) =
+            what_to_join(payload(&["https://a"], Some(PIN)), vec![], None).unwrap();
+        assert_eq!(code, "jc_x");
+        assert_eq!(servers, vec!["https://a"]);
+        assert_eq!(trust.pin, Some(PIN.parse().unwrap()));
+
+        let (_, servers, _) = what_to_join(
+            payload(&["https://a"], Some(PIN)),
+            vec!["https://b".into()],
+            None,
+        )
+        .unwrap();
+        assert_eq!(
+            servers,
+            vec!["https://b"],
+            "--server replaces the payload's"
+        );
+
+        let err = what_to_join("jc_x".into(), vec![], None).unwrap_err();
+        assert!(err.to_string().contains("--server"), "{err}");
+        let (_, _, trust) = what_to_join("jc_x".into(), vec!["http://a".into()], None).unwrap();
+        assert_eq!(trust, Trust::default());
+    }
+
+    #[test]
+    fn a_pin_is_never_paired_with_plain_http() {
+        for (servers, flag) in [
+            (vec!["http://a"], vec![]),
+            (vec!["https://a"], vec!["http://a".to_owned()]),
+        ] {
+            let err = what_to_join(payload(&servers, Some(PIN)), flag, None).unwrap_err();
+            assert!(err.to_string().contains("plain HTTP"), "{err}");
+        }
+        assert!(what_to_join(payload(&["http://a"], None), vec![], None).is_ok());
+        let err = what_to_join(payload(&["https://a"], Some("sha1//x")), vec![], None).unwrap_err();
+        assert!(err.to_string().contains("pin"), "{err}");
     }
 }

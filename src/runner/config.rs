@@ -1,4 +1,5 @@
-//! The runner's credentials on disk: which servers to call, its id and its token.
+//! The runner's credentials on disk: which servers to call and how to trust them (a private
+//! CA file or the pinned key of a pasted connect payload), its id and its token.
 //!
 //! Invariant: the file is never readable by anyone but its owner. It is written to a sibling
 //! temporary file created with mode 0600 and renamed into place, so a crash mid-write leaves
@@ -14,6 +15,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
+
+use crate::client::Trust;
 
 /// What `leasehold runner connect` writes and `leasehold runner run` reads.
 #[derive(Clone, Serialize, Deserialize)]
@@ -36,6 +39,10 @@ pub struct RunnerConfig {
     pub exclusive: Vec<String>,
     /// An ephemeral runner takes one job and its token dies once that job settles.
     pub ephemeral: bool,
+    /// How the servers' certificates are checked: `ca_cert` (a PEM file trusted beside the
+    /// system's CAs) and `pin` (the server's key, from a pasted payload), both optional.
+    #[serde(default, flatten)]
+    pub trust: Trust,
 }
 
 impl fmt::Debug for RunnerConfig {
@@ -51,6 +58,7 @@ impl fmt::Debug for RunnerConfig {
             .field("capabilities", &self.capabilities)
             .field("exclusive", &self.exclusive)
             .field("ephemeral", &self.ephemeral)
+            .field("trust", &self.trust)
             .finish()
     }
 }
@@ -141,6 +149,7 @@ mod tests {
             capabilities: vec!["linux".into()],
             exclusive: Vec::new(),
             ephemeral: false,
+            trust: Trust::default(),
         }
     }
 
@@ -158,6 +167,9 @@ mod tests {
         assert_eq!(mode, 0o600);
         let back = RunnerConfig::load(&path).unwrap();
         assert_eq!(back.token, "rnr_secret");
+        assert_eq!(back.trust, Trust::default());
+        let text = fs::read_to_string(&path).unwrap();
+        assert!(!text.contains("pin"), "no trust, no field: {text}");
         fs::set_permissions(&path, fs::Permissions::from_mode(0o644)).unwrap();
         assert!(RunnerConfig::load(&path).is_err());
         fs::remove_dir_all(dir).unwrap();

@@ -297,7 +297,11 @@ pub async fn run(opts: Options, stopper: Stopper) -> anyhow::Result<Summary> {
     let config = &opts.config;
     let capacity = opts.capacity.unwrap_or(config.capacity).clamp(1, 256);
     let once = opts.once || config.ephemeral;
-    let servers = Arc::new(Servers::new(&config.servers, Some(&config.token)));
+    let servers = Arc::new(Servers::new(
+        &config.servers,
+        Some(&config.token),
+        &config.trust,
+    )?);
 
     let work = WorkRoot::open(&opts.work_dir, config.runner_id, opts.job_user.clone())?;
     let hidden = opts
@@ -497,14 +501,18 @@ pub async fn run(opts: Options, stopper: Stopper) -> anyhow::Result<Summary> {
     result.map(|()| summary)
 }
 
-/// Enrol with a join code through the first replica that answers, and return the
-/// configuration to save.
+/// Enrol with a join code through the first replica that answers, checking certificates with
+/// `trust`, and return the configuration to save (with that trust).
 ///
 /// # Errors
-/// The code is refused (used, expired, unknown: the contract's opaque 401) or no server
-/// answers.
-pub async fn enroll(servers_urls: &[String], req: &wire::Enroll) -> anyhow::Result<RunnerConfig> {
-    let servers = Servers::new(servers_urls, None);
+/// The code is refused (used, expired, unknown: the contract's opaque 401), a certificate is
+/// refused, or no server answers.
+pub async fn enroll(
+    servers_urls: &[String],
+    trust: &crate::client::Trust,
+    req: &wire::Enroll,
+) -> anyhow::Result<RunnerConfig> {
+    let servers = Servers::new(servers_urls, None, trust)?;
     let created = servers
         .call(
             Instant::now() + Duration::from_secs(30),
@@ -522,6 +530,9 @@ pub async fn enroll(servers_urls: &[String], req: &wire::Enroll) -> anyhow::Resu
             CallError::Api(crate::client::ClientError::Api { message, .. }) => {
                 anyhow::anyhow!("enrolment refused: {message}")
             }
+            CallError::Api(crate::client::ClientError::Tls(why)) => {
+                anyhow::anyhow!("cannot enrol: {why}")
+            }
             e => anyhow::anyhow!("cannot reach the service: {e}"),
         })?;
     Ok(RunnerConfig {
@@ -535,6 +546,7 @@ pub async fn enroll(servers_urls: &[String], req: &wire::Enroll) -> anyhow::Resu
         capabilities: created.runner.capabilities,
         exclusive: created.runner.exclusive,
         ephemeral: created.runner.ephemeral,
+        trust: trust.clone(),
     })
 }
 

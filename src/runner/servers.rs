@@ -2,9 +2,10 @@
 //! shared "current" index.
 //!
 //! Invariant: a call that got an answer from a server (any status but 502/503/504) is never
-//! repeated elsewhere; only "no answer" (connection refused or reset, timeout) and "try again"
-//! answers move the runner to the next server. After a full round of servers without an
-//! answer it backs off exponentially with full jitter, so a fleet of runners does not hammer a
+//! repeated elsewhere, and neither is one whose server's certificate was refused (a wrong CA or
+//! pin is configuration, not an outage); only "no answer" (connection refused or reset,
+//! timeout) and "try again" answers move the runner to the next server. After a full round of
+//! servers without an answer it backs off exponentially with full jitter, so a fleet of runners does not hammer a
 //! recovering service in step. Every replica serves every call, so a lease taken through one
 //! is heartbeated and completed through whichever answers.
 
@@ -14,7 +15,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::client::{backoff, Client, ClientError};
+use crate::client::{backoff, Client, ClientError, Trust};
 
 /// The runner's view of the service: several replicas, one preferred at a time.
 pub struct Servers {
@@ -24,19 +25,22 @@ pub struct Servers {
 }
 
 impl Servers {
-    /// Clients for `urls`, all holding `token`.
+    /// Clients for `urls`, all holding `token` and checking certificates with `trust`.
+    ///
+    /// # Errors
+    /// The trust names a CA file that cannot be read.
     ///
     /// # Panics
     /// When `urls` is empty.
-    pub fn new(urls: &[String], token: Option<&str>) -> Self {
+    pub fn new(urls: &[String], token: Option<&str>, trust: &Trust) -> anyhow::Result<Self> {
         assert!(!urls.is_empty(), "at least one server");
-        Self {
+        Ok(Self {
             clients: urls
                 .iter()
-                .map(|u| Client::new(u.clone(), token.map(str::to_owned)))
-                .collect(),
+                .map(|u| Client::with_trust(u.clone(), token.map(str::to_owned), trust))
+                .collect::<anyhow::Result<_>>()?,
             current: AtomicUsize::new(0),
-        }
+        })
     }
 
     /// The server calls go to now.

@@ -1,6 +1,7 @@
 //! The PROXY protocol (HAProxy's, text v1 and binary v2): the header a load balancer in TCP
 //! mode sends first on each connection it opens to a replica, naming the client it carries.
-//! [`ClientListener`] accepts connections for the HTTP server and reads that header.
+//! [`ClientListener`] accepts connections for the HTTP server and reads that header, then, when
+//! the replica serves HTTPS, hands the stream to the TLS handshake ([`super::tls`]).
 //!
 //! Invariants: a header is read only from a peer in `LEASEHOLD_TRUSTED_PROXIES`, and from such
 //! a peer it is required: a connection from a trusted proxy without a valid header is closed
@@ -20,6 +21,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
 
+use super::tls::{self, Conn};
 use crate::config::TrustedProxies;
 use crate::wire::{ErrorBody, ErrorDetail};
 
@@ -280,38 +282,59 @@ async fn refuse(mut tcp: TcpStream, message: &str) {
 }
 
 /// The replica's listener: accepts TCP connections and, with the PROXY protocol on, reads the
-/// header of trusted proxies' connections (each in its own task). Its address for a connection
-/// is the client's: the PROXY header's source, or the TCP peer.
+/// header of trusted proxies' connections, then, with TLS on, runs the TLS handshake (each
+/// connection's header and handshake in its own task). Its address for a connection is the
+/// client's: the PROXY header's source, or the TCP peer.
 pub struct ClientListener {
     tcp: TcpListener,
     /// The peers whose header is read, when the PROXY protocol is on.
     proxies: Option<TrustedProxies>,
-    handshakes: JoinSet<Option<(ClientStream, SocketAddr)>>,
+    /// The TLS handshake every connection goes through, when the replica serves HTTPS.
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    handshakes: JoinSet<Option<(Conn, SocketAddr)>>,
 }
 
 impl ClientListener {
-    pub fn new(tcp: TcpListener, proxies: Option<TrustedProxies>) -> Self {
+    pub fn new(
+        tcp: TcpListener,
+        proxies: Option<TrustedProxies>,
+        tls: Option<tokio_rustls::TlsAcceptor>,
+    ) -> Self {
         Self {
             tcp,
             proxies,
+            tls,
             handshakes: JoinSet::new(),
         }
     }
 }
 
 impl axum::serve::Listener for ClientListener {
-    type Io = ClientStream;
+    type Io = Conn;
     type Addr = SocketAddr;
 
-    async fn accept(&mut self) -> (ClientStream, SocketAddr) {
+    async fn accept(&mut self) -> (Conn, SocketAddr) {
         loop {
             tokio::select! {
                 accepted = self.tcp.accept() => match accepted {
                     Ok((tcp, peer)) => {
-                        if self.proxies.as_ref().is_some_and(|p| p.contains(peer.ip())) {
-                            self.handshakes.spawn(handshake(tcp, peer));
+                        let proxied = self.proxies.as_ref().is_some_and(|p| p.contains(peer.ip()));
+                        let tls = self.tls.clone();
+                        if proxied {
+                            self.handshakes.spawn(async move {
+                                let (stream, client) = handshake(tcp, peer).await?;
+                                Some((secure(tls, stream).await?, client))
+                            });
+                        } else if let Some(tls) = tls {
+                            let stream = ClientStream { head: Vec::new(), at: 0, tcp };
+                            self.handshakes.spawn(async move {
+                                Some((tls::handshake(tls, stream).await?, peer))
+                            });
                         } else {
-                            self.handshakes.spawn(sniff(tcp, peer));
+                            self.handshakes.spawn(async move {
+                                let (stream, client) = sniff(tcp, peer).await?;
+                                Some((Conn::Plain(stream), client))
+                            });
                         }
                     }
                     Err(e) => accept_failed(e).await,
@@ -327,6 +350,14 @@ impl axum::serve::Listener for ClientListener {
 
     fn local_addr(&self) -> io::Result<SocketAddr> {
         self.tcp.local_addr()
+    }
+}
+
+/// The stream as HTTP reads it: through a TLS handshake when `tls` is given.
+async fn secure(tls: Option<tokio_rustls::TlsAcceptor>, stream: ClientStream) -> Option<Conn> {
+    match tls {
+        Some(tls) => tls::handshake(tls, stream).await,
+        None => Some(Conn::Plain(stream)),
     }
 }
 

@@ -27,5 +27,6 @@ mod schema;
 mod secrets;
 mod sources;
 mod tenancy;
+mod tls;
 mod traces;
 mod trust;

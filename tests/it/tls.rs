@@ -1,0 +1,688 @@
+//! HTTPS end to end: `leasehold serve --tls-cert` with certificates the tests make (rcgen), a
+//! runner enrolled with the pasted `lh1.` payload leasing and completing a job over HTTPS, a
+//! server whose key does not match the pin refused, a certificate from an unknown CA refused
+//! with a clear error, and the certificate re-read on SIGHUP while open connections go on.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use leasehold::client::{Client, Pin, Trust};
+use leasehold::launch::ServeProcess;
+use leasehold::server::{self, Replica};
+use leasehold::wire::{self, connect::Connect};
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use rustls::pki_types::CertificateDer;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+use crate::procs::{cli, runner, TempDir, BIN};
+use crate::support::{eventually, fresh_database, key_in, test_config};
+
+const LONG: Duration = Duration::from_secs(60);
+
+/// The names every test certificate is valid for.
+fn names() -> Vec<String> {
+    vec!["localhost".into(), "127.0.0.1".into()]
+}
+
+/// A certificate and its key written as PEM files in `dir` (`NAME.crt`, `NAME.key`).
+struct Pair {
+    cert: PathBuf,
+    key: PathBuf,
+    der: CertificateDer<'static>,
+}
+
+impl Pair {
+    fn write(dir: &Path, name: &str, cert: &rcgen::Certificate, key: &rcgen::KeyPair) -> Self {
+        let pair = Self {
+            cert: dir.join(format!("{name}.crt")),
+            key: dir.join(format!("{name}.key")),
+            der: cert.der().clone(),
+        };
+        std::fs::write(&pair.cert, cert.pem()).unwrap();
+        std::fs::write(&pair.key, key.serialize_pem()).unwrap();
+        pair
+    }
+
+    /// A self-signed certificate for [`names`] with a fresh key.
+    fn self_signed(dir: &Path, name: &str) -> Self {
+        let made = rcgen::generate_simple_self_signed(names()).unwrap();
+        Self::write(dir, name, &made.cert, &made.signing_key)
+    }
+
+    fn pin(&self) -> Pin {
+        Pin::of_cert(&self.der).unwrap()
+    }
+
+    /// Put `other`'s files where this pair's are (as an operator renewing in place does).
+    fn replace_with(&self, other: &Pair) {
+        std::fs::copy(&other.cert, &self.cert).unwrap();
+        std::fs::copy(&other.key, &self.key).unwrap();
+    }
+}
+
+/// A private CA (its certificate in `NAME.crt`) that issues certificates for [`names`].
+struct Ca {
+    issuer: rcgen::Issuer<'static, rcgen::KeyPair>,
+    cert: PathBuf,
+    dir: PathBuf,
+}
+
+impl Ca {
+    fn new(dir: &Path, name: &str) -> Self {
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params.distinguished_name.push(
+            rcgen::DnType::CommonName,
+            format!("leasehold test CA {name}"),
+        );
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = params.self_signed(&key).unwrap();
+        let path = dir.join(format!("{name}.crt"));
+        std::fs::write(&path, cert.pem()).unwrap();
+        Self {
+            issuer: rcgen::Issuer::new(params, key),
+            cert: path,
+            dir: dir.to_owned(),
+        }
+    }
+
+    fn issue(&self, name: &str) -> Pair {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(names())
+            .unwrap()
+            .signed_by(&key, &self.issuer)
+            .unwrap();
+        Pair::write(&self.dir, name, &cert, &key)
+    }
+}
+
+/// An in-process replica serving HTTPS with `pair` on `database_url`; with `public`, its own
+/// URL is its `LEASEHOLD_PUBLIC_URL` (the port is bound first, so it is known).
+async fn tls_replica(database_url: &str, pair: &Pair, public: bool) -> (Replica, String) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("https://{}", listener.local_addr().unwrap());
+    let mut config = test_config(database_url);
+    config.tls_cert = Some(pair.cert.clone());
+    config.tls_key = Some(pair.key.clone());
+    if public {
+        config.public_url = vec![url.clone()];
+    }
+    let replica = server::start(config, listener)
+        .await
+        .expect("replica starts");
+    assert_eq!(replica.url(), url);
+    (replica, url)
+}
+
+/// A port free right now on the loopback, for a `serve` process whose public URL must name it.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn operator(url: &str, key: &str, ca: &Path) -> Client {
+    Client::with_trust(url, Some(key.to_owned()), &Trust::ca(Some(ca.to_owned()))).unwrap()
+}
+
+async fn mint(operator: &Client) -> wire::JoinCode {
+    operator
+        .create_join_code(&wire::CreateJoinCode {
+            tier: wire::Tier::Personal,
+            ttl_s: None,
+            ephemeral: None,
+        })
+        .await
+        .unwrap()
+}
+
+/// The required path: `serve --tls-cert` with a self-signed certificate and a public URL; the
+/// operator's `join-code create` prints one line; that line, pasted with nothing else, enrols a
+/// runner that then leases and completes a job over HTTPS, checking the key pin.
+#[tokio::test]
+async fn a_runner_enrolled_with_the_pasted_payload_leases_and_completes_a_job_over_https() {
+    let dir = TempDir::new("tls-e2e");
+    let pair = Pair::self_signed(dir.path(), "server");
+    let db = fresh_database().await;
+    let listen = format!("127.0.0.1:{}", free_port());
+    let public = format!("https://{listen}");
+    let mut serve = ServeProcess::start_on(
+        BIN,
+        &listen,
+        &db,
+        [
+            ("LEASEHOLD_TLS_CERT", pair.cert.to_str().unwrap()),
+            ("LEASEHOLD_TLS_KEY", pair.key.to_str().unwrap()),
+            ("LEASEHOLD_PUBLIC_URL", public.as_str()),
+            ("LEASEHOLD_SWEEP_INTERVAL_MS", "200"),
+        ],
+        std::process::Stdio::inherit(),
+    )
+    .await
+    .expect("serve --tls-cert listens");
+    assert_eq!(serve.url, public, "serve prints its https URL");
+    let key = key_in(&db, "acme", "alice", false).await;
+    let ca = pair.cert.to_str().unwrap();
+
+    // The operator's CLI over HTTPS, trusting the self-signed certificate with --ca-cert.
+    let out = cli(
+        &public,
+        &key,
+        &["join-code", "create", "--ca-cert", ca],
+        LONG,
+    )
+    .await;
+    assert_eq!(out.code, Some(0), "{out:?}");
+    let line = out.stdout.trim();
+    let payload = line
+        .strip_prefix("leasehold runner connect ")
+        .unwrap_or_else(|| panic!("one line to paste: {line}"));
+    assert!(!payload.contains(' '), "one word: {payload}");
+    let decoded = Connect::decode(payload).unwrap();
+    assert_eq!(decoded.servers, vec![public.clone()]);
+    assert_eq!(
+        decoded.pin,
+        Some(pair.pin().to_string()),
+        "self-signed: pinned"
+    );
+
+    // Pasted as is: no --server, no --ca-cert.
+    let config = dir.join("runner.json");
+    let out = cli(
+        "unused",
+        "unused",
+        &[
+            "runner",
+            "connect",
+            payload,
+            "--config",
+            config.to_str().unwrap(),
+        ],
+        LONG,
+    )
+    .await;
+    assert_eq!(out.code, Some(0), "{out:?}");
+    let saved: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&config).unwrap()).unwrap();
+    assert_eq!(saved["servers"], serde_json::json!([public]));
+    assert_eq!(saved["pin"], serde_json::json!(pair.pin().to_string()));
+    assert!(saved.get("ca_cert").is_none(), "{saved}");
+
+    let mut r = runner(&config, &dir.join("work"), &[], &[]);
+    let out = cli(
+        &public,
+        &key,
+        &[
+            "job",
+            "submit",
+            "--wait",
+            "--ca-cert",
+            ca,
+            "--",
+            "sh",
+            "-c",
+            "echo over-tls",
+        ],
+        LONG,
+    )
+    .await;
+    assert_eq!(out.code, Some(0), "{out:?}\nrunner log:\n{}", r.log());
+    assert_eq!(out.stdout, "over-tls\n");
+    let jobs = operator(&public, &key, &pair.cert)
+        .jobs(None, None, None)
+        .await
+        .unwrap()
+        .jobs;
+    assert_eq!(jobs.len(), 1);
+    assert_eq!(jobs[0].state, "completed");
+    assert_eq!(
+        jobs[0].provenance.as_ref().unwrap()["runner"],
+        saved["runner_id"]
+    );
+
+    r.signal(Signal::SIGTERM);
+    assert!(r.exit(LONG).await.success(), "{}", r.log());
+    serve.terminate(LONG).await.unwrap();
+}
+
+/// A payload whose pin names another key is refused before the join code leaves the machine
+/// (the code still enrols afterwards), and a runner whose configured server changes key is
+/// refused on its later calls.
+#[tokio::test]
+async fn a_server_whose_key_does_not_match_the_pin_is_refused() {
+    let dir = TempDir::new("tls-pin");
+    let db = fresh_database().await;
+    let a = Pair::self_signed(dir.path(), "a");
+    let b = Pair::self_signed(dir.path(), "b");
+    let (_ra, url_a) = tls_replica(&db, &a, true).await;
+    let (_rb, url_b) = tls_replica(&db, &b, true).await;
+    let key = key_in(&db, "acme", "alice", false).await;
+    let code = mint(&operator(&url_a, &key, &a.cert)).await;
+    let honest = Connect::decode(code.connect.as_deref().unwrap()).unwrap();
+    assert_eq!(honest.pin, Some(a.pin().to_string()));
+
+    // Server B answers at the address the payload names, with its own key.
+    let swapped = Connect {
+        servers: vec![url_b.clone()],
+        ..honest.clone()
+    }
+    .encode();
+    let config = dir.join("runner.json");
+    let connect = |payload: String| {
+        let config = config.to_str().unwrap().to_owned();
+        async move {
+            cli(
+                "unused",
+                "unused",
+                &["runner", "connect", &payload, "--config", &config],
+                LONG,
+            )
+            .await
+        }
+    };
+    let out = connect(swapped).await;
+    assert_eq!(out.code, Some(1), "{out:?}");
+    assert!(
+        out.stderr.contains("certificate verification failed")
+            && out.stderr.contains("does not match the pinned key")
+            && out.stderr.contains(&a.pin().to_string())
+            && out.stderr.contains(&b.pin().to_string()),
+        "says which key came and which was pinned: {}",
+        out.stderr
+    );
+    assert!(!config.exists(), "nothing written");
+
+    let out = connect(code.connect.clone().unwrap()).await;
+    assert_eq!(out.code, Some(0), "the code was never sent to B: {out:?}");
+
+    // The same runner, its server now answering with another key: every call is refused.
+    let mut saved: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&config).unwrap()).unwrap();
+    saved["servers"] = serde_json::json!([url_b]);
+    std::fs::write(&config, serde_json::to_vec(&saved).unwrap()).unwrap();
+    std::fs::set_permissions(&config, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let mut r = runner(&config, &dir.join("work"), &[], &[]);
+    eventually(LONG, "the runner logs the pin refusal", || async {
+        r.log()
+            .contains("does not match the pinned key")
+            .then_some(())
+    })
+    .await;
+    let anyone =
+        Client::with_trust(&url_a, Some(key.clone()), &Trust::ca(Some(a.cert.clone()))).unwrap();
+    let runners = anyone.runners(wire::Tier::Personal).await.unwrap();
+    assert_eq!(runners.len(), 1);
+    assert_eq!(
+        runners[0].last_seen_at,
+        Some(runners[0].created_at),
+        "not seen since enrolment: no call of the runner reached B: {:?}",
+        runners[0]
+    );
+    r.signal(Signal::SIGTERM);
+    r.exit(LONG).await;
+}
+
+/// A certificate the client cannot trust (another CA's, or any private CA's without
+/// --ca-cert) is refused with words that say so and name --ca-cert; the right CA works.
+#[tokio::test]
+async fn a_certificate_from_an_unknown_ca_is_refused_with_a_clear_error() {
+    let dir = TempDir::new("tls-ca");
+    let db = fresh_database().await;
+    let ca = Ca::new(dir.path(), "ca");
+    let other = Ca::new(dir.path(), "other");
+    let leaf = ca.issue("server");
+    let (_replica, url) = tls_replica(&db, &leaf, true).await;
+    let key = key_in(&db, "acme", "alice", false).await;
+
+    let ca_path = ca.cert.to_str().unwrap();
+    let other_path = other.cert.to_str().unwrap();
+    for args in [vec!["pool", "--ca-cert", other_path], vec!["pool"]] {
+        let out = cli(&url, &key, &args, LONG).await;
+        assert_eq!(out.code, Some(1), "{args:?}: {out:?}");
+        assert!(
+            out.stderr.contains("certificate verification failed")
+                && out.stderr.contains("not signed by a trusted CA")
+                && out.stderr.contains("--ca-cert"),
+            "{args:?}: {}",
+            out.stderr
+        );
+    }
+    let out = cli(&url, &key, &["pool", "--ca-cert", ca_path], LONG).await;
+    assert_eq!(out.code, Some(0), "{out:?}");
+
+    // The runner's side says the same, and a CA-issued certificate carries no pin.
+    let code = mint(&operator(&url, &key, &ca.cert)).await;
+    let payload = Connect::decode(code.connect.as_deref().unwrap()).unwrap();
+    assert_eq!(payload.pin, None, "a CA-issued certificate is not pinned");
+    let config = dir.join("runner.json");
+    let connect = |ca: &str| {
+        let args = [
+            "runner",
+            "connect",
+            code.connect.as_deref().unwrap(),
+            "--config",
+            config.to_str().unwrap(),
+            "--ca-cert",
+            ca,
+        ]
+        .map(str::to_owned);
+        async move {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            cli("unused", "unused", &args, LONG).await
+        }
+    };
+    let out = connect(other_path).await;
+    assert_eq!(out.code, Some(1), "{out:?}");
+    assert!(
+        out.stderr.contains("certificate verification failed") && out.stderr.contains("--ca-cert"),
+        "{}",
+        out.stderr
+    );
+    let out = connect(ca_path).await;
+    assert_eq!(out.code, Some(0), "{out:?}");
+    let saved: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&config).unwrap()).unwrap();
+    assert_eq!(
+        saved["ca_cert"],
+        serde_json::json!(std::fs::canonicalize(&ca.cert).unwrap()),
+        "kept for `runner run`"
+    );
+}
+
+/// Without LEASEHOLD_PUBLIC_URL a join code has `"connect": null`; with a plain-HTTP one it
+/// carries the URLs and no pin.
+#[tokio::test]
+async fn the_connect_payload_comes_only_with_a_public_url() {
+    let app = crate::support::TestApp::spawn().await;
+    let alice = app.operator("acme", "alice", false).await;
+    let (status, raw): (_, serde_json::Value) = alice
+        .call(
+            reqwest::Method::POST,
+            "/v1/join-codes",
+            Some(&serde_json::json!({"tier": "personal"})),
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(status, 201);
+    assert_eq!(raw["connect"], serde_json::Value::Null, "{raw}");
+    assert!(raw.as_object().unwrap().contains_key("connect"));
+
+    let public = crate::support::TestApp::spawn_with(1, |c| {
+        c.public_url = vec!["http://a.example:8080".into(), "http://b.example".into()];
+    })
+    .await;
+    let code = mint(&public.operator("acme", "alice", false).await).await;
+    let payload = Connect::decode(code.connect.as_deref().unwrap()).unwrap();
+    assert_eq!(payload.code, code.code);
+    assert_eq!(
+        payload.servers,
+        vec!["http://a.example:8080", "http://b.example"]
+    );
+    assert_eq!(payload.pin, None, "no TLS here, no pin");
+}
+
+/// One HTTP/1.1 request on an open TLS stream; the status code.
+async fn get_on<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
+    stream: &mut S,
+    path: &str,
+) -> u16 {
+    stream
+        .write_all(format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        let n = tokio::time::timeout(LONG, stream.read(&mut chunk))
+            .await
+            .expect("an answer")
+            .unwrap();
+        assert!(n > 0, "closed: {}", String::from_utf8_lossy(&buf));
+        buf.extend_from_slice(&chunk[..n]);
+        let text = String::from_utf8_lossy(&buf).into_owned();
+        let Some(end) = text.find("\r\n\r\n") else {
+            continue;
+        };
+        let length: usize = text[..end]
+            .lines()
+            .find_map(|l| {
+                let (k, v) = l.split_once(':')?;
+                k.eq_ignore_ascii_case("content-length")
+                    .then(|| v.trim().parse().unwrap())
+            })
+            .expect("a Content-Length");
+        if buf.len() >= end + 4 + length {
+            return text[9..12].parse().unwrap();
+        }
+    }
+}
+
+/// A TLS connection to `addr` trusting `ca`; returns it with the certificate the server showed.
+async fn open(
+    addr: &str,
+    ca: &Path,
+) -> (
+    tokio_rustls::client::TlsStream<tokio::net::TcpStream>,
+    CertificateDer<'static>,
+) {
+    let config = Trust::ca(Some(ca.to_owned())).client_config(true).unwrap();
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
+    let tls = connector.connect(name, tcp).await.unwrap();
+    let shown = tls.get_ref().1.peer_certificates().unwrap()[0].clone();
+    (tls, shown)
+}
+
+/// SIGHUP re-reads the pair: a connection opened before goes on working, a new one sees the new
+/// certificate; a broken file on a later SIGHUP keeps the one in use (and says so in the log).
+#[tokio::test]
+async fn sighup_reloads_the_certificate_and_open_connections_go_on() {
+    let dir = TempDir::new("tls-hup");
+    let ca = Ca::new(dir.path(), "ca");
+    let live = ca.issue("live");
+    let renewed = ca.issue("renewed");
+    let db = fresh_database().await;
+    let log = dir.join("serve.log");
+    let mut serve = ServeProcess::start(
+        BIN,
+        &db,
+        [
+            ("LEASEHOLD_TLS_CERT", live.cert.to_str().unwrap()),
+            ("LEASEHOLD_TLS_KEY", live.key.to_str().unwrap()),
+        ],
+        std::fs::File::create(&log).unwrap().into(),
+    )
+    .await
+    .expect("serve --tls-cert listens");
+    let addr = serve.url.strip_prefix("https://").unwrap().to_owned();
+    let pid = Pid::from_raw(i32::try_from(serve.pid().unwrap()).unwrap());
+
+    let (mut before, shown) = open(&addr, &ca.cert).await;
+    assert_eq!(shown, live.der);
+    assert_eq!(get_on(&mut before, "/healthz").await, 200);
+
+    live.replace_with(&renewed);
+    kill(pid, Signal::SIGHUP).unwrap();
+    eventually(
+        LONG,
+        "a new connection sees the renewed certificate",
+        || async { (open(&addr, &ca.cert).await.1 == renewed.der).then_some(()) },
+    )
+    .await;
+    assert_eq!(
+        get_on(&mut before, "/healthz").await,
+        200,
+        "the connection opened before the reload goes on"
+    );
+    assert_eq!(before.get_ref().1.peer_certificates().unwrap()[0], live.der);
+
+    // A broken file: the renewed certificate stays in use.
+    std::fs::write(&live.cert, "not a certificate").unwrap();
+    kill(pid, Signal::SIGHUP).unwrap();
+    eventually(LONG, "the failed reload is logged", || async {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .contains("TLS certificate reload failed")
+            .then_some(())
+    })
+    .await;
+    let (mut after, shown) = open(&addr, &ca.cert).await;
+    assert_eq!(shown, renewed.der, "the last good certificate stays");
+    assert_eq!(get_on(&mut after, "/healthz").await, 200);
+    assert_eq!(get_on(&mut before, "/healthz").await, 200);
+    serve.terminate(LONG).await.unwrap();
+}
+
+/// The shipped `deploy/haproxy-tls.cfg` with its `bind` on `port` and `pem`, its first server at
+/// `replica` (the others dropped) and a `maxconn` this machine's file limit allows.
+fn haproxy_tls_config(port: u16, pem: &Path, replica: &str) -> String {
+    let shipped = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/haproxy-tls.cfg"),
+    )
+    .unwrap();
+    let mut out = String::new();
+    for line in shipped.lines() {
+        let trimmed = line.trim_start();
+        if trimmed.starts_with("maxconn ") {
+            out.push_str("    maxconn 1000\n");
+        } else if trimmed.starts_with("bind ") {
+            let shipped_crt = "/etc/haproxy/certs/leasehold.pem";
+            assert!(
+                line.contains("*:8443") && line.contains(shipped_crt),
+                "{line}"
+            );
+            out.push_str(
+                &line
+                    .replace("*:8443", &format!("127.0.0.1:{port}"))
+                    .replace(shipped_crt, pem.to_str().unwrap()),
+            );
+            out.push('\n');
+        } else if trimmed.starts_with("server replica1 ") {
+            out.push_str(&line.replace("leasehold-1:8080", replica));
+            out.push('\n');
+        } else if !trimmed.starts_with("server replica") {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// HAProxy terminating TLS with the shipped `deploy/haproxy-tls.cfg` in front of a plain-HTTP
+/// replica reading its PROXY header: the CLI and a runner reach the service over HTTPS through
+/// it, trusting the balancer's private CA.
+#[tokio::test]
+async fn haproxy_terminating_tls_serves_the_cli_and_a_runner() {
+    let Some(haproxy) = ["/usr/sbin/haproxy", "/usr/local/sbin/haproxy"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+    else {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "haproxy is not installed (apt-get install haproxy; .ci/run does)"
+        );
+        eprintln!("SKIPPED: haproxy is not installed (apt-get install haproxy; .ci/run does)");
+        return;
+    };
+    let dir = TempDir::new("haproxy-tls");
+    let ca = Ca::new(dir.path(), "ca");
+    let leaf = ca.issue("balancer");
+    let pem = dir.join("leasehold.pem");
+    std::fs::write(
+        &pem,
+        std::fs::read_to_string(&leaf.cert).unwrap() + &std::fs::read_to_string(&leaf.key).unwrap(),
+    )
+    .unwrap();
+    let db = fresh_database().await;
+    let port = free_port();
+    let lb = format!("https://127.0.0.1:{port}");
+    let replica = crate::support::serve_process(
+        &db,
+        &[
+            ("LEASEHOLD_PROXY_PROTOCOL", "true"),
+            ("LEASEHOLD_TRUSTED_PROXIES", "127.0.0.1"),
+            ("LEASEHOLD_PUBLIC_URL", &lb),
+        ],
+    )
+    .await;
+    let config = dir.join("haproxy.cfg");
+    std::fs::write(
+        &config,
+        haproxy_tls_config(port, &pem, replica.url.trim_start_matches("http://")),
+    )
+    .unwrap();
+    let mut haproxy = tokio::process::Command::new(haproxy)
+        .arg("-db")
+        .arg("-f")
+        .arg(&config)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start haproxy");
+    let key = key_in(&db, "acme", "alice", false).await;
+    let alice = operator(&lb, &key, &ca.cert);
+    let deadline = tokio::time::Instant::now() + LONG;
+    while alice.pool().await.is_err() {
+        if let Some(status) = haproxy.try_wait().unwrap() {
+            panic!("haproxy exited: {status}");
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the balancer answers over HTTPS"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // The payload names the balancer and carries no pin (the replica holds no certificate).
+    let code = mint(&alice).await;
+    let payload = Connect::decode(code.connect.as_deref().unwrap()).unwrap();
+    assert_eq!(payload.servers, vec![lb.clone()]);
+    assert_eq!(payload.pin, None);
+    let runner_config = dir.join("runner.json");
+    let ca_path = ca.cert.to_str().unwrap();
+    let out = cli(
+        "unused",
+        "unused",
+        &[
+            "runner",
+            "connect",
+            code.connect.as_deref().unwrap(),
+            "--config",
+            runner_config.to_str().unwrap(),
+            "--ca-cert",
+            ca_path,
+        ],
+        LONG,
+    )
+    .await;
+    assert_eq!(out.code, Some(0), "{out:?}");
+    let mut r = runner(&runner_config, &dir.join("work"), &[], &[]);
+    let out = cli(
+        &lb,
+        &key,
+        &[
+            "job",
+            "submit",
+            "--wait",
+            "--ca-cert",
+            ca_path,
+            "--",
+            "echo",
+            "through-haproxy",
+        ],
+        LONG,
+    )
+    .await;
+    assert_eq!(out.code, Some(0), "{out:?}\nrunner log:\n{}", r.log());
+    assert_eq!(out.stdout, "through-haproxy\n");
+    r.signal(Signal::SIGTERM);
+    r.exit(LONG).await;
+}
