@@ -5,6 +5,7 @@ mod support;
 
 mod balancer;
 mod browser;
+mod contain;
 mod dispatch;
 mod embedded_pg;
 mod enrolment;
