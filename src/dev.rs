@@ -87,7 +87,8 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
                 }
                 Err(e) => {
                     eprintln!(
-                        "leasehold: the local runner cannot run jobs as `nobody` ({e:#}); it runs                          them as root, unconfined"
+                        "leasehold: the local runner cannot run jobs as `nobody` ({e:#}); it runs \
+                         them as root, unconfined"
                     );
                     opts.unconfined = true;
                 }

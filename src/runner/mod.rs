@@ -195,10 +195,13 @@ pub(crate) enum Users {
 }
 
 /// Why a root runner with nothing to confine its jobs refuses to start.
-pub const REFUSE_UNCONFINED: &str = "refusing to start: this runner runs as root and nothing      would confine its jobs (they would run as root: read this runner's token and environment,      every file, every process); run them with --sandbox bubblewrap, --job-user USER or      --job-user-range FIRST-LAST, or pass --unconfined to run them as root anyway";
+pub const REFUSE_UNCONFINED: &str = "refusing to start: this runner runs as root and nothing \
+     would confine its jobs (they would run as root: read this runner's token and environment, \
+     every file, every process); run them with --sandbox bubblewrap, --job-user USER or \
+     --job-user-range FIRST-LAST, or pass --unconfined to run them as root anyway";
 
-/// What a job can reach where containment does not hold, for the warning at start; `None`
-/// where it does.
+/// What a job can reach where containment does not hold, one warning line each, for the
+/// start; empty where it holds.
 fn exposure(
     root: bool,
     sandboxed: bool,
@@ -208,27 +211,41 @@ fn exposure(
 ) -> Vec<String> {
     let mut said = Vec::new();
     match users {
-        Users::Runner if !sandboxed && root => said.push(
-            "UNCONFINED: jobs run as root with every capability: a job can read this runner's              token and configuration, every file on this machine, the environment (secrets) of              every process including other jobs, write anywhere, move itself out of its cgroup,              kill anything and sniff local traffic"
+        _ if sandboxed => {}
+        Users::Runner if root => said.push(
+            "UNCONFINED: jobs run as root with every capability: a job can read this runner's \
+             token and configuration, every file on this machine, the environment (secrets) of \
+             every process including other jobs, write anywhere, move itself out of its \
+             cgroup, kill anything and sniff local traffic"
                 .to_owned(),
         ),
-        Users::Runner if !sandboxed => said.push(format!(
-            "jobs run as this runner's own user (uid {}) without a sandbox: a job can read this              runner's token and configuration and every file that user can, the environment              (secrets) of the runner's other jobs, write their directories, signal them, and              move its processes out of its cgroup (where that user may write the runner's              cgroup); use --sandbox bubblewrap, or run the runner as root with              --job-user-range",
+        Users::Runner => said.push(format!(
+            "jobs run as this runner's own user (uid {}) without a sandbox: a job can read this \
+             runner's token and configuration and every file that user can, the environment \
+             (secrets) of the runner's other jobs, write their directories, signal them, and \
+             move its processes out of its cgroup where that user may write the runner's \
+             cgroup; use --sandbox bubblewrap, or run the runner as root with --job-user-range",
             nix::unistd::Uid::effective()
         )),
         Users::Shared(u) if capacity > 1 => said.push(format!(
-            "jobs share the uid of --job-user {} ({}) and up to {capacity} run at once: a job              can read the environment (secrets) of another job running at the same time (and of              any other process of that user, other runners' jobs included), signal it and write              its directory; use --job-user-range for a uid per job",
+            "jobs share the uid of --job-user {} ({}) and up to {capacity} run at once: a job \
+             can read the environment (secrets) of another job running at the same time (and \
+             of any other process of that user, other runners' jobs included), signal it and \
+             write its directory; use --job-user-range for a uid per job",
             u.name, u.uid
         )),
         Users::Shared(u) => said.push(format!(
-            "jobs run as --job-user {} ({}), shared with anything else running as that user              (other runners' jobs included): a job can read their environment and signal them;              use --job-user-range for uids of this runner's alone",
+            "jobs run as --job-user {} ({}), shared with anything else running as that user \
+             (other runners' jobs included): a job can read their environment and signal \
+             them; use --job-user-range for uids of this runner's alone",
             u.name, u.uid
         )),
-        _ => {}
+        Users::Pool(_) => {}
     }
     if !cgroups && !sandboxed && !matches!(users, Users::Pool(_)) {
         said.push(
-            "cgroup v2 is not writable here: a process a job detaches (setsid) with a cleared              environment outlives the job"
+            "cgroup v2 is not writable here: a process a job detaches (setsid) with a cleared \
+             environment outlives the job"
                 .to_owned(),
         );
     }
@@ -358,11 +375,12 @@ pub async fn run(opts: Options, stopper: Stopper) -> anyhow::Result<Summary> {
     // As root, a sandboxed job still runs as an unprivileged uid: uid 0 in the sandbox's
     // namespace is root outside, owner of every root-owned file.
     let job_users = match &opts.job_users {
-        workdir::JobUsers::Runner if root && sandboxed => workdir::JobUsers::Shared(
-            workdir::JobUser::lookup("nobody").context(
-                "as root, --sandbox bubblewrap runs jobs as an unprivileged user and there is                  no `nobody`: name one with --job-user or --job-user-range",
-            )?,
-        ),
+        workdir::JobUsers::Runner if root && sandboxed => {
+            workdir::JobUsers::Shared(workdir::JobUser::lookup("nobody").context(
+                "as root, --sandbox bubblewrap runs jobs as an unprivileged user and there is \
+                 no `nobody`: name one with --job-user or --job-user-range",
+            )?)
+        }
         other => other.clone(),
     };
     if root && !sandboxed && job_users == workdir::JobUsers::Runner && !opts.unconfined {
@@ -370,7 +388,8 @@ pub async fn run(opts: Options, stopper: Stopper) -> anyhow::Result<Summary> {
     }
     anyhow::ensure!(
         root || job_users == workdir::JobUsers::Runner,
-        "--job-user and --job-user-range need the runner to run as root (to start jobs as          another user)"
+        "--job-user and --job-user-range need the runner to run as root (to start jobs as \
+         another user)"
     );
     let users = match job_users {
         workdir::JobUsers::Runner => Users::Runner,

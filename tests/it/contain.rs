@@ -90,6 +90,34 @@ async fn connected(r: &Proc) -> String {
     .await
 }
 
+/// Why this process cannot make a cgroup v2 below its own, if it cannot.
+fn cgroup_v2_unwritable() -> Option<String> {
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let Some(mount) = mounts.lines().find_map(|l| {
+        let (left, right) = l.split_once(" - ")?;
+        right
+            .starts_with("cgroup2 ")
+            .then(|| left.split_whitespace().nth(4).map(str::to_owned))?
+    }) else {
+        return Some("no cgroup2 mount".into());
+    };
+    let own = std::fs::read_to_string("/proc/self/cgroup").unwrap();
+    let rel = own
+        .lines()
+        .find_map(|l| l.strip_prefix("0::"))
+        .unwrap_or("/");
+    let probe = std::path::Path::new(&mount)
+        .join(rel.trim_start_matches('/'))
+        .join(format!("lh-test-probe-{}", Uuid::now_v7().simple()));
+    match std::fs::create_dir(&probe) {
+        Ok(()) => {
+            let _ = std::fs::remove_dir(&probe);
+            None
+        }
+        Err(e) => Some(format!("cannot create {}: {e}", probe.display())),
+    }
+}
+
 /// Row 1 and row 2: a job running as `--job-user` detaches a process with `setsid env -i`
 /// (no environment marker left to find) after trying to move it into its parent cgroup and
 /// the root cgroup; when the job ends, that process is dead.
@@ -103,14 +131,10 @@ async fn a_job_users_detached_env_less_process_dies_with_its_job_and_cannot_leav
     let alice = Client::new(app.url(0), Some(key.clone()));
     let dir = TempDir::new("contain-jobuser");
     let config = enrol(&alice, &[&app.url(0)], dir.path(), false, &[]).await;
-    let r = runner(&config, &dir.join("work"), &["--job-user", "nobody"], &[]);
-    let log = connected(&r).await;
-    if !have(
-        "cgroup v2",
-        (!log.contains("a cgroup per job")).then(|| format!("no writable cgroup v2: {log}")),
-    ) {
+    if !have("a writable cgroup v2", cgroup_v2_unwritable()) {
         return;
     }
+    let r = runner(&config, &dir.join("work"), &["--job-user", "nobody"], &[]);
     let m = marker();
     let _cleanup = KillOnDrop(m.clone());
     // Its cgroup's parent and the hierarchy's root, from what the job itself can read.
@@ -128,16 +152,6 @@ echo detached"#
     );
     let out = submit_wait(&app.url(0), &key, &["--", "sh", "-c", &script]).await;
     assert_eq!(out.code, Some(0), "{out:?}\nrunner log:\n{}", r.log());
-    let lines: Vec<&str> = out.stdout.lines().collect();
-    assert!(
-        lines[0].contains(&format!("leasehold-{}-", runner_id(&config))),
-        "the job has a cgroup of its own: {lines:?}"
-    );
-    assert_eq!(
-        &lines[1..],
-        ["refused", "refused", "detached"],
-        "a job user cannot write any cgroup.procs: {out:?}"
-    );
     none_alive(
         &format!("{m}1"),
         "the detached process that tried to leave its cgroup dies with the job",
@@ -148,6 +162,16 @@ echo detached"#
         "the detached env-less process dies with the job",
     )
     .await;
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert!(
+        lines[0].contains(&format!("leasehold-{}-", runner_id(&config))),
+        "the job has a cgroup of its own: {lines:?}"
+    );
+    assert_eq!(
+        &lines[1..],
+        ["refused", "refused", "detached"],
+        "a job user cannot write any cgroup.procs: {out:?}"
+    );
 }
 
 /// Row 1 (`--job-user-range`): two jobs at once run as two uids of the range; one cannot read
@@ -377,12 +401,7 @@ async fn each_line_of_a_multi_line_secret_is_masked_in_what_a_job_streams() {
         .await
         .unwrap();
     let config = enrol(&admin, &[&url], dir.path(), false, &[]).await;
-    let r = runner(
-        &config,
-        &dir.join("work"),
-        &["--job-user-range", "61720-61723"],
-        &[],
-    );
+    let r = runner(&config, &dir.join("work"), &["--job-user", "nobody"], &[]);
     // Reversed (tac), one line inside other text, one by one with pauses between.
     let script = "printf '%s\\n' \"$SSH_KEY\" | tac; \
                   echo \"key: $(printf '%s\\n' \"$SSH_KEY\" | sed -n 2p) end\"; \
@@ -502,4 +521,77 @@ async fn as_root_an_unconfined_runner_refuses_to_start_unless_told_and_then_says
     }
     r.signal(Signal::SIGTERM);
     assert!(r.exit(LONG).await.success(), "{}", r.log());
+}
+
+/// Row 13, `leasehold dev`: run as root in a 0700 directory (a root checkout), its local
+/// runner runs jobs as `nobody`, never as root, and `job submit --wait -- echo hello` prints
+/// hello.
+#[tokio::test]
+async fn leasehold_dev_as_root_runs_its_jobs_as_nobody() {
+    use tokio::io::AsyncBufReadExt;
+    if !have("root", root()) {
+        return;
+    }
+    let dir = TempDir::new("contain-dev");
+    let checkout = dir.join("checkout");
+    std::fs::create_dir_all(&checkout).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&checkout, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let log = std::fs::File::create(dir.join("dev.log")).unwrap();
+    let mut dev = tokio::process::Command::new(crate::procs::BIN)
+        .args(["dev", "--listen", "127.0.0.1:0"])
+        .current_dir(&checkout)
+        .env_remove("LEASEHOLD_SERVER")
+        .env_remove("LEASEHOLD_API_KEY")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(log)
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(dev.stdout.take().unwrap()).lines();
+    let (mut url, mut key, mut data) = (None, None, None);
+    let read = async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if let Some(rest) = line.strip_prefix("leasehold dev is running at ") {
+                url = rest.split_whitespace().next().map(str::to_owned);
+            } else if let Some(rest) = line.strip_prefix("PostgreSQL data: ") {
+                data = rest.split_whitespace().next().map(str::to_owned);
+            } else if line.starts_with("ak_") {
+                key = Some(line);
+                break;
+            }
+        }
+    };
+    tokio::time::timeout(LONG, read).await.unwrap_or_else(|_| {
+        panic!(
+            "dev did not start: {:?}",
+            std::fs::read_to_string(dir.join("dev.log"))
+        )
+    });
+    let (url, key) = (
+        url.expect("the URL is printed"),
+        key.expect("a key is printed"),
+    );
+    let out = submit_wait(&url, &key, &["--", "sh", "-c", "echo hello; id -u"]).await;
+    let nobody = nix::unistd::User::from_name("nobody").unwrap().unwrap();
+    assert_eq!(
+        (out.code, out.stdout.clone()),
+        (Some(0), format!("hello\n{}\n", nobody.uid)),
+        "{out:?}\ndev log:\n{}",
+        std::fs::read_to_string(dir.join("dev.log")).unwrap_or_default()
+    );
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(dev.id().unwrap() as i32),
+        Signal::SIGTERM,
+    )
+    .unwrap();
+    let _ = tokio::time::timeout(LONG, dev.wait()).await;
+    // The private PostgreSQL may have been placed outside the checkout (postgres cannot
+    // reach it); remove it too.
+    if let Some(data) = data.filter(|d| !d.starts_with(checkout.to_str().unwrap())) {
+        if let Some(parent) = std::path::Path::new(&data).parent() {
+            let _ = std::fs::remove_dir_all(parent);
+        }
+    }
 }
