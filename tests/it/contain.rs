@@ -249,9 +249,15 @@ async fn a_uid_range_keeps_concurrent_jobs_apart_and_kills_everything_of_a_jobs_
             &format!(
                 "id -u; cat /proc/{a_pid}/environ && echo read-environ; \
                  echo planted > {w}/planted && echo wrote-work; \
-                 echo planted > {r}/planted && echo wrote-root; exit 0",
+                 echo planted > {r}/planted && echo wrote-root; \
+                 cat {c} && echo read-config; \
+                 cg=$(sed -n 's/^0:://p' /proc/self/cgroup); \
+                 mnt=$(awk '$9 == \"cgroup2\" {{ print $5; exit }}' /proc/self/mountinfo); \
+                 (echo $$ > \"$mnt${{cg%/*}}/cgroup.procs\") 2>/dev/null && echo left-cgroup; \
+                 exit 0",
                 w = a_root.join("work").display(),
-                r = a_root.display()
+                r = a_root.display(),
+                c = config.display(),
             ),
         ],
     )
@@ -267,6 +273,9 @@ async fn a_uid_range_keeps_concurrent_jobs_apart_and_kills_everything_of_a_jobs_
     assert!(!b.stdout.contains(secret), "{b:?}");
     assert!(!b.stdout.contains("read-environ"), "{b:?}");
     assert!(!b.stdout.contains("wrote-"), "{b:?}");
+    assert!(!b.stdout.contains("read-config"), "{b:?}");
+    assert!(!b.stdout.contains("rnr_"), "the runner's token: {b:?}");
+    assert!(!b.stdout.contains("left-cgroup"), "{b:?}");
     assert!(!a_root.join("work").join("planted").exists());
     assert!(!a_root.join("planted").exists());
 
@@ -351,16 +360,61 @@ async fn as_root_a_sandboxed_job_runs_unprivileged_and_reads_no_root_only_file()
         &["--sandbox", "bubblewrap"],
         &[],
     );
+    // A peer job holding a secret, with a process it detached with a cleared environment.
+    let (m1, m2) = (marker(), marker());
+    let _cleanup = KillOnDrop(m1.clone());
+    let peer = cli(
+        &app.url(0),
+        &key,
+        &[
+            "job",
+            "submit",
+            "--env",
+            "TOKEN=peer-s3cret",
+            "--",
+            "sh",
+            "-c",
+            &format!(
+                "setsid env -i sleep {m1}{m2}5 </dev/null >/dev/null 2>&1 & exec sleep {m1}{m2}6"
+            ),
+        ],
+        LONG,
+    )
+    .await;
+    assert_eq!(peer.code, Some(0), "{peer:?}");
+    let peer_id: Uuid = peer.stdout.trim().parse().unwrap();
+    eventually(LONG, "the peer job runs", || async {
+        (!processes_with(&format!("{m1}{m2}6")).is_empty()).then_some(())
+    })
+    .await;
     let url = app.url(0);
     let run = |script: String| {
         let (url, key) = (url.clone(), key.clone());
         async move { submit_wait(&url, &key, &["--", "sh", "-c", &script]).await }
     };
-    let (who, shadow, file) = tokio::join!(
+    // The patterns are put together at run time, so the snooper's own command line lacks them.
+    let (who, shadow, file, snoop) = tokio::join!(
         run("id -u; grep CapEff /proc/self/status".into()),
         run("cat /etc/shadow".into()),
         run(format!("cat {secret_file}")),
+        run(format!(
+            "a={m1}; b={m2}; s=peer-; t=s3cret; \
+             cat /proc/[0-9]*/cmdline /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n' \
+             | grep -c -e \"$a$b\" -e \"$s$t\"; exit 0"
+        )),
     );
+    assert_eq!(
+        (snoop.code, snoop.stdout.as_str()),
+        (Some(0), "0\n"),
+        "a sandboxed job sees no other job's processes or environment: {snoop:?}"
+    );
+    alice.cancel(peer_id).await.unwrap();
+    none_alive(&format!("{m1}{m2}6"), "the cancelled sandboxed job dies").await;
+    none_alive(
+        &format!("{m1}{m2}5"),
+        "what the sandboxed job detached with a cleared environment dies with it",
+    )
+    .await;
     let nobody = nix::unistd::User::from_name("nobody").unwrap().unwrap();
     assert_eq!(who.code, Some(0), "{who:?}\nrunner log:\n{}", r.log());
     let lines: Vec<&str> = who.stdout.lines().collect();
