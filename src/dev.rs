@@ -7,7 +7,9 @@
 //!
 //! Invariant: what must stay secret stays in files only its user can read (the secrets key, the
 //! TLS key and the dev runner's credentials, mode 0600); a key file readable by others is
-//! refused.
+//! refused. Run as root, the local runner runs its jobs as `nobody` (in a work directory
+//! `nobody` can reach), never as root; only where there is no `nobody` does it run them
+//! unconfined, and says so.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -96,6 +98,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     // A local runner in this process, owned by the admin key's subject, so personal-pool jobs
     // run on this machine; and a spare join code to enrol another one.
     let stopper = Stopper::new();
+    let runner_stopper = stopper.clone();
     let local_runner = if no_runner {
         None
     } else {
@@ -103,7 +106,28 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         let id = config.runner_id;
         let mut opts = runner::Options::new(config, work_dir);
         opts.capacity = Some(2);
-        let task = tokio::spawn(runner::run(opts, stopper.clone()));
+        if nix::unistd::Uid::effective().is_root() {
+            match dev_job_user(&state_dir, id) {
+                Ok((user, work)) => {
+                    opts.job_users = runner::workdir::JobUsers::Shared(user);
+                    opts.work_dir = work;
+                }
+                Err(e) => {
+                    eprintln!(
+                        "leasehold: the local runner cannot run jobs as `nobody` ({e:#}); it runs \
+                         them as root, unconfined"
+                    );
+                    opts.unconfined = true;
+                }
+            }
+        }
+        let task = tokio::spawn(async move {
+            let r = runner::run(opts, runner_stopper).await;
+            if let Err(e) = &r {
+                eprintln!("leasehold: the local runner stopped: {e:#}");
+            }
+            r
+        });
         Some((id, task))
     };
     let spare = admin
@@ -178,6 +202,38 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     replica.stop_after_shutdown(Duration::from_secs(9)).await;
     drop(pg);
     Ok(())
+}
+
+/// As root: `nobody`, and a work directory it can reach: `<state>/work` when every directory
+/// above it lets others through, else `<temp>/leasehold-dev-<runner id>` (made by root, not
+/// writable by others; one that is not so is refused).
+fn dev_job_user(
+    state_dir: &std::path::Path,
+    runner: uuid::Uuid,
+) -> anyhow::Result<(runner::workdir::JobUser, PathBuf)> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let user = runner::workdir::JobUser::lookup("nobody")?;
+    std::fs::create_dir_all(state_dir)?;
+    let state = std::fs::canonicalize(state_dir)?;
+    let passable = state
+        .ancestors()
+        .all(|d| std::fs::metadata(d).is_ok_and(|m| m.mode() & 0o001 != 0));
+    if passable {
+        return Ok((user, state.join("work")));
+    }
+    let dir = std::env::temp_dir().join(format!("leasehold-dev-{runner}"));
+    match std::fs::create_dir(&dir) {
+        Ok(()) => std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o711))?,
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(e).with_context(|| format!("creating {}", dir.display())),
+    }
+    let meta = std::fs::symlink_metadata(&dir)?;
+    anyhow::ensure!(
+        meta.is_dir() && meta.uid() == 0 && meta.mode() & 0o022 == 0,
+        "{} is not a directory of root's that only root may write",
+        dir.display()
+    );
+    Ok((user, dir))
 }
 
 /// The dev server's secrets key, kept in `path` (mode 0600) across runs.

@@ -88,9 +88,21 @@ pub enum RunnerCommand {
         #[arg(long, value_enum, default_value_t = NetworkArg::Host)]
         network: NetworkArg,
         /// Run jobs as this unprivileged user (the runner runs as root): they cannot read the
-        /// runner's files, its token included.
-        #[arg(long, value_name = "USER")]
+        /// runner's files, its token included. Every job shares it: see --job-user-range.
+        #[arg(long, value_name = "USER", conflicts_with = "job_user_range")]
         job_user: Option<String>,
+        /// Run each concurrent job as its own uid from FIRST-LAST (e.g. 60000-60063; the
+        /// runner runs as root; one uid per job slot, locked against other runners on this
+        /// machine): jobs cannot read each other's environment or write each other's
+        /// directories, and everything running as a job's uid is killed when it ends. The uids
+        /// must be dedicated to this (nothing else may run as them).
+        #[arg(long, value_name = "FIRST-LAST")]
+        job_user_range: Option<String>,
+        /// As root with no --sandbox, --job-user or --job-user-range, run jobs as root anyway
+        /// (otherwise such a runner refuses to start): they can read its token and everything
+        /// else.
+        #[arg(long)]
+        unconfined: bool,
         /// After SIGTERM, how long running jobs may finish before they are released.
         #[arg(long, value_name = "SECONDS", default_value_t = 600.0)]
         drain_timeout: f64,
@@ -260,6 +272,8 @@ pub async fn run(command: RunnerCommand) -> anyhow::Result<i32> {
             sandbox,
             network,
             job_user,
+            job_user_range,
+            unconfined,
             drain_timeout,
             work_dir,
             capacity,
@@ -276,12 +290,14 @@ pub async fn run(command: RunnerCommand) -> anyhow::Result<i32> {
             opts.config_path = Some(path);
             opts.subreaper = true;
             if let Some(name) = job_user {
-                anyhow::ensure!(
-                    nix::unistd::Uid::effective().is_root(),
-                    "--job-user needs the runner to run as root (to start jobs as another user)"
-                );
-                opts.job_user = Some(runner::workdir::JobUser::lookup(&name)?);
+                opts.job_users =
+                    runner::workdir::JobUsers::Shared(runner::workdir::JobUser::lookup(&name)?);
             }
+            if let Some(range) = job_user_range {
+                let (first, last) = runner::contain::parse_range(&range)?;
+                opts.job_users = runner::workdir::JobUsers::Range { first, last };
+            }
+            opts.unconfined = unconfined;
             opts.once = once;
             let network = match network {
                 NetworkArg::Host => Network::Host,

@@ -1,20 +1,29 @@
-//! Keeping a job's processes from outliving it when no sandbox does (bubblewrap's PID
-//! namespace does it by itself, and these are harmless there).
+//! Keeping a job's processes from outliving it, and jobs of different uids apart.
 //!
 //! Where cgroup v2 is writable ([`Cgroups::open`]), each job runs in a cgroup of its own
-//! (`<the runner's cgroup>/leasehold-<runner id>-<job id>`), and when it ends everything in
-//! it is killed (`cgroup.kill`, or each member where the kernel lacks it): nothing escapes by
-//! changing group, session or environment. The command enters its cgroup itself before it
-//! execs ([`ENTER_CGROUP`]), so everything it starts is born inside.
+//! (`<the runner's cgroup>/leasehold-<runner id>-<job id>`), whatever uid it runs as, and when
+//! it ends everything in it is killed (`cgroup.kill`, or each member where the kernel lacks
+//! it): nothing escapes by changing group, session or environment. The command starts as
+//! [`WAIT_FOR_GO`], a shell that blocks reading its first line until the runner has moved it
+//! into the cgroup ([`JobCgroup::adopt`], written by the runner, so a job user that may not
+//! write `cgroup.procs` is placed all the same), so everything it starts is born inside. The
+//! cgroup directories belong to root (or the runner's user): a job running as another uid
+//! cannot write any `cgroup.procs` and so cannot move itself out; a job running as the
+//! runner's own uid can (see docs/security.md).
 //!
-//! Everywhere, with or without a cgroup: every process a job starts carries `LEASEHOLD_JOB_ID=<its id>` in its
-//! environment (a payload cannot overwrite it), so when the job ends [`sweep`] kills every
-//! process that still carries it, whatever group or session it moved to (`setsid`,
-//! `nohup ... &`). The runner is a child subreaper ([`become_subreaper`]): orphans of its jobs
-//! are re-parented to it rather than to init, so they stay in sight; [`reap_orphans`] waits
-//! for those that exit, and only for them: a child the runner spawned itself (registered with
-//! [`spawn_tracked`]) is left to its own waiter, and the registry is locked across spawning so
-//! no child is ever reaped by the wrong waiter.
+//! With a uid range ([`UidPool`], `--job-user-range`), each concurrent job gets a uid no
+//! other live job has (a lock file per uid under [`UID_LOCKS`] keeps other runners on the
+//! machine off it too), and when the job ends [`kill_uid`] kills every process of that uid,
+//! cgroup or not: the kernel's `kill(-1, SIGKILL)` from a process of that uid.
+//!
+//! As a last resort for jobs without either: every process a job starts carries
+//! `LEASEHOLD_JOB_ID=<its id>` in its environment (a payload cannot overwrite it), and
+//! [`sweep`] kills every process that still carries it; a process that cleared its
+//! environment is beyond it. The runner is a child subreaper ([`become_subreaper`]): orphans
+//! of its jobs are re-parented to it rather than to init, so they stay in sight;
+//! [`reap_orphans`] waits for those that exit, and only for them: a child the runner spawned
+//! itself (registered with [`spawn_tracked`]) is left to its own waiter, and the registry is
+//! locked across spawning so no child is ever reaped by the wrong waiter.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -118,9 +127,13 @@ pub fn reap_orphans() -> usize {
     reaped
 }
 
-/// `sh -c ENTER_CGROUP <cgroup.procs> PROGRAM ARGS...`: enter the cgroup, then become the
-/// command. Should the kernel refuse, the command still runs (the sweep contains it).
-pub const ENTER_CGROUP: &str = r#"{ echo 0 > "$0"; } 2>/dev/null; exec "$@""#;
+/// `sh -c WAIT_FOR_GO leasehold-job PROGRAM ARGS...`: wait for the runner's first line on
+/// standard input (sent once the shell is in the job's cgroup), then become the command, on
+/// the same standard input. Without that line (the runner could not place it) it exits 125.
+pub const WAIT_FOR_GO: &str = r#"read -r go || exit 125; [ "$go" = go ] || exit 125; exec "$@""#;
+
+/// The line that lets a [`WAIT_FOR_GO`] shell go on.
+pub const GO: &[u8] = b"go\n";
 
 /// Where the runner makes its jobs' cgroups: inside its own, named
 /// `leasehold-<runner id>-<job id>`, so a runner leaves nothing behind between jobs.
@@ -189,9 +202,17 @@ impl Cgroups {
 }
 
 impl JobCgroup {
-    /// The file a process writes `0` to, to enter this cgroup.
-    pub fn procs_file(&self) -> PathBuf {
-        self.path.join("cgroup.procs")
+    /// Move process `pid` (a [`WAIT_FOR_GO`] shell that has not gone on yet) into this cgroup.
+    ///
+    /// # Errors
+    /// The kernel refused.
+    pub fn adopt(&self, pid: i32) -> std::io::Result<()> {
+        std::fs::write(self.path.join("cgroup.procs"), pid.to_string())
+    }
+
+    /// Where this cgroup is.
+    pub fn path(&self) -> &Path {
+        &self.path
     }
 
     fn members(&self) -> Vec<i32> {
@@ -233,5 +254,170 @@ impl JobCgroup {
             }
         }
         tracing::warn!(cgroup = %self.path.display(), "a job's cgroup would not empty; left in place");
+    }
+}
+
+/// Where `--job-user-range` keeps one lock file per uid (`<uid>.lock`, `flock`ed by the runner
+/// using that uid), so two runners on one machine never hand the same uid to live jobs.
+pub const UID_LOCKS: &str = "/run/leasehold/job-uids";
+
+/// `sh -c KILL_ALL`, run as a uid: `kill(-1, SIGKILL)` signals every process of that uid
+/// but the caller, in one pass over the process table (a process being killed cannot fork);
+/// a few more passes catch nothing but are cheap. Zombies count as signalled, so the loop is
+/// bounded rather than run until `kill` fails.
+const KILL_ALL: &str =
+    "i=0; while [ $i -lt 5 ] && kill -s KILL -- -1 2>/dev/null; do i=$((i+1)); done; exit 0";
+
+/// Kill every process running as `uid` (a uid of a [`UidPool`]: only this runner's job on it
+/// runs as it). Never call it for a uid something else uses.
+pub async fn kill_uid(uid: u32) {
+    let mut cmd = tokio::process::Command::new("/bin/sh");
+    cmd.args(["-c", KILL_ALL, "leasehold-kill-uid"])
+        .env_clear()
+        .env("PATH", super::sandbox::DEFAULT_PATH)
+        .current_dir("/")
+        .uid(uid)
+        .gid(uid)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true);
+    match spawn_tracked(&mut cmd) {
+        Ok(mut child) => {
+            let pid = child.id();
+            let _ = child.wait().await;
+            if let Some(pid) = pid {
+                forget(pid as i32);
+            }
+        }
+        Err(e) => {
+            tracing::error!(uid, error = %e, "cannot start the process that kills a job uid's processes")
+        }
+    }
+}
+
+/// The uids of `--job-user-range FIRST-LAST` this runner holds (one per job slot, each locked
+/// in [`UID_LOCKS`] for the runner's life), and which of them live jobs use now.
+pub struct UidPool {
+    free: Mutex<Vec<u32>>,
+    held: Vec<u32>,
+    _locks: Vec<nix::fcntl::Flock<std::fs::File>>,
+}
+
+/// One uid of a [`UidPool`], given back when dropped.
+pub struct Slot<'a> {
+    pool: &'a UidPool,
+    pub uid: u32,
+}
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        self.pool.free.lock().expect("uid pool lock").push(self.uid);
+    }
+}
+
+/// `FIRST-LAST` (inclusive), neither 0.
+///
+/// # Errors
+/// Not two numbers, reversed, or including root.
+pub fn parse_range(text: &str) -> anyhow::Result<(u32, u32)> {
+    let parsed = text
+        .split_once('-')
+        .and_then(|(a, b)| Some((a.trim().parse::<u32>().ok()?, b.trim().parse::<u32>().ok()?)));
+    match parsed {
+        Some((first, last)) if first > 0 && first <= last => Ok((first, last)),
+        _ => anyhow::bail!(
+            "--job-user-range {text}: want FIRST-LAST, two uids above 0 in order (e.g. 60000-60063)"
+        ),
+    }
+}
+
+impl UidPool {
+    /// Lock `need` free uids of `first..=last` under `dir` (created 0700).
+    ///
+    /// # Errors
+    /// The lock directory cannot be made, or fewer than `need` uids are free.
+    pub fn open(first: u32, last: u32, need: usize, dir: &Path) -> anyhow::Result<Self> {
+        use anyhow::Context;
+        use nix::fcntl::{Flock, FlockArg};
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+        let mut locks = Vec::new();
+        let mut held = Vec::new();
+        for uid in first..=last {
+            if held.len() == need {
+                break;
+            }
+            let path = dir.join(format!("{uid}.lock"));
+            let file = std::fs::File::options()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(&path)
+                .with_context(|| format!("opening {}", path.display()))?;
+            if let Ok(lock) = Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+                locks.push(lock);
+                held.push(uid);
+            }
+        }
+        anyhow::ensure!(
+            held.len() == need,
+            "--job-user-range {first}-{last}: {} of its uids are free (the others are locked in {} \
+             by another runner on this machine); capacity {need} needs one per job",
+            held.len(),
+            dir.display()
+        );
+        let mut free = held.clone();
+        free.reverse();
+        Ok(Self {
+            free: Mutex::new(free),
+            held,
+            _locks: locks,
+        })
+    }
+
+    /// A uid no live job of this runner uses, if one is free.
+    pub fn take(&self) -> Option<Slot<'_>> {
+        let uid = self.free.lock().expect("uid pool lock").pop()?;
+        Some(Slot { pool: self, uid })
+    }
+
+    /// Every uid this runner holds.
+    pub fn uids(&self) -> &[u32] {
+        &self.held
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_range_parses_only_in_order_and_above_root() {
+        assert_eq!(parse_range("60000-60063").unwrap(), (60000, 60063));
+        assert_eq!(parse_range("7-7").unwrap(), (7, 7));
+        for bad in ["0-10", "10-9", "60000", "a-b", "-5-6"] {
+            assert!(parse_range(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn two_pools_never_share_a_uid() {
+        let dir = std::env::temp_dir().join(format!("lh-uids-{}", uuid::Uuid::now_v7()));
+        let a = UidPool::open(70000, 70003, 2, &dir).unwrap();
+        let b = UidPool::open(70000, 70003, 2, &dir).unwrap();
+        assert_eq!(a.uids(), [70000, 70001]);
+        assert_eq!(b.uids(), [70002, 70003]);
+        assert!(UidPool::open(70000, 70003, 1, &dir).is_err(), "all locked");
+        let s1 = a.take().unwrap();
+        let s2 = a.take().unwrap();
+        assert_ne!(s1.uid, s2.uid);
+        assert!(a.take().is_none());
+        drop(s1);
+        assert!(a.take().is_some());
+        drop(s2);
+        drop((a, b));
+        std::fs::remove_dir_all(dir).unwrap();
     }
 }

@@ -1,10 +1,12 @@
 //! Runs one command to its end and classifies how it ended.
 //!
-//! Invariants: the command leads its own process group (bubblewrap's, when sandboxed), and
-//! when it ends, times out or is stopped, the whole group is killed, and then every process
-//! still carrying the job's `LEASEHOLD_JOB_ID` (see [`super::contain`]): nothing a job started
-//! outlives it, not even what it detached with `setsid`. The payload's `env` never overrides
-//! the `LEASEHOLD_*` variables (the sweep depends on them). A stop request (cancelled, superseded, released) kills the group with SIGKILL
+//! Invariants: the command leads its own process group (bubblewrap's, when sandboxed), runs
+//! in a cgroup of its own where cgroups are writable (placed there by the runner before it
+//! starts, whatever uid it runs as), and when it ends, times out or is stopped, its cgroup,
+//! its whole group and, for a uid of a range, every process of that uid are killed, and then
+//! every process still carrying the job's `LEASEHOLD_JOB_ID` (see [`super::contain`]):
+//! nothing a job started outlives it, not even what it detached with `setsid` and a cleared
+//! environment. The payload's `env` never overrides the `LEASEHOLD_*` variables. A stop request (cancelled, superseded, released) kills the group with SIGKILL
 //! at once; a timeout sends SIGTERM, then SIGKILL after [`TERM_GRACE`]. A command that fails,
 //! times out or cannot start is a *result* (see [`CommandResult`]), never an error of the
 //! runner.
@@ -70,8 +72,11 @@ impl Drop for CgroupGuard {
 pub struct Context<'a> {
     pub dir: &'a JobDir,
     pub sandbox: &'a Sandbox,
-    /// The user jobs run as, when not the runner's.
+    /// The user this job runs as, when not the runner's.
     pub job_user: Option<&'a super::workdir::JobUser>,
+    /// `job_user`'s uid is this job's alone (a uid of a range): when the job ends, every
+    /// process of that uid is killed.
+    pub own_uid: bool,
     /// Where each job gets a cgroup, if anywhere.
     pub cgroups: Option<&'a contain::Cgroups>,
     /// `LEASEHOLD_*` variables describing the job.
@@ -175,31 +180,31 @@ pub async fn execute(
         Err(e) => return start_failed(&output, started, 126, format!("{e:#}")),
     };
     let job_user = ctx.job_user;
-    // A job running as another user cannot enter a cgroup itself (the common ancestor is
-    // the runner's); it is contained by its group, the sweep and the subreaper.
-    let cgroup = ctx.cgroups.filter(|_| job_user.is_none()).and_then(|c| {
+    let cgroup = ctx.cgroups.and_then(|c| {
         let name = ctx.dir.root.file_name()?.to_string_lossy().into_owned();
         c.job(&name)
             .map_err(|e| tracing::warn!(error = %e, "no cgroup for this job; its process group and the sweep contain it"))
             .ok()
     });
     let mut cmd = match &cgroup {
-        // The command enters its cgroup before it runs, so nothing it starts is outside.
-        Some(cg) => {
+        // The command waits until the runner has put it in its cgroup, so nothing it starts
+        // is outside.
+        Some(_) => {
             let mut c = tokio::process::Command::new("/bin/sh");
             c.arg("-c")
-                .arg(contain::ENTER_CGROUP)
-                .arg(cg.procs_file())
+                .arg(contain::WAIT_FOR_GO)
+                .arg("leasehold-job")
                 .arg(&launch.program);
             c
         }
         None => tokio::process::Command::new(&launch.program),
     };
+    let piped_stdin = cgroup.is_some() || spec.stdin.is_some();
     cmd.args(&launch.args)
         .current_dir(&launch.cwd)
         .process_group(0)
         .kill_on_drop(true)
-        .stdin(if spec.stdin.is_some() {
+        .stdin(if piped_stdin {
             Stdio::piped()
         } else {
             Stdio::null()
@@ -209,8 +214,11 @@ pub async fn execute(
     // The runner's own environment (a DATABASE_URL, an API key) is not the job's business.
     cmd.env_clear().envs(&launch.env);
     if let Some(u) = job_user {
+        // Supplementary groups are dropped too (std does so when root sets a uid).
         cmd.uid(u.uid).gid(u.gid);
     }
+    // Removed (after killing what is left in it) however this function returns.
+    let _cgroup_guard = CgroupGuard(cgroup.clone());
     let mut child = match contain::spawn_tracked(&mut cmd) {
         Ok(c) => c,
         Err(e) => {
@@ -227,6 +235,26 @@ pub async fn execute(
             );
         }
     };
+    let mut stdin = child.stdin.take();
+    if let Some(cg) = &cgroup {
+        let pid = child.id().expect("a just-spawned child has a pid") as i32;
+        let placed = cg.adopt(pid);
+        let go = match (placed, stdin.as_mut()) {
+            (Ok(()), Some(pipe)) => pipe.write_all(contain::GO).await.map_err(|e| e.to_string()),
+            (Err(e), _) => Err(format!("cannot move the job into its cgroup: {e}")),
+            (Ok(()), None) => Err("no standard input to start the job on".into()),
+        };
+        if let Err(message) = go {
+            signal_group(pid, Signal::SIGKILL);
+            let _ = child.wait().await;
+            contain::forget(pid);
+            return start_failed(&output, started, 126, message);
+        }
+        if spec.stdin.is_none() {
+            // Nothing more to read: the command sees the end of its input at once.
+            stdin = None;
+        }
+    }
     let pgid = child.id().expect("a just-spawned child has a pid") as i32;
     let marker = ctx
         .job_env
@@ -249,10 +277,9 @@ pub async fn execute(
             }
         }
     };
-    // Removed (after killing what is left in it) however this function returns.
-    let _cgroup_guard = CgroupGuard(cgroup.clone());
+    let own_uid = ctx.own_uid.then_some(job_user).flatten().map(|u| u.uid);
     let mut pipes = JoinSet::new();
-    if let (Some(mut stdin), Some(text)) = (child.stdin.take(), spec.stdin.clone()) {
+    if let (Some(mut stdin), Some(text)) = (stdin, spec.stdin.clone()) {
         pipes.spawn(async move {
             // A command that does not read its input is not an error.
             let _ = stdin.write_all(text.as_bytes()).await;
@@ -278,6 +305,9 @@ pub async fn execute(
             kill_all();
             let _ = child.wait().await;
             contain::forget(pgid);
+            if let Some(uid) = own_uid {
+                contain::kill_uid(uid).await;
+            }
             pipes.abort_all();
             return Execution::Stopped;
         }
@@ -294,6 +324,9 @@ pub async fn execute(
                     kill_all();
                     let _ = child.wait().await;
                     contain::forget(pgid);
+                    if let Some(uid) = own_uid {
+                        contain::kill_uid(uid).await;
+                    }
                     pipes.abort_all();
                     return Execution::Stopped;
                 }
@@ -302,6 +335,9 @@ pub async fn execute(
     };
     contain::forget(pgid);
     kill_all();
+    if let Some(uid) = own_uid {
+        contain::kill_uid(uid).await;
+    }
     let duration_ms = started.elapsed().as_millis() as u64;
     // Read what is left; a reader held back by the shipper is making progress, not stuck.
     let mut seen = output.bytes_read();

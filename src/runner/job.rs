@@ -122,7 +122,28 @@ async fn run_tracked(
     };
     // The program only: arguments may carry secrets.
     tracing::info!(job = %job.id, attempt = job.attempt, program = %spec.argv[0], "job started");
-    let dir = match shared.work.job_dir(&job.id.to_string()) {
+    // The uid this job runs as; with a range, one no other live job has.
+    let slot = match &shared.users {
+        super::Users::Pool(pool) => match pool.take() {
+            Some(slot) => Some(slot),
+            None => {
+                tracing::error!(job = %job.id, "no free uid in --job-user-range; releasing the job");
+                release(&servers, &job).await;
+                return JobEnd::Released;
+            }
+        },
+        _ => None,
+    };
+    let user = match (&shared.users, &slot) {
+        (super::Users::Shared(u), _) => Some(u.clone()),
+        (_, Some(slot)) => Some(super::workdir::JobUser::of_uid(slot.uid)),
+        _ => None,
+    };
+    if let Some(slot) = &slot {
+        // Whatever still runs as this uid is no job's: nothing may wait for the next one.
+        super::contain::kill_uid(slot.uid).await;
+    }
+    let dir = match shared.work.job_dir(&job.id.to_string(), user.as_ref()) {
         Ok(d) => d,
         Err(e) => {
             // The machine, not the job, is at fault: give the job back for another runner.
@@ -132,14 +153,14 @@ async fn run_tracked(
         }
     };
 
-    // Every secret value, and a credential, is masked in what the job streams.
-    let out = Output::masking(
-        job.secrets.0.values().map(String::as_str).chain(
-            job.source
-                .iter()
-                .filter_map(|s| s.credential.as_ref().map(|c| c.0.as_str())),
-        ),
-    );
+    // Every secret value, and a credential (with the forms git sends it in), is masked in
+    // what the job streams.
+    let mut masks: Vec<String> = job.secrets.0.values().cloned().collect();
+    if let Some(credential) = job.source.as_ref().and_then(|s| s.credential.as_ref()) {
+        masks.push(credential.0.clone());
+        masks.extend(super::source::credential_masks(&credential.0));
+    }
+    let out = Output::masking(masks.iter().map(String::as_str));
     if let Some(source) = &job.source {
         let fetched = tokio::select! {
             r = super::source::materialise(source, &dir.work, &dir.home, &shared.git_credential_hosts) => Some(r),
@@ -152,19 +173,6 @@ async fn run_tracked(
             }
             Some(Ok(())) => {
                 tracing::info!(job = %job.id, commit = %source.commit_sha, "source checked out");
-                if let Some(u) = shared.work.job_user() {
-                    let (work, uid, gid) = (dir.work.clone(), u.uid, u.gid);
-                    let handed = tokio::task::spawn_blocking(move || {
-                        super::source::hand_to(&work, uid, gid)
-                    })
-                    .await;
-                    if !matches!(handed, Ok(Ok(()))) {
-                        tracing::error!(job = %job.id, "cannot hand the checkout to the job's user; releasing the job");
-                        dir.remove().await;
-                        release(&servers, &job).await;
-                        return JobEnd::Released;
-                    }
-                }
             }
             Some(Err(message)) => {
                 // Never run anywhere but at the job's commit: the job fails, nothing falls back.
@@ -179,6 +187,14 @@ async fn run_tracked(
                 .map_or(JobEnd::Unreported, |_| JobEnd::Failed);
             }
         }
+    }
+    // Checked out as the runner (git refuses a repository another user owns), then handed
+    // to the job's user.
+    if let Err(e) = dir.hand_work_to(user.as_ref()).await {
+        tracing::error!(job = %job.id, error = %e, "cannot hand the work directory to the job's user; releasing the job");
+        dir.remove().await;
+        release(&servers, &job).await;
+        return JobEnd::Released;
     }
     let shipped = CancellationToken::new();
     let shipper = AbortOnDropHandle::new(tokio::spawn({
@@ -219,7 +235,8 @@ async fn run_tracked(
             dir: &dir,
             sandbox: &shared.sandbox,
             cgroups: shared.cgroups.as_ref(),
-            job_user: shared.work.job_user(),
+            job_user: user.as_ref(),
+            own_uid: slot.is_some(),
             job_env,
         };
         executor::execute(&spec, ctx, out.clone(), stop).await

@@ -79,9 +79,12 @@ pub struct Options {
     pub repo_targets: Vec<String>,
     /// Hosts a job's git credential may be sent to (`--git-credential-host`).
     pub git_credential_hosts: Vec<String>,
-    /// Run jobs as this other, unprivileged user (the runner must be root): they cannot read
-    /// the runner's files, its token included.
-    pub job_user: Option<workdir::JobUser>,
+    /// Who jobs run as: the runner's user, one other unprivileged user (`--job-user`), or a
+    /// uid of a range per concurrent job (`--job-user-range`); the latter two need root.
+    pub job_users: workdir::JobUsers,
+    /// Run jobs even where nothing confines them (root, no sandbox, no job user): without it
+    /// such a runner refuses to start.
+    pub unconfined: bool,
     /// Become the subreaper of the jobs' orphans and reap them (the runner process alone;
     /// not inside `leasehold dev`, whose other children have waiters of their own).
     pub subreaper: bool,
@@ -102,7 +105,8 @@ impl Options {
             repo_targets: Vec::new(),
             git_credential_hosts: Vec::new(),
             subreaper: false,
-            job_user: None,
+            job_users: workdir::JobUsers::Runner,
+            unconfined: false,
         }
     }
 }
@@ -140,6 +144,8 @@ pub struct Shared {
     pub(crate) sandbox: Sandbox,
     /// A cgroup per job, where cgroup v2 is writable.
     pub(crate) cgroups: Option<contain::Cgroups>,
+    /// Who jobs run as.
+    pub(crate) users: Users,
     pub(crate) runner_id: Uuid,
     pub(crate) git_credential_hosts: Vec<String>,
     /// Jobs held now: epoch, and the token that stops the job when the service takes it back.
@@ -179,6 +185,71 @@ impl Shared {
             }
         }
     }
+}
+
+/// Who a runner's jobs run as, once started.
+pub(crate) enum Users {
+    Runner,
+    Shared(workdir::JobUser),
+    Pool(contain::UidPool),
+}
+
+/// Why a root runner with nothing to confine its jobs refuses to start.
+pub const REFUSE_UNCONFINED: &str = "refusing to start: this runner runs as root and nothing \
+     would confine its jobs (they would run as root: read this runner's token and environment, \
+     every file, every process); run them with --sandbox bubblewrap, --job-user USER or \
+     --job-user-range FIRST-LAST, or pass --unconfined to run them as root anyway";
+
+/// What a job can reach where containment does not hold, one warning line each, for the
+/// start; empty where it holds.
+fn exposure(
+    root: bool,
+    sandboxed: bool,
+    users: &Users,
+    capacity: i64,
+    cgroups: bool,
+) -> Vec<String> {
+    let mut said = Vec::new();
+    match users {
+        _ if sandboxed => {}
+        Users::Runner if root => said.push(
+            "UNCONFINED: jobs run as root with every capability: a job can read this runner's \
+             token and configuration, every file on this machine, the environment (secrets) of \
+             every process including other jobs, write anywhere, move itself out of its \
+             cgroup, kill anything and sniff local traffic"
+                .to_owned(),
+        ),
+        Users::Runner => said.push(format!(
+            "jobs run as this runner's own user (uid {}) without a sandbox: a job can read this \
+             runner's token and configuration and every file that user can, the environment \
+             (secrets) of the runner's other jobs, write their directories, signal them, and \
+             move its processes out of its cgroup where that user may write the runner's \
+             cgroup; use --sandbox bubblewrap, or run the runner as root with --job-user-range",
+            nix::unistd::Uid::effective()
+        )),
+        Users::Shared(u) if capacity > 1 => said.push(format!(
+            "jobs share the uid of --job-user {} ({}) and up to {capacity} run at once: a job \
+             can read the environment (secrets) of another job running at the same time (and \
+             of any other process of that user, other runners' jobs included), signal it and \
+             write its directory; use --job-user-range for a uid per job",
+            u.name, u.uid
+        )),
+        Users::Shared(u) => said.push(format!(
+            "jobs run as --job-user {} ({}), shared with anything else running as that user \
+             (other runners' jobs included): a job can read their environment and signal \
+             them; use --job-user-range for uids of this runner's alone",
+            u.name, u.uid
+        )),
+        Users::Pool(_) => {}
+    }
+    if !cgroups && !sandboxed && !matches!(users, Users::Pool(_)) {
+        said.push(
+            "cgroup v2 is not writable here: a process a job detaches (setsid) with a cleared \
+             environment outlives the job"
+                .to_owned(),
+        );
+    }
+    said
 }
 
 /// Jobs by how they ended, for the log line at exit.
@@ -303,43 +374,85 @@ pub async fn run(opts: Options, stopper: Stopper) -> anyhow::Result<Summary> {
         &config.trust,
     )?);
 
-    let work = WorkRoot::open(&opts.work_dir, config.runner_id, opts.job_user.clone())?;
+    let root = nix::unistd::Uid::effective().is_root();
+    let sandboxed = opts.sandbox != Sandbox::None;
+    // As root, a sandboxed job still runs as an unprivileged uid: uid 0 in the sandbox's
+    // namespace is root outside, owner of every root-owned file.
+    let job_users = match &opts.job_users {
+        workdir::JobUsers::Runner if root && sandboxed => {
+            workdir::JobUsers::Shared(workdir::JobUser::lookup("nobody").context(
+                "as root, --sandbox bubblewrap runs jobs as an unprivileged user and there is \
+                 no `nobody`: name one with --job-user or --job-user-range",
+            )?)
+        }
+        other => other.clone(),
+    };
+    if root && !sandboxed && job_users == workdir::JobUsers::Runner && !opts.unconfined {
+        bail!(REFUSE_UNCONFINED);
+    }
+    anyhow::ensure!(
+        root || job_users == workdir::JobUsers::Runner,
+        "--job-user and --job-user-range need the runner to run as root (to start jobs as \
+         another user)"
+    );
+    let users = match job_users {
+        workdir::JobUsers::Runner => Users::Runner,
+        workdir::JobUsers::Shared(u) => Users::Shared(u),
+        workdir::JobUsers::Range { first, last } => Users::Pool(contain::UidPool::open(
+            first,
+            last,
+            capacity as usize,
+            std::path::Path::new(contain::UID_LOCKS),
+        )?),
+    };
+    // The user the probes run as: the one jobs run as.
+    let probe_user = match &users {
+        Users::Runner => None,
+        Users::Shared(u) => Some(u.clone()),
+        Users::Pool(p) => Some(workdir::JobUser::of_uid(p.uids()[0])),
+    };
+    if let Users::Pool(pool) = &users {
+        // Nothing may run as a uid before a job gets it (a crashed run's leftovers).
+        for &uid in pool.uids() {
+            contain::kill_uid(uid).await;
+        }
+    }
+
+    let work = WorkRoot::open(&opts.work_dir, config.runner_id, probe_user.is_some())?;
     let hidden = opts
         .config_path
         .as_ref()
         .and_then(|p| std::fs::canonicalize(p).ok());
     let sandbox = opts.sandbox.clone().hiding(hidden.clone());
     sandbox
-        .check(&work, hidden.as_deref())
+        .check(&work, hidden.as_deref(), probe_user.as_ref())
         .await
         .context("refusing to start")?;
-    if let Some(user) = &opts.job_user {
+    if let Some(user) = &probe_user {
         workdir::check_job_user(&work, user, hidden.as_deref())
             .await
             .context("refusing to start")?;
     }
 
-    if sandbox == Sandbox::None
-        && opts.job_user.is_none()
-        && nix::unistd::Uid::effective().is_root()
-    {
-        tracing::warn!(
-            "jobs will run as root with every capability (they can read this runner's token \
-             and sniff local traffic); use --sandbox bubblewrap or --job-user USER"
-        );
+    let cgroups = contain::Cgroups::open(&config.runner_id.to_string());
+    for line in exposure(root, sandboxed, &users, capacity, cgroups.is_some()) {
+        tracing::warn!("{line}");
     }
-    // A job running as another user could not enter its cgroup (see executor).
-    let cgroups = opts
-        .job_user
-        .is_none()
-        .then(|| contain::Cgroups::open(&config.runner_id.to_string()))
-        .flatten();
-    let containment = match &cgroups {
-        Some(c) => format!("a cgroup per job, in {}", c.path().display()),
-        None if opts.subreaper => {
+    let containment = match (&cgroups, &users) {
+        (Some(c), Users::Pool(p)) => format!(
+            "a cgroup per job, in {}, and a uid per job ({} held)",
+            c.path().display(),
+            p.uids().len()
+        ),
+        (Some(c), _) => format!("a cgroup per job, in {}", c.path().display()),
+        (None, Users::Pool(p)) => format!(
+            "cgroup v2 not writable: a uid per job ({} held), killed whole at its end",
+            p.uids().len()
+        ),
+        (None, _) if opts.subreaper => {
             "cgroup v2 not writable: process group, subreaper and LEASEHOLD_JOB_ID sweep".into()
         }
-        None => "cgroup v2 not writable: process group and LEASEHOLD_JOB_ID sweep".into(),
+        (None, _) => "cgroup v2 not writable: process group and LEASEHOLD_JOB_ID sweep".into(),
     };
     // After the probes: the reaper leaves alone only the children spawned by the executor.
     let _reaper = if opts.subreaper {
@@ -385,6 +498,7 @@ pub async fn run(opts: Options, stopper: Stopper) -> anyhow::Result<Summary> {
         work,
         sandbox,
         cgroups,
+        users,
         runner_id: config.runner_id,
         git_credential_hosts: opts.git_credential_hosts.clone(),
         running: Mutex::new(HashMap::new()),

@@ -10,7 +10,9 @@
 //! serialised (chunks are cut on character boundaries by their escaped size). Chunks keep the
 //! order in which the runner read them, across both streams, and their concatenation per
 //! stream is exactly what the command wrote (invalid UTF-8 replaced by U+FFFD), except that
-//! every value the job was given as a secret, and its base64 forms, reads `***`: lines are
+//! every value the job was given as a secret, and its base64 forms, reads `***`, and so does
+//! each line of a multi-line secret that is not trivial (at least [`MIN_MASKED_LINE`]
+//! characters once surrounding whitespace is trimmed), wherever it appears: lines are
 //! masked as they are queued (a value inside a run of more than [`MAX_LINE_BYTES`] without a
 //! newline may be cut and not seen whole), and tails as they are read.
 
@@ -151,6 +153,11 @@ pub struct Output {
 /// What stands in for a secret in output.
 pub const MASK: &str = "***";
 
+/// A line of a multi-line secret is masked on its own when, trimmed of surrounding
+/// whitespace, it has at least this many characters; shorter lines (a `}`, an empty line)
+/// would mask ordinary output and are left alone.
+pub const MIN_MASKED_LINE: usize = 4;
+
 impl Default for Output {
     fn default() -> Self {
         Self {
@@ -170,7 +177,8 @@ impl Output {
     }
 
     /// A buffer that masks each of `secrets`, and its standard and URL-safe base64 forms (with
-    /// and without padding), wherever they appear.
+    /// and without padding), and each non-trivial line of a multi-line one (see
+    /// [`MIN_MASKED_LINE`]), wherever they appear.
     pub fn masking<'a>(secrets: impl IntoIterator<Item = &'a str>) -> Arc<Self> {
         use base64::engine::general_purpose::{
             STANDARD, STANDARD_NO_PAD, URL_SAFE, URL_SAFE_NO_PAD,
@@ -181,6 +189,14 @@ impl Output {
             masks.push(s.to_owned());
             for engine in [STANDARD, STANDARD_NO_PAD, URL_SAFE, URL_SAFE_NO_PAD] {
                 masks.push(engine.encode(s));
+            }
+            if s.contains(['\n', '\r']) {
+                masks.extend(
+                    s.split(['\n', '\r'])
+                        .map(str::trim)
+                        .filter(|l| l.chars().count() >= MIN_MASKED_LINE)
+                        .map(str::to_owned),
+                );
             }
         }
         masks.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
@@ -572,6 +588,18 @@ mod tests {
             out.tail(Stream::Stdout),
             "token=*** encoded=***\nplain\nleasehold: ***\n"
         );
+    }
+
+    #[tokio::test]
+    async fn each_line_of_a_multi_line_secret_is_masked_but_not_its_trivial_lines() {
+        let key = "-----BEGIN KEY-----\r\n  MIIEvQIBADANBgkq  \n}\n\nabc\n-----END KEY-----\n";
+        let out = Output::masking([key]);
+        // Line by line, out of order, one line amid other text: never the whole value at once.
+        let input = "x MIIEvQIBADANBgkq y\n-----END KEY-----\n}\nabc\n-----BEGIN KEY-----\n";
+        pump(input.as_bytes(), Stream::Stdout, out.clone()).await;
+        let expected = "x *** y\n***\n}\nabc\n***\n";
+        assert_eq!(text_of(&out.take_batch(true)), expected);
+        assert_eq!(out.tail(Stream::Stdout), expected);
     }
 
     #[tokio::test]

@@ -8,6 +8,9 @@
 //! no power to sniff traffic, mount, or trace), in its own PID namespace and session, and
 //! dies with `bwrap`, so killing `bwrap`'s process group kills everything the job started.
 //! With [`Network::None`] it also gets a network namespace of its own (only a loopback).
+//! A runner running as root starts `bwrap` itself as an unprivileged uid (the job user, a
+//! uid of the range, or `nobody`): inside the namespace uid 0 would be root outside, owner of
+//! every root-owned file, capabilities or not.
 //! A runner asked for a sandbox that does not work refuses to start ([`Sandbox::check`] runs
 //! a probe job inside it that checks the drop took effect) rather than run jobs unconfined.
 //!
@@ -20,7 +23,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
 
-use super::workdir::WorkRoot;
+use super::workdir::{JobUser, WorkRoot};
 
 /// System directories mounted read-only when they exist.
 const READ_ONLY: &[&str] = &["/usr", "/etc", "/opt", "/run/systemd/resolve"];
@@ -28,12 +31,18 @@ const READ_ONLY: &[&str] = &["/usr", "/etc", "/opt", "/run/systemd/resolve"];
 const MAYBE_LINKS: &[&str] = &["/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"];
 /// Where the job's directory is mounted inside the sandbox.
 pub const JOB_MOUNT: &str = "/leasehold/job";
-/// The probe job (`sh -c PROBE probe HIDDEN WORK HOME NETWORK`): exits 3 naming the first
-/// check that fails, using only the shell's built-ins and `/proc`.
+/// The probe job (`sh -c PROBE probe HIDDEN WORK HOME NETWORK UID`): exits 3 naming the
+/// first check that fails, using only the shell's built-ins and `/proc`.
 const PROBE: &str = r#"
 cap=
-while read -r key value; do [ "$key" = CapEff: ] && cap=$value; done < /proc/self/status
+uid=
+while read -r key value rest; do
+    [ "$key" = CapEff: ] && cap=$value
+    [ "$key" = Uid: ] && uid=$value
+done < /proc/self/status
 [ "$cap" = 0000000000000000 ] || { echo "capabilities were not dropped (CapEff: ${cap:-unknown})" >&2; exit 3; }
+[ -z "$5" ] || [ "$uid" = "$5" ] || { echo "the job runs as uid ${uid:-unknown}, not $5" >&2; exit 3; }
+[ "$$" -le 3 ] || { echo "the job is not in a PID namespace of its own (its pid is $$)" >&2; exit 3; }
 [ "$(pwd)" = "$2" ] || { echo "the working directory is $(pwd), not $2" >&2; exit 3; }
 [ "$HOME" = "$3" ] || { echo "HOME is $HOME, not $3" >&2; exit 3; }
 [ -z "$1" ] || [ ! -s "$1" ] || { echo "the runner's configuration $1 is visible to jobs" >&2; exit 3; }
@@ -125,19 +134,26 @@ impl Sandbox {
         }
     }
 
-    /// Run a probe job in the sandbox, checking from inside what a job would see: no
-    /// capability at all (`CapEff` 0), the working directory and `HOME` where a job's are,
+    /// Run a probe job in the sandbox (as `user` when given, as jobs will be), checking from
+    /// inside what a job would see: no capability at all (`CapEff` 0), the uid `user`'s
+    /// (bwrap maps it to itself), a PID namespace of its own, the working directory and `HOME` where a job's are,
     /// both writable, `hidden` (the runner's configuration file, which holds its token)
     /// absent, and with [`Network::None`] no interface but loopback.
     ///
     /// # Errors
     /// The sandbox does not work here, or does not confine; the message says which check
     /// failed (or carries `bwrap`'s own error).
-    pub async fn check(&self, root: &WorkRoot, hidden: Option<&Path>) -> anyhow::Result<()> {
+    pub async fn check(
+        &self,
+        root: &WorkRoot,
+        hidden: Option<&Path>,
+        user: Option<&JobUser>,
+    ) -> anyhow::Result<()> {
         let Sandbox::Bubblewrap { network, .. } = self else {
             return Ok(());
         };
-        let dir = root.job_dir("sandbox-probe")?;
+        let dir = root.job_dir("sandbox-probe", user)?;
+        dir.hand_work_to(user).await?;
         let work_inside = Path::new(JOB_MOUNT).join("work").display().to_string();
         let home_inside = Path::new(JOB_MOUNT).join("home").display().to_string();
         let mut argv: Vec<String> =
@@ -153,8 +169,14 @@ impl Sandbox {
             }
             .into(),
         );
+        // The uid as seen from inside (bwrap maps the caller's uid to itself).
+        argv.push(user.map(|u| u.uid.to_string()).unwrap_or_default());
         let launch = self.launch(&argv, &BTreeMap::new(), &dir.work, &dir.root, &dir.home)?;
-        let out = tokio::process::Command::new(&launch.program)
+        let mut cmd = tokio::process::Command::new(&launch.program);
+        if let Some(u) = user {
+            cmd.uid(u.uid).gid(u.gid);
+        }
+        let out = cmd
             .args(&launch.args)
             .env_clear()
             .envs(&launch.env)

@@ -4,11 +4,14 @@
 //! Invariants: the checkout is `git init`, a fetch of that one commit, a detached checkout of
 //! it, and a check that `HEAD` is it; anything else fails the job, and nothing ever falls back
 //! to another commit, branch or checkout. A credential reaches git only through in-memory
-//! configuration (`GIT_CONFIG_COUNT` / `http.<url>.extraHeader` in git's own environment),
-//! never in the URL, a file, the command's environment or an event, and only when the
-//! repository's host is one the runner was told to trust (`--git-credential-host`). Git runs
-//! with a cleared environment, no system or global configuration, no credential helper and no
-//! prompt.
+//! configuration: an `http.<url>.extraHeader` in a memfd the runner holds (close-on-exec, so
+//! no job inherits it), which git reads as its global configuration through
+//! `/proc/<runner pid>/fd/<n>` (readable only by processes allowed to inspect the runner):
+//! never in git's environment or arguments, the URL, a file on disk, the command's
+//! environment or an event, and only when the repository's host is one the runner was told
+//! to trust (`--git-credential-host`). Its `Authorization` value and its base64 are masked in
+//! the job's output ([`credential_masks`]). Git runs with a cleared environment, no system
+//! configuration, no credential helper and no prompt.
 
 use std::path::Path;
 use std::process::Stdio;
@@ -53,19 +56,68 @@ fn host_allowed(host: &str, allowed: &[String]) -> bool {
     })
 }
 
-/// The `Authorization` header for a credential: `user:secret` as given, a bare token with the
-/// user `x-access-token` (the convention of the large git hosts), both as HTTP Basic.
-fn authorization(credential: &str) -> String {
-    let pair = if credential.contains(':') {
+/// `user:secret` as given, or a bare token with the user `x-access-token` (the convention of
+/// the large git hosts).
+fn basic_pair(credential: &str) -> String {
+    if credential.contains(':') {
         credential.to_owned()
     } else {
         format!("x-access-token:{credential}")
-    };
-    format!("Authorization: Basic {}", STANDARD.encode(pair))
+    }
 }
 
-/// What git needs to run in `dir`: a cleared environment and in-memory configuration.
-fn git(dir: &Path, home: &Path, path: &str, config: &[(String, String)]) -> Command {
+/// The `Authorization` header for a credential, as HTTP Basic.
+fn authorization(credential: &str) -> String {
+    format!(
+        "Authorization: Basic {}",
+        STANDARD.encode(basic_pair(credential))
+    )
+}
+
+/// What to mask in a job's output besides the credential itself: the `user:secret` pair git
+/// sends (its base64 forms are masked with it) and the header's base64 value.
+pub fn credential_masks(credential: &str) -> Vec<String> {
+    let pair = basic_pair(credential);
+    let encoded = STANDARD.encode(&pair);
+    vec![pair, encoded]
+}
+
+/// Configuration only git may read: a memfd of this process (close-on-exec), which git opens
+/// by `/proc/<pid>/fd/<n>`. Dropped (closed) when the checkout is done.
+struct PrivateConfig(std::fs::File);
+
+impl PrivateConfig {
+    fn new(text: &str) -> std::io::Result<Self> {
+        use std::io::Write;
+        let fd = nix::sys::memfd::memfd_create(
+            "leasehold-git-credential",
+            nix::sys::memfd::MFdFlags::MFD_CLOEXEC,
+        )?;
+        let mut file = std::fs::File::from(fd);
+        file.write_all(text.as_bytes())?;
+        Ok(Self(file))
+    }
+
+    fn path(&self) -> String {
+        use std::os::fd::AsRawFd;
+        format!("/proc/{}/fd/{}", std::process::id(), self.0.as_raw_fd())
+    }
+}
+
+/// A git configuration value, quoted.
+fn quoted(value: &str) -> String {
+    format!("\"{}\"", value.replace('\\', "\\\\").replace('"', "\\\""))
+}
+
+/// What git needs to run in `dir`: a cleared environment, `config` through the environment
+/// (nothing secret) and `global` (the private configuration's path) as its global file.
+fn git(
+    dir: &Path,
+    home: &Path,
+    path: &str,
+    config: &[(String, String)],
+    global: Option<&str>,
+) -> Command {
     let mut cmd = Command::new("git");
     cmd.current_dir(dir)
         .env_clear()
@@ -73,7 +125,7 @@ fn git(dir: &Path, home: &Path, path: &str, config: &[(String, String)]) -> Comm
         .env("HOME", home)
         .env("LANG", "C")
         .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_CONFIG_GLOBAL", global.unwrap_or("/dev/null"))
         .env("GIT_TERMINAL_PROMPT", "0")
         .env("GIT_ASKPASS", "/bin/false")
         .env("GIT_CONFIG_COUNT", config.len().to_string())
@@ -140,10 +192,19 @@ pub async fn materialise(
         ("credential.helper".to_owned(), String::new()),
         ("core.hooksPath".to_owned(), "/dev/null".to_owned()),
     ];
+    let mut private = None;
     if let Some(credential) = &source.credential {
         match http_origin(repo) {
             Some((origin, host)) if host_allowed(&host, credential_hosts) => {
-                config.push((format!("http.{origin}.extraHeader"), authorization(&credential.0)));
+                let text = format!(
+                    "[http {}]\n\textraHeader = {}\n",
+                    quoted(&origin),
+                    quoted(&authorization(&credential.0))
+                );
+                private = Some(
+                    PrivateConfig::new(&text)
+                        .map_err(|e| format!("cannot hold the credential for git: {e}"))?,
+                );
                 config.push(("http.followRedirects".to_owned(), "false".to_owned()));
             }
             Some((_, host)) => tracing::warn!(
@@ -156,11 +217,13 @@ pub async fn materialise(
         }
     }
     let path = DEFAULT_PATH;
-    let mut init = git(dir, home, path, &config);
+    let global = private.as_ref().map(PrivateConfig::path);
+    let global = global.as_deref();
+    let mut init = git(dir, home, path, &config, global);
     init.args(["init", "--quiet", "."]);
     run(init, "git init").await?;
     let fetch = |depth: bool| {
-        let mut cmd = git(dir, home, path, &config);
+        let mut cmd = git(dir, home, path, &config, global);
         cmd.args(["fetch", "--quiet", "--no-tags", "--no-recurse-submodules"]);
         if depth {
             cmd.arg("--depth=1");
@@ -173,7 +236,7 @@ pub async fn materialise(
     if run(fetch(true), "git fetch").await.is_err() {
         run(fetch(false), &format!("git fetch of {sha}")).await?;
     }
-    let mut checkout = git(dir, home, path, &config);
+    let mut checkout = git(dir, home, path, &config, global);
     checkout.args([
         "-c",
         "advice.detachedHead=false",
@@ -183,7 +246,7 @@ pub async fn materialise(
         sha,
     ]);
     run(checkout, "git checkout").await?;
-    let mut head = git(dir, home, path, &config);
+    let mut head = git(dir, home, path, &config, global);
     head.args(["rev-parse", "--verify", "HEAD^{commit}"]);
     let head = run(head, "git rev-parse").await?;
     if &head != sha {
@@ -261,6 +324,19 @@ mod tests {
             "links not followed"
         );
         std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn the_credential_config_quotes_what_git_would_read_otherwise() {
+        assert_eq!(quoted(r#"a"b\c"#), r#""a\"b\\c""#);
+        let masks = credential_masks("tok");
+        assert_eq!(
+            masks,
+            [
+                "x-access-token:tok".to_owned(),
+                STANDARD.encode("x-access-token:tok")
+            ]
+        );
     }
 
     #[test]

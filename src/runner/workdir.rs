@@ -8,9 +8,11 @@
 //! working directory), `home/` (its `HOME`) and `tmp/` (its `TMPDIR`): everything a job
 //! writes by default is removed with it.
 //!
-//! With a [`JobUser`], the runner's directory is searchable (0711) but not listable by others,
-//! and each job's directory belongs to that user, so a job can reach its own directory and
-//! nothing else of the runner's.
+//! When jobs run as other users ([`JobUsers`]), the runner's directory is searchable (0711)
+//! but not listable by others, and each job's directory (0700) belongs to the uid that job
+//! runs as, so a job can reach its own directory and nothing else of the runner's (nor,
+//! with a uid range, another job's). Its `work/` stays the runner's until the source is
+//! checked out ([`JobDir::hand_work_to`]): git refuses a repository another user owns.
 
 use std::fs::{self, File};
 use std::io;
@@ -49,10 +51,33 @@ impl JobUser {
     }
 }
 
+/// Who a runner's jobs run as.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum JobUsers {
+    /// The runner's own user.
+    #[default]
+    Runner,
+    /// One unprivileged user for every job (`--job-user`).
+    Shared(JobUser),
+    /// One uid per concurrent job from `first..=last` (`--job-user-range`), its gid the same
+    /// number; the uids need not have accounts.
+    Range { first: u32, last: u32 },
+}
+
+impl JobUser {
+    /// A uid of a `--job-user-range` (its gid is the same number).
+    pub fn of_uid(uid: u32) -> Self {
+        Self {
+            name: format!("uid {uid}"),
+            uid,
+            gid: uid,
+        }
+    }
+}
+
 /// A runner's directory, locked for as long as this value lives.
 pub struct WorkRoot {
     path: PathBuf,
-    job_user: Option<JobUser>,
     _lock: Flock<File>,
 }
 
@@ -71,7 +96,8 @@ impl WorkRoot {
     ///
     /// # Errors
     /// The directory cannot be created, or another process holds the lock.
-    pub fn open(base: &Path, runner: Uuid, job_user: Option<JobUser>) -> anyhow::Result<Self> {
+    /// `others`: jobs run as other users, who must be able to search (not list) it.
+    pub fn open(base: &Path, runner: Uuid, others: bool) -> anyhow::Result<Self> {
         fs::create_dir_all(base).with_context(|| format!("creating {}", base.display()))?;
         // Absolute, so a job's TMPDIR and HOME mean the same from any working directory.
         let base =
@@ -101,24 +127,21 @@ impl WorkRoot {
             }
         }
         fs::create_dir_all(&path)?;
-        let mode = if job_user.is_some() { 0o711 } else { 0o700 };
+        let mode = if others { 0o711 } else { 0o700 };
         fs::set_permissions(&path, fs::Permissions::from_mode(mode))?;
-        Ok(Self {
-            path,
-            job_user,
-            _lock: lock,
-        })
+        Ok(Self { path, _lock: lock })
     }
 
     pub fn path(&self) -> &Path {
         &self.path
     }
 
-    /// A fresh directory for `name` (a job id, or a probe).
+    /// A fresh directory for `name` (a job id, or a probe), its root, `home/` and `tmp/`
+    /// belonging to `owner` when given; `work/` is handed over by [`JobDir::hand_work_to`].
     ///
     /// # Errors
     /// The directories cannot be created.
-    pub fn job_dir(&self, name: &str) -> io::Result<JobDir> {
+    pub fn job_dir(&self, name: &str, owner: Option<&JobUser>) -> io::Result<JobDir> {
         let root = self.path.join(name);
         if root.exists() {
             force_remove(&root)?;
@@ -135,21 +158,29 @@ impl WorkRoot {
         for d in [&dir.work, &dir.home, &dir.tmp] {
             fs::create_dir(d)?;
         }
-        if let Some(u) = &self.job_user {
-            for d in [&dir.root, &dir.work, &dir.home, &dir.tmp] {
+        if let Some(u) = owner {
+            for d in [&dir.root, &dir.home, &dir.tmp] {
                 std::os::unix::fs::chown(d, Some(u.uid), Some(u.gid))?;
             }
         }
         Ok(dir)
     }
-
-    /// The user jobs run as, when not the runner's.
-    pub fn job_user(&self) -> Option<&JobUser> {
-        self.job_user.as_ref()
-    }
 }
 
 impl JobDir {
+    /// Give `work/` and everything in it (a checkout) to `owner`, when jobs run as another
+    /// user; off the async threads.
+    ///
+    /// # Errors
+    /// A file could not be handed over.
+    pub async fn hand_work_to(&self, owner: Option<&JobUser>) -> io::Result<()> {
+        let Some(u) = owner else { return Ok(()) };
+        let (work, uid, gid) = (self.work.clone(), u.uid, u.gid);
+        tokio::task::spawn_blocking(move || super::source::hand_to(&work, uid, gid))
+            .await
+            .map_err(io::Error::other)?
+    }
+
     /// Remove the job's directories, off the async threads.
     pub async fn remove(mut self) {
         self.removed = true;
@@ -179,7 +210,8 @@ pub async fn check_job_user(
     user: &JobUser,
     config: Option<&Path>,
 ) -> anyhow::Result<()> {
-    let dir = root.job_dir("job-user-probe")?;
+    let dir = root.job_dir("job-user-probe", Some(user))?;
+    dir.hand_work_to(Some(user)).await?;
     let script = r#"
 [ -z "$1" ] || ! cat "$1" >/dev/null 2>&1 || { echo "it can read the runner's configuration $1" >&2; exit 3; }
 echo ok > probe && echo ok > "$2/h" || { echo "it cannot write its work directory" >&2; exit 3; }
@@ -293,19 +325,19 @@ mod tests {
     fn the_root_is_exclusive_and_left_overs_are_cleared() {
         let base = std::env::temp_dir().join(format!("lh-work-{}", Uuid::now_v7()));
         let runner = Uuid::now_v7();
-        let root = WorkRoot::open(&base, runner, None).unwrap();
-        let dir = root.job_dir("job").unwrap();
+        let root = WorkRoot::open(&base, runner, false).unwrap();
+        let dir = root.job_dir("job", None).unwrap();
         let ro = dir.work.join("ro");
         fs::create_dir(&ro).unwrap();
         fs::write(ro.join("f"), "x").unwrap();
         fs::set_permissions(&ro, fs::Permissions::from_mode(0o500)).unwrap();
         std::mem::forget(dir); // as a crash would
         assert!(
-            WorkRoot::open(&base, runner, None).is_err(),
+            WorkRoot::open(&base, runner, false).is_err(),
             "second opener refused"
         );
         drop(root);
-        let root = WorkRoot::open(&base, runner, None).unwrap();
+        let root = WorkRoot::open(&base, runner, false).unwrap();
         assert_eq!(fs::read_dir(root.path()).unwrap().count(), 0);
         drop(root);
         fs::remove_dir_all(base).unwrap();

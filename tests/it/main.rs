@@ -5,6 +5,7 @@ mod support;
 
 mod balancer;
 mod browser;
+mod contain;
 mod deadlines;
 mod dispatch;
 mod embedded_pg;

@@ -162,6 +162,40 @@ async fn exactly_the_commit_is_checked_out_from_a_file_url_and_a_missing_one_fai
 #[derive(Default)]
 struct Seen {
     authorizations: Vec<Option<String>>,
+    /// Git processes alive while a request was being answered.
+    gits: usize,
+    /// `pid: what` of every process whose environment or arguments held the credential in
+    /// any form, while a request was being answered.
+    leaks: Vec<String>,
+}
+
+/// Processes (other than this one) whose environment or command line contains one of
+/// `needles`, and how many git processes are alive.
+fn carriers(needles: &[String]) -> (usize, Vec<String>) {
+    let me = std::process::id().to_string();
+    let (mut gits, mut found) = (0, Vec::new());
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let pid = entry.file_name().to_string_lossy().into_owned();
+        if pid == me || !pid.chars().all(|c| c.is_ascii_digit()) {
+            continue;
+        }
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        if String::from_utf8_lossy(&cmdline).starts_with("git") {
+            gits += 1;
+        }
+        for what in ["environ", "cmdline"] {
+            let bytes = std::fs::read(entry.path().join(what)).unwrap_or_default();
+            for n in needles {
+                if bytes.windows(n.len()).any(|w| w == n.as_bytes()) {
+                    found.push(format!(
+                        "{pid} {what}: {}",
+                        String::from_utf8_lossy(&cmdline)
+                    ));
+                }
+            }
+        }
+    }
+    (gits, found)
 }
 
 /// Serve `root` over git's dumb HTTP protocol, answering 401 without `expected` authorization.
@@ -177,7 +211,19 @@ async fn dumb_http(root: PathBuf, expected: String) -> (String, Arc<Mutex<Seen>>
             .get("authorization")
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned);
-        seen.lock().unwrap().authorizations.push(auth.clone());
+        // While git waits for this answer, look at every process's environment and arguments.
+        let b64 = expected.trim_start_matches("Basic ").to_owned();
+        let pair = String::from_utf8(
+            base64::Engine::decode(&base64::engine::general_purpose::STANDARD, &b64).unwrap(),
+        )
+        .unwrap();
+        let token = pair.split_once(':').unwrap().1.to_owned();
+        let (gits, leaks) = carriers(&[b64, pair, token]);
+        let mut s = seen.lock().unwrap();
+        s.authorizations.push(auth.clone());
+        s.gits += gits;
+        s.leaks.extend(leaks);
+        drop(s);
         if auth.as_deref() != Some(expected.as_str()) {
             return (
                 StatusCode::UNAUTHORIZED,
@@ -273,4 +319,43 @@ async fn a_credential_goes_only_to_allowed_hosts_only_as_a_header_and_into_no_fi
     assert!(!all_bytes(&home)
         .windows(token.len())
         .any(|w| w == token.as_bytes()));
+}
+
+/// Row 6 of issue 18: while git fetches with a credential, no process (git, its remote
+/// helper, anything else) carries the token, its `user:token` pair or the header's base64 in
+/// its environment or arguments: the header reaches git through a memfd only it may open.
+#[tokio::test]
+async fn no_git_process_carries_the_credential_in_its_environment_or_arguments() {
+    if !have_git("no_git_process_carries_the_credential") {
+        return;
+    }
+    use base64::Engine;
+    let dir = TempDir::new("source-noenv");
+    let (_, bare, first, _) = two_commit_repo(&dir);
+    let token = "ghs_N0t-in-the-3nvironment";
+    let expected = format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(format!("x-access-token:{token}"))
+    );
+    let (host, seen) = dumb_http(bare, expected.clone()).await;
+    let url = format!("http://{host}/repo.git");
+    let (work, home) = job_dirs(&dir, "noenv");
+    materialise(
+        &source(&url, &first, Some(token)),
+        &work,
+        &home,
+        std::slice::from_ref(&host),
+    )
+    .await
+    .unwrap();
+    assert_eq!(git(&work, &["rev-parse", "HEAD"]), first);
+    let seen = seen.lock().unwrap();
+    assert!(
+        seen.authorizations
+            .iter()
+            .any(|a| a.as_deref() == Some(expected.as_str())),
+        "the credential was sent"
+    );
+    assert!(seen.gits > 0, "git was seen running during its requests");
+    assert!(seen.leaks.is_empty(), "{:#?}", seen.leaks);
 }

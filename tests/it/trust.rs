@@ -239,7 +239,7 @@ async fn a_real_runner_runs_at_the_exact_commit_with_the_secret_in_its_environme
         .set_repo_target(me.id, me.repo_targets[0].id, true)
         .await
         .unwrap();
-    let mut runner = crate::procs::runner(&config, &dir.join("work"), &[], &[]);
+    let mut runner = crate::procs::runner(&config, &dir.join("work"), &["--unconfined"], &[]);
 
     let script = "git rev-parse HEAD; cat file; echo \"token=$DEPLOY_TOKEN\"; \
                   printf %s \"$DEPLOY_TOKEN\" | base64; printf %s \"$DEPLOY_TOKEN\" | sha256sum";
@@ -317,7 +317,7 @@ async fn an_outdated_reference_runner_finishes_what_it_holds_and_leases_no_more(
     let key = app.key("acme", "alice", false).await;
     let alice = Client::new(url_b.clone(), Some(key.clone()));
     let config = enrol(&alice, &[&url_a, &url_b], dir.path(), false, &[]).await;
-    let r = runner(&config, &dir.join("work"), &[], &[]);
+    let r = runner(&config, &dir.join("work"), &["--unconfined"], &[]);
     let long = Duration::from_secs(90);
     let submit = |argv: &'static [&'static str]| {
         let (url, key) = (url_b.clone(), key.clone());

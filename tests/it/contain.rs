@@ -1,0 +1,642 @@
+//! Containment of hostile jobs by the real runner (`leasehold runner run` as a child process,
+//! real replicas on PostgreSQL, jobs submitted with the CLI), issue 18's runner rows.
+//!
+//! Invariants defended: a job running as a job user leaves nothing behind, not even a
+//! process it detached with `setsid` and a cleared environment (row 1), and cannot move
+//! itself out of its cgroup (row 2); with `--job-user-range` concurrent jobs run as different
+//! uids, cannot read each other's environment or write each other's directories, and nothing
+//! of a job's uid outlives it (row 1); as root, a sandboxed job runs as an unprivileged uid
+//! and reads neither `/etc/shadow` nor a root-only file (row 3); each non-trivial line of a
+//! multi-line secret is masked in what a job streams, however it is printed (row 4); a job
+//! user runs a job with a source (row 9); as root a runner with nothing to confine its jobs
+//! refuses to start unless told `--unconfined`, and then says what a job can reach (row 13);
+//! `leasehold dev` as root runs its jobs as `nobody`.
+//!
+//! These need root (job users, cgroups); some need bubblewrap or cgroup v2. Without them a
+//! test says why and returns, or fails when `CI=true`.
+
+use std::time::Duration;
+
+use leasehold::client::Client;
+use leasehold::domain::sealing::SealKey;
+use nix::sys::signal::Signal;
+use uuid::Uuid;
+
+use crate::procs::{cli, enrol, processes_with, runner, serve, Proc, TempDir};
+use crate::support::{eventually, TestApp};
+
+const LONG: Duration = Duration::from_secs(90);
+
+fn root() -> Option<String> {
+    (!nix::unistd::geteuid().is_root()).then(|| "the test must run as root".to_owned())
+}
+
+/// A number no other process on the machine has in its command line.
+fn marker() -> String {
+    let n = Uuid::now_v7().as_u128();
+    format!("{}.{}", 4000 + n % 1000, (n >> 64) as u32)
+}
+
+/// Wait until no live process carries `marker` in its command line.
+async fn none_alive(marker: &str, what: &str) {
+    eventually(LONG, what, || async {
+        processes_with(marker)
+            .iter()
+            .all(|(_, state, _)| *state == 'Z')
+            .then_some(())
+    })
+    .await;
+}
+
+/// Kill what a failed test leaves (so a red test does not leave sleepers running).
+struct KillOnDrop(String);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        for (pid, _, _) in processes_with(&self.0) {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), Signal::SIGKILL);
+        }
+    }
+}
+
+async fn submit_wait(url: &str, key: &str, args: &[&str]) -> crate::procs::Output {
+    let mut all = vec!["job", "submit", "--wait"];
+    all.extend_from_slice(args);
+    cli(url, key, &all, LONG).await
+}
+
+fn runner_id(config: &std::path::Path) -> String {
+    let saved: serde_json::Value = serde_json::from_slice(&std::fs::read(config).unwrap()).unwrap();
+    saved["runner_id"].as_str().unwrap().to_owned()
+}
+
+/// The runner's log once it has connected (or exited).
+async fn connected(r: &Proc) -> String {
+    eventually(LONG, "the runner connects", || async {
+        let log = r.log();
+        log.contains("runner connected").then_some(log)
+    })
+    .await
+}
+
+/// Why this process cannot make a cgroup v2 below its own, if it cannot.
+fn cgroup_v2_unwritable() -> Option<String> {
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let Some(mount) = mounts.lines().find_map(|l| {
+        let (left, right) = l.split_once(" - ")?;
+        right
+            .starts_with("cgroup2 ")
+            .then(|| left.split_whitespace().nth(4).map(str::to_owned))?
+    }) else {
+        return Some("no cgroup2 mount".into());
+    };
+    let own = std::fs::read_to_string("/proc/self/cgroup").unwrap();
+    let rel = own
+        .lines()
+        .find_map(|l| l.strip_prefix("0::"))
+        .unwrap_or("/");
+    let probe = std::path::Path::new(&mount)
+        .join(rel.trim_start_matches('/'))
+        .join(format!("lh-test-probe-{}", Uuid::now_v7().simple()));
+    match std::fs::create_dir(&probe) {
+        Ok(()) => {
+            let _ = std::fs::remove_dir(&probe);
+            None
+        }
+        Err(e) => Some(format!("cannot create {}: {e}", probe.display())),
+    }
+}
+
+/// Row 1 and row 2: a job running as `--job-user` detaches a process with `setsid env -i`
+/// (no environment marker left to find) after trying to move it into its parent cgroup and
+/// the root cgroup; when the job ends, that process is dead.
+#[tokio::test]
+async fn a_job_users_detached_env_less_process_dies_with_its_job_and_cannot_leave_its_cgroup() {
+    if !crate::support::require("root", root()) {
+        return;
+    }
+    let app = TestApp::spawn().await;
+    let key = app.key("acme", "alice", false).await;
+    let alice = Client::new(app.url(0), Some(key.clone()));
+    let dir = TempDir::new("contain-jobuser");
+    let config = enrol(&alice, &[&app.url(0)], dir.path(), false, &[]).await;
+    if !crate::support::require("a writable cgroup v2", cgroup_v2_unwritable()) {
+        return;
+    }
+    let r = runner(&config, &dir.join("work"), &["--job-user", "nobody"], &[]);
+    let m = marker();
+    let _cleanup = KillOnDrop(m.clone());
+    // Its cgroup's parent and the hierarchy's root, from what the job itself can read.
+    let script = format!(
+        r#"cg=$(sed -n 's/^0:://p' /proc/self/cgroup)
+mnt=$(awk '$9 == "cgroup2" {{ print $5; exit }}' /proc/self/mountinfo)
+parent="$mnt${{cg%/*}}"
+echo "in $cg"
+for target in "$parent" "$mnt"; do
+    if (echo $$ > "$target/cgroup.procs") 2>/dev/null; then echo "moved into $target"; else echo refused; fi
+done
+setsid env -i sh -c 'echo $$ > "$1/cgroup.procs" 2>/dev/null; echo $$ > "$2/cgroup.procs" 2>/dev/null; exec sleep {m}1' sh "$parent" "$mnt" </dev/null >/dev/null 2>&1 &
+setsid env -i sleep {m}2 </dev/null >/dev/null 2>&1 &
+echo detached"#
+    );
+    let out = submit_wait(&app.url(0), &key, &["--", "sh", "-c", &script]).await;
+    assert_eq!(out.code, Some(0), "{out:?}\nrunner log:\n{}", r.log());
+    none_alive(
+        &format!("{m}1"),
+        "the detached process that tried to leave its cgroup dies with the job",
+    )
+    .await;
+    none_alive(
+        &format!("{m}2"),
+        "the detached env-less process dies with the job",
+    )
+    .await;
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert!(
+        lines[0].contains(&format!("leasehold-{}-", runner_id(&config))),
+        "the job has a cgroup of its own: {lines:?}"
+    );
+    assert_eq!(
+        &lines[1..],
+        ["refused", "refused", "detached"],
+        "a job user cannot write any cgroup.procs: {out:?}"
+    );
+}
+
+/// Row 1 (`--job-user-range`): two jobs at once run as two uids of the range; one cannot read
+/// the other's `/proc/PID/environ` or write into its directory; when a job ends nothing runs
+/// as its uid any more, even what it detached with a cleared environment.
+#[tokio::test]
+async fn a_uid_range_keeps_concurrent_jobs_apart_and_kills_everything_of_a_jobs_uid() {
+    if !crate::support::require("root", root()) {
+        return;
+    }
+    let app = TestApp::spawn().await;
+    let key = app.key("acme", "alice", false).await;
+    let alice = Client::new(app.url(0), Some(key.clone()));
+    let dir = TempDir::new("contain-range");
+    let config = enrol(
+        &alice,
+        &[&app.url(0)],
+        dir.path(),
+        false,
+        &["--capacity", "2"],
+    )
+    .await;
+    let work = dir.join("work");
+    let r = runner(
+        &config,
+        &work,
+        &["--job-user-range", "61700-61707", "--capacity", "2"],
+        &[],
+    );
+    let m = marker();
+    let _cleanup = KillOnDrop(m.clone());
+    let secret = "s3cr3t-of-job-A";
+    // Job A: holds a secret in its environment, detaches a process, and waits.
+    let a = cli(
+        &app.url(0),
+        &key,
+        &[
+            "job",
+            "submit",
+            "--env",
+            &format!("TOKEN={secret}"),
+            "--",
+            "sh",
+            "-c",
+            &format!(
+                "id -u; setsid env -i sleep {m}9 </dev/null >/dev/null 2>&1 & exec sleep {m}1"
+            ),
+        ],
+        LONG,
+    )
+    .await;
+    assert_eq!(a.code, Some(0), "{a:?}");
+    let a_id: Uuid = a.stdout.trim().parse().unwrap();
+    let (a_pid, _, _) = eventually(LONG, "job A runs", || async {
+        processes_with(&format!("{m}1"))
+            .into_iter()
+            .find(|(_, s, _)| *s != 'Z')
+    })
+    .await;
+    let a_uid = std::fs::read_to_string(format!("/proc/{a_pid}/status"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|l| l.split_whitespace().next().map(str::to_owned))
+        .unwrap();
+    let a_root = work.join(runner_id(&config)).join(a_id.to_string());
+    // Job B, at the same time: tries to read A's environment and write A's directory.
+    let b = submit_wait(
+        &app.url(0),
+        &key,
+        &[
+            "--",
+            "sh",
+            "-c",
+            &format!(
+                "id -u; cat /proc/{a_pid}/environ && echo read-environ; \
+                 echo planted > {w}/planted && echo wrote-work; \
+                 echo planted > {r}/planted && echo wrote-root; \
+                 cat {c} && echo read-config; \
+                 cg=$(sed -n 's/^0:://p' /proc/self/cgroup); \
+                 mnt=$(awk '$9 == \"cgroup2\" {{ print $5; exit }}' /proc/self/mountinfo); \
+                 (echo $$ > \"$mnt${{cg%/*}}/cgroup.procs\") 2>/dev/null && echo left-cgroup; \
+                 exit 0",
+                w = a_root.join("work").display(),
+                r = a_root.display(),
+                c = config.display(),
+            ),
+        ],
+    )
+    .await;
+    assert_eq!(b.code, Some(0), "{b:?}\nrunner log:\n{}", r.log());
+    let b_uid = b.stdout.lines().next().unwrap_or_default().to_owned();
+    assert_ne!(b_uid, a_uid, "two live jobs, two uids: {b:?}");
+    assert!(
+        (61700..=61707).contains(&b_uid.parse::<u32>().unwrap())
+            && (61700..=61707).contains(&a_uid.parse::<u32>().unwrap()),
+        "uids of the range: {a_uid}, {b_uid}"
+    );
+    assert!(!b.stdout.contains(secret), "{b:?}");
+    assert!(!b.stdout.contains("read-environ"), "{b:?}");
+    assert!(!b.stdout.contains("wrote-"), "{b:?}");
+    assert!(!b.stdout.contains("read-config"), "{b:?}");
+    assert!(!b.stdout.contains("rnr_"), "the runner's token: {b:?}");
+    assert!(!b.stdout.contains("left-cgroup"), "{b:?}");
+    assert!(!a_root.join("work").join("planted").exists());
+    assert!(!a_root.join("planted").exists());
+
+    alice.cancel(a_id).await.unwrap();
+    none_alive(&format!("{m}1"), "job A is killed when cancelled").await;
+    none_alive(
+        &format!("{m}9"),
+        "what job A detached with a cleared environment dies with it",
+    )
+    .await;
+    let uid: u32 = a_uid.parse().unwrap();
+    eventually(LONG, "nothing runs as job A's uid", || async {
+        (!live_uids().contains(&uid)).then_some(())
+    })
+    .await;
+}
+
+/// Real uids of every live (not zombie) process.
+fn live_uids() -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            let status = std::fs::read_to_string(e.path().join("status")).ok()?;
+            let state = status.lines().find_map(|l| l.strip_prefix("State:"))?;
+            if state.trim().starts_with('Z') {
+                return None;
+            }
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix("Uid:"))?
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        })
+        .collect()
+}
+
+/// Row 3: a root runner's sandboxed job runs as `nobody` (bwrap started as that uid), so it
+/// reads neither `/etc/shadow` nor a root-owned 0600 file in a directory the sandbox mounts.
+#[tokio::test]
+async fn as_root_a_sandboxed_job_runs_unprivileged_and_reads_no_root_only_file() {
+    if !crate::support::require("root", root())
+        || !crate::support::require("bubblewrap", crate::runner_e2e::bwrap_unusable())
+    {
+        return;
+    }
+    let app = TestApp::spawn().await;
+    let key = app.key("acme", "alice", false).await;
+    let alice = Client::new(app.url(0), Some(key.clone()));
+    let dir = TempDir::new("contain-bwrap-root");
+    let config = enrol(
+        &alice,
+        &[&app.url(0)],
+        dir.path(),
+        false,
+        &["--capacity", "3"],
+    )
+    .await;
+    // A root-only file under /etc, which the sandbox mounts read-only.
+    let secret_file = format!("/etc/leasehold-test-{}.key", Uuid::now_v7().simple());
+    struct Remove(String);
+    impl Drop for Remove {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+    let _remove = Remove(secret_file.clone());
+    {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&secret_file)
+            .unwrap();
+        f.write_all(b"host-key-material\n").unwrap();
+    }
+    let r = runner(
+        &config,
+        &dir.join("work"),
+        &["--sandbox", "bubblewrap"],
+        &[],
+    );
+    // A peer job holding a secret, with a process it detached with a cleared environment.
+    let (m1, m2) = (marker(), marker());
+    let _cleanup = KillOnDrop(m1.clone());
+    let peer = cli(
+        &app.url(0),
+        &key,
+        &[
+            "job",
+            "submit",
+            "--env",
+            "TOKEN=peer-s3cret",
+            "--",
+            "sh",
+            "-c",
+            &format!(
+                "setsid env -i sleep {m1}{m2}5 </dev/null >/dev/null 2>&1 & exec sleep {m1}{m2}6"
+            ),
+        ],
+        LONG,
+    )
+    .await;
+    assert_eq!(peer.code, Some(0), "{peer:?}");
+    let peer_id: Uuid = peer.stdout.trim().parse().unwrap();
+    eventually(LONG, "the peer job runs", || async {
+        (!processes_with(&format!("{m1}{m2}6")).is_empty()).then_some(())
+    })
+    .await;
+    let url = app.url(0);
+    let run = |script: String| {
+        let (url, key) = (url.clone(), key.clone());
+        async move { submit_wait(&url, &key, &["--", "sh", "-c", &script]).await }
+    };
+    // The patterns are put together at run time, so the snooper's own command line lacks them.
+    let (who, shadow, file, snoop) = tokio::join!(
+        run("id -u; grep CapEff /proc/self/status".into()),
+        run("cat /etc/shadow".into()),
+        run(format!("cat {secret_file}")),
+        run(format!(
+            "a={m1}; b={m2}; s=peer-; t=s3cret; \
+             cat /proc/[0-9]*/cmdline /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n' \
+             | grep -c -e \"$a$b\" -e \"$s$t\"; exit 0"
+        )),
+    );
+    assert_eq!(
+        (snoop.code, snoop.stdout.as_str()),
+        (Some(0), "0\n"),
+        "a sandboxed job sees no other job's processes or environment: {snoop:?}"
+    );
+    alice.cancel(peer_id).await.unwrap();
+    none_alive(&format!("{m1}{m2}6"), "the cancelled sandboxed job dies").await;
+    none_alive(
+        &format!("{m1}{m2}5"),
+        "what the sandboxed job detached with a cleared environment dies with it",
+    )
+    .await;
+    let nobody = nix::unistd::User::from_name("nobody").unwrap().unwrap();
+    assert_eq!(who.code, Some(0), "{who:?}\nrunner log:\n{}", r.log());
+    let lines: Vec<&str> = who.stdout.lines().collect();
+    assert_eq!(lines[0], nobody.uid.to_string(), "{who:?}");
+    assert!(lines[1].ends_with("0000000000000000"), "{who:?}");
+    assert_ne!(shadow.code, Some(0), "{shadow:?}");
+    assert!(!shadow.stdout.contains("root:"), "{shadow:?}");
+    assert_ne!(file.code, Some(0), "{file:?}");
+    assert!(!file.stdout.contains("host-key-material"), "{file:?}");
+}
+
+/// Row 4: a multi-line secret printed line by line, out of order and amid other text, has
+/// each non-trivial line masked in the streamed (and stored) output; trivial lines are not.
+#[tokio::test]
+async fn each_line_of_a_multi_line_secret_is_masked_in_what_a_job_streams() {
+    if !crate::support::require("root", root()) {
+        return;
+    }
+    let dir = TempDir::new("contain-mask");
+    let database_url = crate::support::fresh_database().await;
+    let (_server, url) = serve(
+        &database_url,
+        &dir,
+        &[("LEASEHOLD_SECRETS_KEY", &SealKey::generate().to_base64())],
+    )
+    .await;
+    let key = crate::support::key_in(&database_url, "acme", "root", true).await;
+    let admin = Client::new(&url, Some(key.clone()));
+    let lines = [
+        "-----BEGIN OPENSSH PRIVATE KEY-----",
+        "b3BlbnNzaC1rZXktdjEAAAAABG5vbmU",
+        "QyNTUxOQAAACBmYWtlLWtleS1tYXRlcmlhbA",
+        "}",
+        "-----END OPENSSH PRIVATE KEY-----",
+    ];
+    admin
+        .put_secret("SSH_KEY", &lines.join("\n"))
+        .await
+        .unwrap();
+    let config = enrol(&admin, &[&url], dir.path(), false, &[]).await;
+    let r = runner(&config, &dir.join("work"), &["--job-user", "nobody"], &[]);
+    // Reversed (tac), one line inside other text, one by one with pauses between.
+    let script = "printf '%s\\n' \"$SSH_KEY\" | tac; \
+                  echo \"key: $(printf '%s\\n' \"$SSH_KEY\" | sed -n 2p) end\"; \
+                  printf '%s\\n' \"$SSH_KEY\" | while read -r l; do echo \"$l\"; sleep 0.05; done";
+    let out = submit_wait(
+        &url,
+        &key,
+        &["--secret", "SSH_KEY", "--", "sh", "-c", script],
+    )
+    .await;
+    assert_eq!(out.code, Some(0), "{out:?}\nrunner log:\n{}", r.log());
+    let job = admin.jobs(None, None, None).await.unwrap().jobs.remove(0);
+    let events = serde_json::to_string(&admin.events(job.id, 0, 0).await.unwrap()).unwrap();
+    for text in [&out.stdout, &events] {
+        for line in lines.iter().filter(|l| l.len() >= 4) {
+            assert!(!text.contains(line), "{line} leaked: {text}");
+        }
+    }
+    assert!(out.stdout.contains("key: *** end"), "{}", out.stdout);
+    assert_eq!(
+        out.stdout.lines().filter(|l| *l == "***").count(),
+        2 * 4,
+        "every non-trivial line, both times it is printed whole: {}",
+        out.stdout
+    );
+    assert_eq!(
+        out.stdout.lines().filter(|l| *l == "}").count(),
+        2,
+        "a trivial line is not masked alone: {}",
+        out.stdout
+    );
+}
+
+/// Row 9: with `--job-user`, a job with a source is checked out (as the runner) and then
+/// runs as the job user, who owns and can write the checkout.
+#[tokio::test]
+async fn a_job_user_runs_a_job_with_a_source() {
+    if !crate::support::require("root", root()) || !crate::sources::have_git("contain") {
+        return;
+    }
+    let app = TestApp::spawn().await;
+    let key = app.key("acme", "alice", true).await;
+    let alice = Client::new(app.url(0), Some(key.clone()));
+    let dir = TempDir::new("contain-source");
+    let (_, bare, first, _) = crate::sources::two_commit_repo(&dir);
+    let repo = format!("file://{}", bare.display());
+    let config = enrol(
+        &alice,
+        &[&app.url(0)],
+        dir.path(),
+        false,
+        &["--repo-target", &repo],
+    )
+    .await;
+    let me = alice
+        .runners(leasehold::wire::Tier::Personal)
+        .await
+        .unwrap()
+        .remove(0);
+    alice
+        .set_repo_target(me.id, me.repo_targets[0].id, true)
+        .await
+        .unwrap();
+    let r = runner(&config, &dir.join("work"), &["--job-user", "nobody"], &[]);
+    let source = format!("{repo}@{first}");
+    let out = submit_wait(
+        &app.url(0),
+        &key,
+        &[
+            "--source",
+            &source,
+            "--",
+            "sh",
+            "-c",
+            "id -u; cat file; echo changed > file && git rev-parse HEAD",
+        ],
+    )
+    .await;
+    let nobody = nix::unistd::User::from_name("nobody").unwrap().unwrap();
+    assert_eq!(out.code, Some(0), "{out:?}\nrunner log:\n{}", r.log());
+    assert_eq!(
+        out.stdout,
+        format!("{}\nv1\n{first}\n", nobody.uid),
+        "runs as the job user in its checkout of exactly the commit"
+    );
+}
+
+/// Row 13: as root, a runner with no sandbox and no job user refuses to start, naming
+/// `--unconfined`; with it, it starts and warns at start what a job can reach.
+#[tokio::test]
+async fn as_root_an_unconfined_runner_refuses_to_start_unless_told_and_then_says_what_jobs_reach() {
+    if !crate::support::require("root", root()) {
+        return;
+    }
+    let app = TestApp::spawn().await;
+    let alice = app.operator("acme", "alice", false).await;
+    let dir = TempDir::new("contain-refuse");
+    let config = enrol(&alice, &[&app.url(0)], dir.path(), false, &[]).await;
+    let mut refused = runner(&config, &dir.join("work"), &[], &[]);
+    assert!(!refused.exit(LONG).await.success());
+    let log = refused.log();
+    assert!(log.contains("refusing to start"), "{log}");
+    assert!(log.contains("--unconfined"), "says how to go on: {log}");
+    assert!(
+        log.contains("--sandbox bubblewrap"),
+        "and the safe ways: {log}"
+    );
+
+    let mut r = runner(&config, &dir.join("work"), &["--unconfined"], &[]);
+    let log = connected(&r).await;
+    let warning = log
+        .lines()
+        .find(|l| l.contains("WARN") && l.contains("UNCONFINED"))
+        .unwrap_or_else(|| panic!("a warning at start: {log}"));
+    for reach in ["token", "every file", "environment", "cgroup"] {
+        assert!(warning.contains(reach), "names {reach}: {warning}");
+    }
+    r.signal(Signal::SIGTERM);
+    assert!(r.exit(LONG).await.success(), "{}", r.log());
+}
+
+/// Row 13, `leasehold dev`: run as root in a 0700 directory (a root checkout), its local
+/// runner runs jobs as `nobody`, never as root, and `job submit --wait -- echo hello` prints
+/// hello.
+#[tokio::test]
+async fn leasehold_dev_as_root_runs_its_jobs_as_nobody() {
+    use tokio::io::AsyncBufReadExt;
+    if !crate::support::require("root", root()) {
+        return;
+    }
+    let dir = TempDir::new("contain-dev");
+    let checkout = dir.join("checkout");
+    std::fs::create_dir_all(&checkout).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&checkout, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let log = std::fs::File::create(dir.join("dev.log")).unwrap();
+    let mut dev = tokio::process::Command::new(crate::procs::BIN)
+        .args(["dev", "--listen", "127.0.0.1:0"])
+        .current_dir(&checkout)
+        .env_remove("LEASEHOLD_SERVER")
+        .env_remove("LEASEHOLD_API_KEY")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(log)
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(dev.stdout.take().unwrap()).lines();
+    let (mut url, mut key, mut data) = (None, None, None);
+    let read = async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if let Some(rest) = line.strip_prefix("leasehold dev is running at ") {
+                url = rest.split_whitespace().next().map(str::to_owned);
+            } else if let Some(rest) = line.strip_prefix("PostgreSQL data: ") {
+                data = rest.split_whitespace().next().map(str::to_owned);
+            } else if line.starts_with("ak_") {
+                key = Some(line);
+                break;
+            }
+        }
+    };
+    tokio::time::timeout(LONG, read).await.unwrap_or_else(|_| {
+        panic!(
+            "dev did not start: {:?}",
+            std::fs::read_to_string(dir.join("dev.log"))
+        )
+    });
+    let (url, key) = (
+        url.expect("the URL is printed"),
+        key.expect("a key is printed"),
+    );
+    let out = submit_wait(&url, &key, &["--", "sh", "-c", "echo hello; id -u"]).await;
+    let nobody = nix::unistd::User::from_name("nobody").unwrap().unwrap();
+    assert_eq!(
+        (out.code, out.stdout.clone()),
+        (Some(0), format!("hello\n{}\n", nobody.uid)),
+        "{out:?}\ndev log:\n{}",
+        std::fs::read_to_string(dir.join("dev.log")).unwrap_or_default()
+    );
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(dev.id().unwrap() as i32),
+        Signal::SIGTERM,
+    )
+    .unwrap();
+    let _ = tokio::time::timeout(LONG, dev.wait()).await;
+    // The private PostgreSQL may have been placed outside the checkout (postgres cannot
+    // reach it); remove it too.
+    if let Some(data) = data.filter(|d| !d.starts_with(checkout.to_str().unwrap())) {
+        if let Some(parent) = std::path::Path::new(&data).parent() {
+            let _ = std::fs::remove_dir_all(parent);
+        }
+    }
+}
