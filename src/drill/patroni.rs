@@ -470,11 +470,23 @@ impl PatroniCluster {
             .collect()
     }
 
-    /// The synchronous standby, as the leader reports it.
+    /// The synchronous standby: the one the leader's server streams to synchronously and
+    /// Patroni's `/sync` key in etcd names (only it may be promoted; until the key names it, a
+    /// crashed leader is restarted in place rather than failed over).
     pub async fn sync_standby(&self, leader: usize) -> Option<usize> {
         let rep = self.replication(leader).await;
-        let name = rep.iter().find(|(_, _, sync)| sync == "sync")?.0.clone();
-        self.nodes.iter().position(|n| n.name == name)
+        let (_, members) = self
+            .get_json(&self.nodes[leader].rest_url("/cluster"))
+            .await?;
+        let named = members["members"]
+            .as_array()?
+            .iter()
+            .find(|m| m["role"] == "sync_standby")?["name"]
+            .as_str()?
+            .to_owned();
+        rep.iter()
+            .any(|(n, state, sync)| n == &named && state == "streaming" && sync == "sync")
+            .then(|| self.nodes.iter().position(|n| n.name == named))?
     }
 
     /// Healthy: one leader, every other node streaming from it, one of them synchronously.
@@ -487,8 +499,10 @@ impl PatroniCluster {
                     .iter()
                     .any(|(name, state, _)| name == &n.name && state == "streaming")
         });
-        let sync = rep.iter().any(|(_, _, s)| s == "sync");
-        (all && sync).then_some(leader)
+        if !all {
+            return None;
+        }
+        self.sync_standby(leader).await.map(|_| leader)
     }
 
     /// Wait until [`Self::healthy`]; the leader.
