@@ -61,6 +61,18 @@ impl FaultKind {
         !matches!(self, FaultKind::FreezeRunner | FaultKind::CutRunner)
     }
 
+    /// A fault of the database (or its consensus store), not of leasehold or a runner.
+    pub(super) fn is_database(self) -> bool {
+        matches!(
+            self,
+            FaultKind::RestartDb
+                | FaultKind::FailoverDb
+                | FaultKind::SwitchoverDb
+                | FaultKind::RestartEtcd
+                | FaultKind::CutReplication
+        )
+    }
+
     /// Only a Patroni cluster (of the drill's own) has these built in.
     pub(super) fn needs_patroni(self) -> bool {
         matches!(
@@ -73,12 +85,30 @@ impl FaultKind {
 /// How long a cut standby stays cut once the leader has noticed.
 const CUT_HOLD: Duration = Duration::from_secs(3);
 /// How long a Patroni cluster may take to have every standby streaming again after a repair.
-const PATRONI_SETTLE: Duration = Duration::from_secs(90);
+pub(super) const PATRONI_SETTLE: Duration = Duration::from_secs(90);
 
-/// Run an operator's fault command (`sh -c`); the fault is repaired when it exits.
+/// Run an operator's fault command (`sh -c`, with `LEASEHOLD_DRILL_FAULT` naming the kind, and
+/// `env`); the fault is repaired when it exits. On the drill's own Patroni cluster, the next
+/// fault waits until the cluster is healthy again.
 pub(super) async fn run_hook(
     kind: FaultKind,
     command: &str,
+    env: &[(String, String)],
+    patroni: Option<&crate::drill::patroni::PatroniCluster>,
+    logs: &std::path::Path,
+    history: &Recorder,
+) -> anyhow::Result<(String, u64)> {
+    let ran = run_command(kind, command, env, logs, history).await?;
+    if let Some(p) = patroni {
+        p.wait_healthy(PATRONI_SETTLE).await?;
+    }
+    Ok(ran)
+}
+
+async fn run_command(
+    kind: FaultKind,
+    command: &str,
+    env: &[(String, String)],
     logs: &std::path::Path,
     history: &Recorder,
 ) -> anyhow::Result<(String, u64)> {
@@ -90,6 +120,7 @@ pub(super) async fn run_hook(
         .arg("-c")
         .arg(command)
         .env("LEASEHOLD_DRILL_FAULT", kind.name())
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .stdin(std::process::Stdio::null())
         .stdout(log.try_clone()?)
         .stderr(log)

@@ -93,7 +93,8 @@ pub struct DrillArgs {
     /// Inject a fault kind by running a shell command instead, `KIND=COMMAND` (repeatable),
     /// e.g. `failover-db='patronictl -c /etc/patroni/patroni.yml failover --force'`; the fault
     /// is repaired when the command exits (0, else it is a violation). Makes the database
-    /// faults possible against an existing deployment.
+    /// faults possible against an existing deployment. Against the drill's own Patroni
+    /// cluster, `$LEASEHOLD_DRILL_PATRONI_CONFIG` is a node's configuration for `patronictl -c`.
     #[arg(long = "fault-command", value_parser = parse_fault_command)]
     pub fault_commands: Vec<(FaultKind, String)>,
     /// The database of the drill's own deployment.
@@ -351,6 +352,14 @@ pub async fn run(args: DrillArgs) -> anyhow::Result<i32> {
         .collect();
     kinds.sort();
     kinds.dedup();
+    // A fault command against the drill's own Patroni cluster can call `patronictl -c`.
+    let hook_env: Vec<(String, String)> = match own.as_ref().map(|o| &o.db) {
+        Some(Db::Patroni(p)) => vec![(
+            "LEASEHOLD_DRILL_PATRONI_CONFIG".to_owned(),
+            p.config_path(0).display().to_string(),
+        )],
+        _ => Vec::new(),
+    };
     let end = tokio::time::Instant::now() + Duration::from_secs(args.seconds);
     let mut cycle: Vec<FaultKind> = Vec::new();
     loop {
@@ -370,9 +379,28 @@ pub async fn run(args: DrillArgs) -> anyhow::Result<i32> {
         let kind = cycle.pop().expect("a fault");
         *progress.current.lock().expect("progress lock") = kind.name().to_owned();
         progress.faults.fetch_add(1, Ordering::Relaxed);
+        // A database fault starts from a healthy cluster, so its times measure only itself.
+        if let Some(Own {
+            db: Db::Patroni(p), ..
+        }) = own.as_ref()
+        {
+            if kind.is_database() {
+                if let Err(e) = p.wait_healthy(faults::PATRONI_SETTLE).await {
+                    stop.store(true, Ordering::Relaxed);
+                    probe_stop.store(true, Ordering::Relaxed);
+                    return Err(e.context(format!("before {}", kind.name())));
+                }
+            }
+        }
         let at = history.now();
         let result = match args.hook(kind) {
-            Some(command) => run_hook(kind, command, &logs, &history).await,
+            Some(command) => {
+                let patroni = match own.as_ref().map(|o| &o.db) {
+                    Some(Db::Patroni(p)) => Some(p),
+                    _ => None,
+                };
+                run_hook(kind, command, &hook_env, patroni, &logs, &history).await
+            }
             None => {
                 inject(
                     kind,

@@ -371,6 +371,11 @@ impl PatroniCluster {
         Ok(())
     }
 
+    /// Node `i`'s Patroni configuration, for `patronictl -c`.
+    pub fn config_path(&self, i: usize) -> PathBuf {
+        self.nodes[i].dir.join("patroni.yml")
+    }
+
     /// Where the processes' logs are (kept while the cluster lives).
     pub fn root(&self) -> &Path {
         &self.root
