@@ -622,3 +622,11 @@ impl Drop for EmbeddedPg {
         }
     }
 }
+
+/// The `postgres` OS user's uid and gid (servers run as it when we are root).
+///
+/// # Errors
+/// There is no such user.
+pub fn postgres_owner() -> anyhow::Result<(u32, u32)> {
+    postgres_ids()
+}

@@ -11,14 +11,21 @@
 //! 5. no 5xx answer but 503 (the contract's "retry": the database unreachable, a replica
 //!    draining).
 //!
-//! It also measures, per fault, the time from the fault to the next lease served and to the
-//! next moment every replica answered `/readyz` 200, both counted from when the drill finished
-//! repairing (restarted, promoted, thawed), as nothing can recover before that.
+//! 6. after every fault, every replica answers `/readyz` 200 again within
+//!    [`READY_WITHIN_MS`] of the repair (a new leader elected, a server restarted, a cut healed).
+//!
+//! It also measures, per fault, the time from the fault to its repair (for a failover or a
+//! switchover, to the new leader), to the next lease served and to the next moment every
+//! replica answered `/readyz` 200, the last two counted from the first event after the repair,
+//! as nothing can recover before that.
 
 use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
 use uuid::Uuid;
+
+/// Every replica is ready again this soon after a fault's repair.
+pub const READY_WITHIN_MS: u64 = 15_000;
 
 /// What became of a terminal report.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -83,6 +90,8 @@ pub struct Recovery {
     pub kind: String,
     pub target: String,
     pub at_ms: u64,
+    /// Fault → repaired (a new leader leads, a server is back, a runner thawed).
+    pub to_repair_ms: u64,
     /// Fault → first lease served after the repair; `None` if none followed.
     pub to_lease_ms: Option<u64>,
     /// Fault → first probe with every replica ready after the repair.
@@ -256,9 +265,18 @@ fn judge(history: &[Event], end: bool) -> Verdict {
         times.get(i).copied()
     };
     for (kind, target, at, healed) in faults {
+        let ready = first_after(&ready_times, healed);
+        if end && ready.is_none_or(|t| t - healed > READY_WITHIN_MS) {
+            v.violations.push(format!(
+                "after {kind} ({target}), not every replica was ready within {} s of the repair ({})",
+                READY_WITHIN_MS / 1000,
+                ready.map_or_else(|| "never".to_owned(), |t| format!("{} ms", t - healed))
+            ));
+        }
         v.recoveries.push(Recovery {
+            to_repair_ms: healed.saturating_sub(at),
             to_lease_ms: first_after(&lease_times, healed).map(|t| t - at),
-            to_ready_ms: first_after(&ready_times, healed).map(|t| t - at),
+            to_ready_ms: ready.map(|t| t - at),
             kind,
             target,
             at_ms: at,
@@ -396,5 +414,40 @@ mod tests {
         assert_eq!(v.lost, 1);
         assert_eq!(v.http_5xx_other, 1);
         assert_eq!(v.violations.len(), 2);
+    }
+
+    #[test]
+    fn replicas_not_ready_within_15_s_of_a_repair_fail() {
+        let mut h = healthy();
+        // A switchover repaired at 200 ms (the new leader), replicas ready only 15.2 s later.
+        h.push(Event::Fault {
+            kind: "switchover-db".into(),
+            target: "pg0 -> pg1".into(),
+            at_ms: 160,
+            healed_ms: 200,
+        });
+        h.push(Event::AllReady { at_ms: 15_400 });
+        let v = check(&h);
+        assert!(
+            v.violations
+                .iter()
+                .any(|s| s.contains("switchover-db") && s.contains("15200 ms")),
+            "{:?}",
+            v.violations
+        );
+        assert_eq!(v.recoveries[1].to_repair_ms, 40);
+        // Ready 14.9 s after the repair passes.
+        h.push(Event::AllReady { at_ms: 15_100 });
+        assert!(check(&h).ok(), "{:?}", check(&h).violations);
+        // A repair never followed by a ready probe fails.
+        let mut never = healthy();
+        never.push(Event::Fault {
+            kind: "restart-etcd".into(),
+            target: "etcd".into(),
+            at_ms: 500,
+            healed_ms: 600,
+        });
+        assert!(check(&never).violations.iter().any(|s| s.contains("never")));
+        assert!(check_live(&never).ok(), "the live check waits for the end");
     }
 }

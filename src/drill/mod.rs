@@ -3,10 +3,11 @@
 //! invariants with a pure checker ([`check`]) throughout and at the end (docs/drill.md).
 //!
 //! By default it starts its own deployment: a private primary with a synchronous streaming
-//! standby ([`cluster`]), `--replicas` `leasehold serve` processes of this binary on fixed
-//! ports, and `--runners` `leasehold drill-worker` processes ([`worker`]). With `--server` (and
+//! standby ([`cluster`]), or with `--cluster patroni` etcd, Patroni nodes and HAProxy
+//! ([`patroni`]), `--replicas` `leasehold serve` processes of this binary on fixed ports, and
+//! `--runners` `leasehold drill-worker` processes ([`worker`]). With `--server` (and
 //! `--database-url` or `--api-key`) it drives an existing deployment, and skips and lists the
-//! faults it cannot inject there.
+//! faults it cannot inject there, unless `--fault-command` gives the command that does.
 //!
 //! Invariant of the command itself: it exits non-zero on any violation, so it can gate a
 //! release.
@@ -15,6 +16,7 @@ pub mod check;
 pub mod cluster;
 mod faults;
 pub mod history;
+pub mod patroni;
 mod procs;
 mod report;
 pub mod worker;
@@ -39,9 +41,36 @@ use check::Event;
 use cluster::Cluster;
 use history::Recorder;
 
-use faults::inject;
 pub use faults::FaultKind;
-use procs::{free_port, start_worker, Own, ReplicaProc, OWN_LEASE_TTL_MS};
+use faults::{inject, run_hook};
+use procs::{free_port, start_worker, Db, Own, ReplicaProc, OWN_LEASE_TTL_MS};
+
+/// The database of the drill's own deployment.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum ClusterKind {
+    /// A primary and a synchronous standby; the drill fails over with `pg_ctl promote`.
+    #[default]
+    Embedded,
+    /// One etcd, `--patroni-nodes` Patroni nodes (`synchronous_mode: true`) and HAProxy;
+    /// replicas alternate between the multi-host URL and HAProxy.
+    Patroni,
+}
+
+/// The faults injected when `--faults` is not given.
+const DEFAULT_FAULTS: &[FaultKind] = &[
+    FaultKind::KillReplica,
+    FaultKind::TermReplica,
+    FaultKind::RestartDb,
+    FaultKind::FailoverDb,
+    FaultKind::FreezeRunner,
+    FaultKind::CutRunner,
+];
+/// ... and on a Patroni cluster, these too.
+const PATRONI_FAULTS: &[FaultKind] = &[
+    FaultKind::SwitchoverDb,
+    FaultKind::RestartEtcd,
+    FaultKind::CutReplication,
+];
 
 #[derive(clap::Args, Debug)]
 pub struct DrillArgs {
@@ -56,14 +85,24 @@ pub struct DrillArgs {
     /// An admin API key of a workspace set aside for drills (existing deployment).
     #[arg(long, env = "LEASEHOLD_API_KEY", hide_env_values = true)]
     pub api_key: Option<String>,
-    /// Faults to inject, in a shuffled cycle.
-    #[arg(
-        long,
-        value_enum,
-        value_delimiter = ',',
-        default_value = "kill-replica,term-replica,restart-db,failover-db,freeze-runner,cut-runner"
-    )]
-    pub faults: Vec<FaultKind>,
+    /// Faults to inject, in a shuffled cycle [default: kill-replica, term-replica,
+    /// restart-db, failover-db, freeze-runner, cut-runner; with --cluster patroni also
+    /// switchover-db, restart-etcd, cut-replication; and every kind given a --fault-command].
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub faults: Option<Vec<FaultKind>>,
+    /// Inject a fault kind by running a shell command instead, `KIND=COMMAND` (repeatable),
+    /// e.g. `failover-db='patronictl -c /etc/patroni/patroni.yml failover --force'`; the fault
+    /// is repaired when the command exits (0, else it is a violation). Makes the database
+    /// faults possible against an existing deployment. Against the drill's own Patroni
+    /// cluster, `$LEASEHOLD_DRILL_PATRONI_CONFIG` is a node's configuration for `patronictl -c`.
+    #[arg(long = "fault-command", value_parser = parse_fault_command)]
+    pub fault_commands: Vec<(FaultKind, String)>,
+    /// The database of the drill's own deployment.
+    #[arg(long, value_enum, default_value = "embedded")]
+    pub cluster: ClusterKind,
+    /// Patroni nodes (--cluster patroni): 2 or 3.
+    #[arg(long, default_value_t = 3)]
+    pub patroni_nodes: usize,
     /// Pause between one fault's repair and the next fault (e.g. 5s, 500ms, 1m).
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     pub every: Duration,
@@ -88,6 +127,48 @@ pub struct DrillArgs {
     /// Write every recorded event to this file, one per line, for investigating a failure.
     #[arg(long)]
     pub history: Option<PathBuf>,
+}
+
+/// `KIND=COMMAND`.
+fn parse_fault_command(s: &str) -> Result<(FaultKind, String), String> {
+    use clap::ValueEnum;
+    let (kind, command) = s
+        .split_once('=')
+        .ok_or_else(|| format!("expected KIND=COMMAND, got {s}"))?;
+    let kind = FaultKind::from_str(kind.trim(), false)?;
+    let command = command.trim();
+    if command.is_empty() {
+        return Err(format!("an empty command for {}", kind.name()));
+    }
+    Ok((kind, command.to_owned()))
+}
+
+impl DrillArgs {
+    /// The fault kinds asked for: `--faults`, or the defaults for the cluster plus every kind
+    /// given a command.
+    pub fn requested_faults(&self) -> Vec<FaultKind> {
+        if let Some(f) = &self.faults {
+            return f.clone();
+        }
+        let mut kinds = DEFAULT_FAULTS.to_vec();
+        if self.cluster == ClusterKind::Patroni && self.servers.is_empty() {
+            kinds.extend_from_slice(PATRONI_FAULTS);
+        }
+        for (k, _) in &self.fault_commands {
+            if !kinds.contains(k) {
+                kinds.push(*k);
+            }
+        }
+        kinds
+    }
+
+    fn hook(&self, kind: FaultKind) -> Option<&str> {
+        self.fault_commands
+            .iter()
+            .rev()
+            .find(|(k, _)| *k == kind)
+            .map(|(_, c)| c.as_str())
+    }
 }
 
 /// `5s`, `500ms`, `2m`, or plain seconds.
@@ -121,7 +202,12 @@ pub async fn run(args: DrillArgs) -> anyhow::Result<i32> {
     let seed = args.seed.unwrap_or_else(|| rand::rng().random());
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let external = !args.servers.is_empty();
+    let requested = args.requested_faults();
     anyhow::ensure!(args.rate > 0.0, "--rate must be positive");
+    anyhow::ensure!(
+        !external || args.cluster == ClusterKind::Embedded,
+        "--cluster starts a deployment of the drill's own; against --server, drive your cluster with --fault-command"
+    );
     anyhow::ensure!(args.runners > 0, "--runners must be at least 1");
     anyhow::ensure!(
         external || args.replicas > 0,
@@ -136,15 +222,21 @@ pub async fn run(args: DrillArgs) -> anyhow::Result<i32> {
     let mut skipped: Vec<(FaultKind, String)> = Vec::new();
     let mut own: Option<Own> = None;
     let workspace = format!("drill-{:08x}", seed as u32);
-    let (urls, api_key) = if external {
-        for &k in &args.faults {
-            if k.needs_own_deployment() {
-                skipped.push((
-                    k,
-                    "needs processes and a database the drill started itself".into(),
-                ));
-            }
+    for &k in &requested {
+        if args.hook(k).is_some() || skipped.iter().any(|(s, _)| *s == k) {
+            continue;
         }
+        if external && k.needs_own_deployment() {
+            skipped.push((
+                k,
+                "needs processes and a database the drill started itself (or a --fault-command)"
+                    .into(),
+            ));
+        } else if !external && k.needs_patroni() && args.cluster != ClusterKind::Patroni {
+            skipped.push((k, "needs --cluster patroni (or a --fault-command)".into()));
+        }
+    }
+    let (urls, api_key) = if external {
         let key = match (&args.api_key, &args.database_url) {
             (Some(k), _) => k.clone(),
             (None, Some(db)) => mint_key(db, &workspace).await?,
@@ -152,13 +244,34 @@ pub async fn run(args: DrillArgs) -> anyhow::Result<i32> {
         };
         (args.servers.clone(), key)
     } else {
-        eprintln!(
-            "drill: starting a primary, a synchronous standby and {} replicas",
-            args.replicas
-        );
-        let cluster = tokio::task::block_in_place(|| Cluster::start(true))?;
-        cluster.make_synchronous().await?;
-        let database_url = cluster.url("postgres");
+        let (db, database_urls) = match args.cluster {
+            ClusterKind::Embedded => {
+                eprintln!(
+                    "drill: starting a primary, a synchronous standby and {} replicas",
+                    args.replicas
+                );
+                let cluster = tokio::task::block_in_place(|| Cluster::start(true))?;
+                cluster.make_synchronous().await?;
+                let url = cluster.url("postgres");
+                (Db::Embedded(cluster), vec![url])
+            }
+            ClusterKind::Patroni => {
+                eprintln!(
+                    "drill: starting etcd, {} Patroni nodes, HAProxy and {} replicas",
+                    args.patroni_nodes, args.replicas
+                );
+                let cluster =
+                    patroni::PatroniCluster::start(args.patroni_nodes, patroni::Timings::default())
+                        .await?;
+                let urls = vec![
+                    cluster.multi_host_url("postgres"),
+                    cluster.haproxy_url("postgres"),
+                ];
+                (Db::Patroni(cluster), urls)
+            }
+        };
+        // Migrate once, before the replicas race to.
+        let key = mint_key(&database_urls[0], &workspace).await?;
         let mut replicas = Vec::new();
         for i in 0..args.replicas {
             let mut r = ReplicaProc {
@@ -166,14 +279,14 @@ pub async fn run(args: DrillArgs) -> anyhow::Result<i32> {
                 port: free_port()?,
                 child: None,
             };
-            r.start(&database_url, &logs).await?;
+            r.start(&database_urls[i % database_urls.len()], &logs)
+                .await?;
             replicas.push(r);
         }
-        let key = mint_key(&database_url, &workspace).await?;
         let urls = replicas.iter().map(ReplicaProc::url).collect();
         own = Some(Own {
-            cluster,
-            database_url,
+            db,
+            database_urls,
             replicas,
             logs: logs.clone(),
         });
@@ -221,19 +334,32 @@ pub async fn run(args: DrillArgs) -> anyhow::Result<i32> {
         history.clone(),
         stop.clone(),
     ));
-    let prober = tokio::spawn(probe_loop(urls.clone(), history.clone(), stop.clone()));
+    // Probes go on through the settling, so every repair is followed by a probe.
+    let probe_stop = Arc::new(AtomicBool::new(false));
+    let prober = tokio::spawn(probe_loop(
+        urls.clone(),
+        history.clone(),
+        probe_stop.clone(),
+    ));
     let progress = Arc::new(Progress::default());
     let ticker = tokio::spawn(progress_loop(history.clone(), progress.clone(), tty));
 
     // ---- faults --------------------------------------------------------------------------
-    let mut kinds: Vec<FaultKind> = args
-        .faults
+    let mut kinds: Vec<FaultKind> = requested
         .iter()
         .copied()
         .filter(|k| !skipped.iter().any(|(s, _)| s == k))
         .collect();
     kinds.sort();
     kinds.dedup();
+    // A fault command against the drill's own Patroni cluster can call `patronictl -c`.
+    let hook_env: Vec<(String, String)> = match own.as_ref().map(|o| &o.db) {
+        Some(Db::Patroni(p)) => vec![(
+            "LEASEHOLD_DRILL_PATRONI_CONFIG".to_owned(),
+            p.config_path(0).display().to_string(),
+        )],
+        _ => Vec::new(),
+    };
     let end = tokio::time::Instant::now() + Duration::from_secs(args.seconds);
     let mut cycle: Vec<FaultKind> = Vec::new();
     loop {
@@ -253,16 +379,40 @@ pub async fn run(args: DrillArgs) -> anyhow::Result<i32> {
         let kind = cycle.pop().expect("a fault");
         *progress.current.lock().expect("progress lock") = kind.name().to_owned();
         progress.faults.fetch_add(1, Ordering::Relaxed);
+        // A database fault starts from a healthy cluster, so its times measure only itself.
+        if let Some(Own {
+            db: Db::Patroni(p), ..
+        }) = own.as_ref()
+        {
+            if kind.is_database() {
+                if let Err(e) = p.wait_healthy(faults::PATRONI_SETTLE).await {
+                    stop.store(true, Ordering::Relaxed);
+                    probe_stop.store(true, Ordering::Relaxed);
+                    return Err(e.context(format!("before {}", kind.name())));
+                }
+            }
+        }
         let at = history.now();
-        let result = inject(
-            kind,
-            &mut rng,
-            own.as_mut(),
-            &mut workers,
-            &max_ttl,
-            &history,
-        )
-        .await;
+        let result = match args.hook(kind) {
+            Some(command) => {
+                let patroni = match own.as_ref().map(|o| &o.db) {
+                    Some(Db::Patroni(p)) => Some(p),
+                    _ => None,
+                };
+                run_hook(kind, command, &hook_env, patroni, &logs, &history).await
+            }
+            None => {
+                inject(
+                    kind,
+                    &mut rng,
+                    own.as_mut(),
+                    &mut workers,
+                    &max_ttl,
+                    &history,
+                )
+                .await
+            }
+        };
         match result {
             Ok((target, healed)) => history.push(Event::Fault {
                 kind: kind.name().into(),
@@ -273,6 +423,7 @@ pub async fn run(args: DrillArgs) -> anyhow::Result<i32> {
             Err(e) => {
                 // The drill could not repair its own deployment: nothing after is meaningful.
                 stop.store(true, Ordering::Relaxed);
+                probe_stop.store(true, Ordering::Relaxed);
                 return Err(e.context(format!("injecting {}", kind.name())));
             }
         }
@@ -303,6 +454,7 @@ pub async fn run(args: DrillArgs) -> anyhow::Result<i32> {
             what: "not every replica answered /readyz 200 at the end".into(),
         });
     }
+    probe_stop.store(true, Ordering::Relaxed);
     for w in &mut workers {
         let _ = w.child.start_kill();
         let _ = w.child.wait().await;
@@ -324,7 +476,15 @@ pub async fn run(args: DrillArgs) -> anyhow::Result<i32> {
             .collect();
         std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
     }
-    let report = report::Report::new(&args, seed, external, urls.len(), &skipped, &verdict);
+    let report = report::Report::new(
+        &args,
+        &requested,
+        seed,
+        external,
+        urls.len(),
+        &skipped,
+        &verdict,
+    );
     if args.json {
         eprint!("{}", report.table());
         println!("{}", serde_json::to_string_pretty(&report.json())?);
@@ -333,7 +493,7 @@ pub async fn run(args: DrillArgs) -> anyhow::Result<i32> {
     }
     if let Some(own) = own {
         drop(own.replicas);
-        tokio::task::block_in_place(|| drop(own.cluster));
+        tokio::task::block_in_place(|| drop(own.db));
     }
     if verdict.ok() {
         let _ = std::fs::remove_dir_all(&logs);

@@ -16,6 +16,7 @@ use uuid::Uuid;
 use super::check::{Event, Outcome};
 use super::cluster::Cluster;
 use super::history::Recorder;
+use super::patroni::PatroniCluster;
 use crate::launch::ServeProcess;
 
 /// Lease TTL of the drill's own replicas: short, so a frozen runner's lease lapses quickly.
@@ -92,10 +93,20 @@ impl WorkerProc {
     }
 }
 
+/// The database of the drill's own deployment.
+pub(super) enum Db {
+    /// A primary and a standby the drill fails over itself.
+    Embedded(Cluster),
+    /// etcd, Patroni nodes and HAProxy.
+    Patroni(PatroniCluster),
+}
+
 /// The drill's own deployment, when it started one.
 pub(super) struct Own {
-    pub(super) cluster: Cluster,
-    pub(super) database_url: String,
+    pub(super) db: Db,
+    /// Replica `i` connects with URL `i % len` (a Patroni cluster's: the multi-host URL, then
+    /// HAProxy's).
+    pub(super) database_urls: Vec<String>,
     pub(super) replicas: Vec<ReplicaProc>,
     pub(super) logs: PathBuf,
 }

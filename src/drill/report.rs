@@ -11,6 +11,7 @@ use super::{DrillArgs, FaultKind};
 
 pub struct Report {
     seed: u64,
+    cluster: &'static str,
     seconds: u64,
     external: bool,
     replicas: usize,
@@ -20,6 +21,15 @@ pub struct Report {
     verdict: Verdict,
 }
 
+/// One fault kind's count and worst times.
+#[derive(Default)]
+struct ByKind {
+    count: u64,
+    repair: u64,
+    lease: Option<u64>,
+    ready: Option<u64>,
+}
+
 fn ms(v: Option<u64>) -> String {
     v.map_or_else(|| "-".to_owned(), |v| format!("{v} ms"))
 }
@@ -27,6 +37,7 @@ fn ms(v: Option<u64>) -> String {
 impl Report {
     pub fn new(
         args: &DrillArgs,
+        requested: &[FaultKind],
         seed: u64,
         external: bool,
         replicas: usize,
@@ -35,24 +46,30 @@ impl Report {
     ) -> Self {
         Self {
             seed,
+            cluster: match (external, args.cluster) {
+                (true, _) => "existing",
+                (false, super::ClusterKind::Embedded) => "embedded",
+                (false, super::ClusterKind::Patroni) => "patroni",
+            },
             seconds: args.seconds,
             external,
             replicas,
             runners: args.runners,
-            requested: args.faults.iter().map(|k| k.name()).collect(),
+            requested: requested.iter().map(|k| k.name()).collect(),
             skipped: skipped.iter().map(|(k, r)| (k.name(), r.clone())).collect(),
             verdict: verdict.clone(),
         }
     }
 
     /// Per fault kind: how many, and the worst recovery times.
-    fn by_kind(&self) -> BTreeMap<&str, (u64, Option<u64>, Option<u64>)> {
-        let mut out: BTreeMap<&str, (u64, Option<u64>, Option<u64>)> = BTreeMap::new();
+    fn by_kind(&self) -> BTreeMap<&str, ByKind> {
+        let mut out: BTreeMap<&str, ByKind> = BTreeMap::new();
         for r in &self.verdict.recoveries {
             let e = out.entry(r.kind.as_str()).or_default();
-            e.0 += 1;
-            e.1 = e.1.max(r.to_lease_ms);
-            e.2 = e.2.max(r.to_ready_ms);
+            e.count += 1;
+            e.repair = e.repair.max(r.to_repair_ms);
+            e.lease = e.lease.max(r.to_lease_ms);
+            e.ready = e.ready.max(r.to_ready_ms);
         }
         out
     }
@@ -62,10 +79,11 @@ impl Report {
         let mut t = String::new();
         let _ = writeln!(
             t,
-            "leasehold drill: {} s of faults, seed {}, {} deployment, {} replicas, {} runners",
+            "leasehold drill: {} s of faults, seed {}, {} deployment ({}), {} replicas, {} runners",
             self.seconds,
             self.seed,
             if self.external { "existing" } else { "own" },
+            self.cluster,
             self.replicas,
             self.runners
         );
@@ -86,11 +104,18 @@ impl Report {
         );
         let _ = writeln!(
             t,
-            "  {:<14} {:>6} {:>16} {:>16}",
-            "fault", "count", "max to lease", "max to ready"
+            "  {:<16} {:>6} {:>16} {:>16} {:>16}",
+            "fault", "count", "max to repair", "max to lease", "max to ready"
         );
-        for (kind, (n, lease, ready)) in self.by_kind() {
-            let _ = writeln!(t, "  {kind:<14} {n:>6} {:>16} {:>16}", ms(lease), ms(ready));
+        for (kind, k) in self.by_kind() {
+            let _ = writeln!(
+                t,
+                "  {kind:<16} {:>6} {:>16} {:>16} {:>16}",
+                k.count,
+                ms(Some(k.repair)),
+                ms(k.lease),
+                ms(k.ready)
+            );
         }
         for (kind, why) in &self.skipped {
             let _ = writeln!(t, "  skipped {kind}: {why}");
@@ -114,6 +139,7 @@ impl Report {
             "seed": self.seed,
             "seconds": self.seconds,
             "deployment": if self.external { "existing" } else { "own" },
+            "cluster": self.cluster,
             "replicas": self.replicas,
             "runners": self.runners,
             "faults_requested": self.requested,
@@ -137,12 +163,16 @@ impl Report {
                 "kind": r.kind,
                 "target": r.target,
                 "at_ms": r.at_ms,
+                "to_repair_ms": r.to_repair_ms,
                 "to_lease_ms": r.to_lease_ms,
                 "to_ready_ms": r.to_ready_ms,
             })).collect::<Vec<_>>(),
-            "recovery": self.by_kind().into_iter().map(|(k, (n, lease, ready))| {
-                (k.to_owned(), json!({
-                    "count": n, "max_to_lease_ms": lease, "max_to_ready_ms": ready,
+            "recovery": self.by_kind().into_iter().map(|(kind, k)| {
+                (kind.to_owned(), json!({
+                    "count": k.count,
+                    "max_to_repair_ms": k.repair,
+                    "max_to_lease_ms": k.lease,
+                    "max_to_ready_ms": k.ready,
                 }))
             }).collect::<serde_json::Map<_, _>>(),
             "violations": v.violations,

@@ -23,7 +23,7 @@ use crate::support::{
 
 /// Lease and complete until `stop`, riding out 503s and refused connections; a report is retried
 /// at the same epoch until it is answered.
-async fn work(r: Client, name: String, history: Recorder, stop: Arc<AtomicBool>) {
+pub(crate) async fn work(r: Client, name: String, history: Recorder, stop: Arc<AtomicBool>) {
     while !stop.load(Ordering::Relaxed) {
         let lease = wire::Lease {
             wait_ms: Some(500),
@@ -45,7 +45,7 @@ async fn work(r: Client, name: String, history: Recorder, stop: Arc<AtomicBool>)
     }
 }
 
-async fn settle(r: &Client, name: &str, job: &wire::LeasedJob, history: &Recorder) {
+pub(crate) async fn settle(r: &Client, name: &str, job: &wire::LeasedJob, history: &Recorder) {
     for _ in 0..600 {
         let at = history.now();
         match r.complete(job.id, job.epoch, json!("ok")).await {
@@ -64,7 +64,7 @@ async fn settle(r: &Client, name: &str, job: &wire::LeasedJob, history: &Recorde
 
 /// Dispatch through `replicas` in turn until `stop`, each job under its own idempotency key
 /// retried until answered, so every job the dispatcher made is acknowledged.
-async fn dispatch_loop(replicas: Vec<Client>, history: Recorder, stop: Arc<AtomicBool>) {
+pub(crate) async fn dispatch_loop(replicas: Vec<Client>, history: Recorder, stop: Arc<AtomicBool>) {
     let pool = wire::Target::Pool {
         pool: wire::PoolName::Workspace,
     };
@@ -92,7 +92,7 @@ async fn dispatch_loop(replicas: Vec<Client>, history: Recorder, stop: Arc<Atomi
     }
 }
 
-fn leases_after(history: &Recorder, t: u64) -> usize {
+pub(crate) fn leases_after(history: &Recorder, t: u64) -> usize {
     history.count(|e| matches!(e, Event::Leased { at_ms, .. } if *at_ms > t))
 }
 

@@ -19,6 +19,7 @@ mod lease;
 mod logs;
 mod metrics;
 mod openapi;
+mod patroni;
 mod placement;
 mod plans;
 mod procs;

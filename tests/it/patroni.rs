@@ -1,0 +1,210 @@
+//! The production database shape, on real parts: etcd, two Patroni nodes (`synchronous_mode:
+//! true`) and HAProxy from the installed packages, configured from the shipped
+//! `deploy/patroni.yml` and `deploy/haproxy-patroni.cfg` ([`PatroniCluster`]). Replica A
+//! reaches the primary by the multi-host URL with `target_session_attrs=read-write`, replica B
+//! through HAProxy (checking Patroni's `/primary`); a runner long-polls each. A planned
+//! switchover, then a crash of the leader (SIGKILL of its postmaster). Invariants, judged by
+//! the drill's checker: every acknowledged dispatch completes exactly once (none lost), no 5xx
+//! but 503, both replicas ready within 15 s of each new leader and serving leases through both
+//! paths after it; the whole run takes under two minutes.
+//!
+//! It needs `patroni`, `etcd` and `haproxy` (Debian: patroni, etcd-server, haproxy): without
+//! them it fails under `CI=true` and says why and returns otherwise.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use leasehold::client::Client;
+use leasehold::drill::check::{self, Event, READY_WITHIN_MS};
+use leasehold::drill::history::Recorder;
+use leasehold::drill::patroni::{missing_tools, PatroniCluster, Timings};
+use leasehold::wire::Tier;
+
+use crate::failover::{dispatch_loop, leases_after, work};
+use crate::support::{connect, eventually, key_in, pair, readiness, serve_process};
+
+/// Leases `runner` was granted after `t`.
+fn leases_by_after(history: &Recorder, runner: &str, t: u64) -> usize {
+    history
+        .count(|e| matches!(e, Event::Leased { at_ms, runner: r, .. } if *at_ms > t && r == runner))
+}
+
+/// After a fault repaired at `healed` (a new leader leads): both replicas ready within the
+/// checker's bound, and leases through both paths again.
+async fn recovered(
+    replicas: &[&str],
+    history: &Recorder,
+    kind: &str,
+    target: String,
+    at: u64,
+    healed: u64,
+) {
+    for url in replicas {
+        readiness(url, 200, Duration::from_millis(READY_WITHIN_MS)).await;
+    }
+    history.push(Event::AllReady {
+        at_ms: history.now(),
+    });
+    history.push(Event::Fault {
+        kind: kind.into(),
+        target,
+        at_ms: at,
+        healed_ms: healed,
+    });
+    eventually(
+        Duration::from_secs(30),
+        &format!("leases through both replicas after {kind}"),
+        || async {
+            (leases_by_after(history, "runner-a", healed) >= 3
+                && leases_by_after(history, "runner-b", healed) >= 3)
+                .then_some(())
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_switchover_and_a_leader_crash_on_patroni_lose_nothing_acknowledged() {
+    let missing = missing_tools();
+    if !missing.is_empty() {
+        let why = format!(
+            "needs {} (Debian packages patroni, etcd-server, haproxy)",
+            missing.join(", ")
+        );
+        assert!(std::env::var("CI").as_deref() != Ok("true"), "{why}");
+        eprintln!("skipping: {why}");
+        return;
+    }
+    let started = Instant::now();
+    let cluster = PatroniCluster::start(2, Timings::default())
+        .await
+        .expect("a Patroni cluster");
+    let env = [
+        ("LEASEHOLD_LEASE_TTL_MS", "3000"),
+        ("LEASEHOLD_AUTH_BURST", "100000"),
+    ];
+    let direct = cluster.multi_host_url("postgres");
+    let a = serve_process(&direct, &env).await;
+    let b = serve_process(&cluster.haproxy_url("postgres"), &env).await;
+    for r in [&a, &b] {
+        readiness(&r.url, 200, Duration::from_secs(30)).await;
+    }
+    let key = key_in(&direct, "acme", "alice", true).await;
+    let alice_a = Client::new(&a.url, Some(key.clone()));
+    let alice_b = Client::new(&b.url, Some(key));
+
+    let history = Recorder::new();
+    let stop_work = Arc::new(AtomicBool::new(false));
+    let stop_dispatch = Arc::new(AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for (name, via) in [("runner-a", &alice_a), ("runner-b", &alice_b)] {
+        let (_, r) = pair(via, Tier::Workspace, &["linux"], 2).await;
+        tasks.push(tokio::spawn(work(
+            r,
+            name.into(),
+            history.clone(),
+            stop_work.clone(),
+        )));
+    }
+    let dispatcher = tokio::spawn(dispatch_loop(
+        vec![alice_a.clone(), alice_b.clone()],
+        history.clone(),
+        stop_dispatch.clone(),
+    ));
+    eventually(Duration::from_secs(30), "runners working", || async {
+        (leases_by_after(&history, "runner-a", 0) >= 5
+            && leases_by_after(&history, "runner-b", 0) >= 5)
+            .then_some(())
+    })
+    .await;
+    let replicas = [a.url.as_str(), b.url.as_str()];
+
+    // A planned switchover to the synchronous standby.
+    let at = history.now();
+    let old = cluster.leader().await.expect("a leader");
+    let new = cluster.switchover().await.expect("switchover");
+    let healed = history.now();
+    eprintln!("patroni: switchover {old} -> {new} in {} ms", healed - at);
+    recovered(
+        &replicas,
+        &history,
+        "switchover-db",
+        format!("{} -> {}", cluster.nodes[old].name, cluster.nodes[new].name),
+        at,
+        healed,
+    )
+    .await;
+    cluster
+        .wait_healthy(Duration::from_secs(60))
+        .await
+        .expect("the old leader streams again");
+
+    // A crash of the leader: Patroni fails over to the synchronous standby.
+    let at = history.now();
+    let old = new;
+    let new = cluster.crash_leader().await.expect("a failover");
+    let healed = history.now();
+    assert_ne!(old, new);
+    eprintln!(
+        "patroni: leader {old} crashed, {new} leads after {} ms",
+        healed - at
+    );
+    recovered(
+        &replicas,
+        &history,
+        "failover-db",
+        format!("{} crashed", cluster.nodes[old].name),
+        at,
+        healed,
+    )
+    .await;
+
+    stop_dispatch.store(true, Ordering::Relaxed);
+    dispatcher.await.unwrap();
+    let db = connect(&direct).await;
+    let acked = history.dispatched_jobs();
+    let finals = eventually(Duration::from_secs(30), "every job settled", || async {
+        let rows = db
+            .query(
+                "SELECT id, state, epoch FROM jobs WHERE id = ANY($1)",
+                &[&acked],
+            )
+            .await
+            .ok()?;
+        (rows.len() == acked.len()
+            && rows
+                .iter()
+                .all(|r| !matches!(r.get::<_, &str>(1), "parked" | "leased")))
+        .then_some(rows)
+    })
+    .await;
+    stop_work.store(true, Ordering::Relaxed);
+    for t in tasks {
+        t.await.unwrap();
+    }
+    for r in finals {
+        history.push(Event::Final {
+            job: r.get(0),
+            state: Some(r.get(1)),
+            epoch: r.get(2),
+        });
+    }
+    let verdict = check::check(&history.snapshot());
+    eprintln!("patroni: {verdict:?}");
+    assert!(verdict.ok(), "violations: {:#?}", verdict.violations);
+    assert_eq!(verdict.lost, 0, "{verdict:?}");
+    assert!(verdict.dispatched >= 20, "{verdict:?}");
+    assert_eq!(verdict.completed, verdict.dispatched, "{verdict:?}");
+    assert_eq!(verdict.http_5xx_other, 0, "{verdict:?}");
+    assert_eq!(verdict.recoveries.len(), 2, "{verdict:?}");
+    assert!(
+        leases_after(&history, 0) as u64 >= verdict.dispatched,
+        "{verdict:?}"
+    );
+    drop((a, b));
+    tokio::task::block_in_place(|| drop(cluster));
+    let took = started.elapsed();
+    eprintln!("patroni: the whole run took {} ms", took.as_millis());
+    assert!(took < Duration::from_secs(120), "took {took:?}");
+}
