@@ -184,6 +184,24 @@ async fn a_primary_failover_loses_nothing_acknowledged_and_replicas_recover() {
         }
     });
     until_waiters(&b.url, 1, Duration::from_secs(10)).await;
+    // Registered is not yet parked: the poll registers before its look, whose lease
+    // transaction a crash now would fail (a 503 the runner would retry, not this test's case).
+    eventually(
+        Duration::from_secs(10),
+        "the poll parked past its look",
+        || async {
+            let m = reqwest::get(format!("{}/metrics", b.url))
+                .await
+                .ok()?
+                .text()
+                .await
+                .ok()?;
+            m.lines()
+                .any(|l| l == "leasehold_long_polls 1")
+                .then_some(())
+        },
+    )
+    .await;
 
     tokio::task::block_in_place(|| cluster.crash_primary()).expect("crash the primary");
     for r in [&a, &b] {
