@@ -6,8 +6,9 @@
 //! never pooled, so more hung writes than the pool has connections still leave the replica
 //! serving; a dispatch retried with its `Idempotency-Key` after such a 503 yields one job, not
 //! two. One runner token holds at most `LEASEHOLD_MAX_POLLS_PER_RUNNER` lease calls per
-//! replica (the rest `429 rate_limited` with `Retry-After`), and a flood of its long-polls
-//! leaves another workspace's dispatch and lease latency within 2x.
+//! replica (the rest `429 rate_limited` with `Retry-After`), a slot comes back when its client
+//! goes away mid-wait, and a flood of its long-polls leaves another workspace's dispatch and
+//! lease latency within 2x. A long-poll may outlast the request deadline by its wait.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -512,4 +513,40 @@ fn serve_help_lists_the_deadline_and_poll_bound_settings() {
     ] {
         assert!(help.contains(var), "`serve --help` names {var}:\n{help}");
     }
+}
+
+#[tokio::test]
+async fn a_long_poll_whose_client_goes_away_gives_its_slot_back() {
+    const MAX: usize = 4;
+    let app = TestApp::spawn_with(1, |c| c.max_polls_per_runner = MAX).await;
+    let base = app.url(0);
+    let alice = app.operator("acme", "alice", false).await;
+    let (_, runner) = pair(&alice, Tier::Personal, &[], 1).await;
+    let token = runner.token().unwrap().to_owned();
+    let poll = |http: reqwest::Client| {
+        call(
+            http.post(format!("{base}/v1/runner/lease"))
+                .bearer_auth(&token)
+                .json(&json!({"wait_ms": 30_000})),
+        )
+    };
+    // Each held poll on a client of its own, so dropping it closes its connection.
+    let held: Vec<_> = (0..MAX)
+        .map(|_| tokio::spawn(poll(reqwest::Client::new())))
+        .collect();
+    until_waiters(&base, MAX as u64, Duration::from_secs(10)).await;
+    let refused = poll(reqwest::Client::new()).await;
+    assert_eq!(refused.status, 429, "{}", refused.body);
+    assert_eq!(refused.retry_after.as_deref(), Some("1"));
+    // The clients go away mid-wait: their slots come back long before their waits end.
+    let gone = Instant::now();
+    for h in held {
+        h.abort();
+    }
+    until_waiters(&base, 0, Duration::from_secs(10)).await;
+    println!("slots back {:?} after the clients left", gone.elapsed());
+    let again = tokio::spawn(poll(reqwest::Client::new()));
+    until_waiters(&base, 1, Duration::from_secs(10)).await;
+    assert!(!again.is_finished(), "admitted and held, not refused");
+    again.abort();
 }
