@@ -468,30 +468,13 @@ async fn a_long_poll_may_outlast_the_request_deadline_by_its_wait_and_no_more() 
         t.elapsed()
     );
 
-    let http = reqwest::Client::new();
-    let now: serde_json::Value = http
-        .get(format!("{}/v1/jobs/{}/events", app.url(0), job.id))
-        .bearer_auth(alice.token().unwrap())
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let next = alice.events(job.id, 0, 0).await.unwrap().next;
     let t = Instant::now();
-    let events = http
-        .get(format!(
-            "{}/v1/jobs/{}/events?after={}&wait_ms={}",
-            app.url(0),
-            job.id,
-            now["next"],
-            wait.as_millis()
-        ))
-        .bearer_auth(alice.token().unwrap())
-        .send()
+    let events = alice
+        .events(job.id, next, wait.as_millis() as u64)
         .await
-        .unwrap();
-    assert_eq!(events.status().as_u16(), 200);
+        .expect("an events wait longer than the deadline answers 200");
+    assert!(events.events.is_empty());
     assert!(
         t.elapsed() >= wait - Duration::from_millis(50) && t.elapsed() < most,
         "{:?}",

@@ -18,7 +18,7 @@ use leasehold::wire::{self, Tier};
 use serde_json::json;
 
 use crate::support::{
-    connect, eventually, key_in, pair, personal, readiness, serve_process, until_waiters,
+    connect, eventually, gauge, key_in, pair, personal, readiness, serve_process, until_waiters,
 };
 
 /// Lease and complete until `stop`, riding out 503s and refused connections; a report is retried
@@ -189,17 +189,7 @@ async fn a_primary_failover_loses_nothing_acknowledged_and_replicas_recover() {
     eventually(
         Duration::from_secs(10),
         "the poll parked past its look",
-        || async {
-            let m = reqwest::get(format!("{}/metrics", b.url))
-                .await
-                .ok()?
-                .text()
-                .await
-                .ok()?;
-            m.lines()
-                .any(|l| l == "leasehold_long_polls 1")
-                .then_some(())
-        },
+        || async { (gauge(&b.url, "leasehold_long_polls").await? == 1).then_some(()) },
     )
     .await;
 
