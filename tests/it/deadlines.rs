@@ -8,7 +8,8 @@
 //! two. One runner token holds at most `LEASEHOLD_MAX_POLLS_PER_RUNNER` lease calls per
 //! replica (the rest `429 rate_limited` with `Retry-After`), a slot comes back when its client
 //! goes away mid-wait, and a flood of its long-polls leaves another workspace's dispatch and
-//! lease latency within 2x. A long-poll may outlast the request deadline by its wait.
+//! lease latency within 2x. A long-poll may outlast the request deadline by its wait. A LISTEN
+//! connection whose server stops answering (its backend frozen with SIGSTOP) is replaced.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -536,4 +537,73 @@ async fn a_long_poll_whose_client_goes_away_gives_its_slot_back() {
     until_waiters(&base, 1, Duration::from_secs(10)).await;
     assert!(!again.is_finished(), "admitted and held, not refused");
     again.abort();
+}
+
+/// The pids of the backends of this database's LISTEN connections.
+async fn listen_backends(database_url: &str) -> Vec<i32> {
+    connect(database_url)
+        .await
+        .query(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() \
+             AND application_name = 'leasehold-listen'",
+            &[],
+        )
+        .await
+        .map(|rows| rows.iter().map(|r| r.get(0)).collect())
+        .unwrap_or_default()
+}
+
+/// Sends `SIGCONT` to a stopped backend when dropped, so a failing test leaves none stopped.
+struct Stopped(i32);
+
+impl Stopped {
+    fn signal(pid: i32, signal: &str) {
+        let ok = std::process::Command::new("kill")
+            .args([signal, &pid.to_string()])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "kill {signal} {pid}");
+    }
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        Self::signal(self.0, "-CONT");
+    }
+}
+
+#[tokio::test]
+async fn a_listen_connection_that_stops_answering_is_replaced() {
+    let app = TestApp::spawn().await;
+    let base = app.url(0);
+    readiness(&base, 200, Duration::from_secs(10)).await;
+    let first = eventually(Duration::from_secs(10), "the LISTEN backend", || async {
+        listen_backends(&app.database_url).await.first().copied()
+    })
+    .await;
+    // The backend freezes: its socket stays open, nothing answers (a wedged server, a network
+    // path that died without a reset).
+    Stopped::signal(first, "-STOP");
+    let _frozen = Stopped(first);
+    let t = Instant::now();
+    let replaced = eventually(
+        Duration::from_secs(30),
+        "a new LISTEN connection",
+        || async {
+            listen_backends(&app.database_url)
+                .await
+                .into_iter()
+                .find(|pid| *pid != first)
+        },
+    )
+    .await;
+    println!(
+        "frozen LISTEN backend {first} replaced by {replaced} after {:?}",
+        t.elapsed()
+    );
+    readiness(&base, 200, Duration::from_secs(10)).await;
+    assert_eq!(
+        crate::support::gauge(&base, "leasehold_listening").await,
+        Some(1)
+    );
 }
