@@ -72,7 +72,7 @@ pub async fn bound(State(st): State<Arc<AppState>>, mut request: Request, next: 
     }
     tracing::warn!(
         budget_ms = budget.as_millis() as u64,
-        "a call passed its deadline; answered 503 and its database work was cancelled"
+        "a call passed its deadline; answered 503 (a statement it had running is cancelled)"
     );
     ApiError::TimedOut.into_response()
 }

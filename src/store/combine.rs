@@ -144,3 +144,78 @@ async fn drive<I, O>(
         });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    use tokio::sync::Semaphore;
+
+    use super::*;
+
+    /// A combiner of one batch in flight whose first call (item 0) waits for `gate`, and
+    /// whose other batches fail as an unreachable database does; counts the batches run.
+    fn gated(gate: Arc<Semaphore>, batches: Arc<AtomicUsize>) -> Combiner<u32, u32> {
+        Combiner::start(16, 1, move |items: Vec<u32>| {
+            let (gate, batches) = (gate.clone(), batches.clone());
+            async move {
+                batches.fetch_add(1, Ordering::SeqCst);
+                if items == [0] {
+                    let _ = gate.acquire().await;
+                    return Ok(vec![0]);
+                }
+                Err(StoreError::Unavailable("down".into()))
+            }
+        })
+    }
+
+    /// Poll `fut` once: a submit sends its call when first polled.
+    async fn poll_once<F: Future + Unpin>(fut: &mut F) {
+        let _ = tokio::time::timeout(Duration::ZERO, fut).await;
+    }
+
+    #[tokio::test]
+    async fn a_shared_failure_answers_the_whole_batch_without_retrying_each_call() {
+        let (gate, batches) = (Arc::new(Semaphore::new(0)), Arc::new(AtomicUsize::new(0)));
+        let c = gated(gate.clone(), batches.clone());
+        let mut first = Box::pin(c.submit(0));
+        poll_once(&mut first).await;
+        let mut rest: Vec<_> = (1..=3).map(|i| Box::pin(c.submit(i))).collect();
+        for r in &mut rest {
+            poll_once(r).await;
+        }
+        gate.add_permits(1);
+        assert_eq!(first.await.unwrap(), 0);
+        for r in rest {
+            assert!(r.await.unwrap_err().is_unavailable());
+        }
+        assert_eq!(
+            batches.load(Ordering::SeqCst),
+            2,
+            "the failed batch of three ran once, not once more per call"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_call_whose_caller_gave_up_while_it_queued_is_not_run() {
+        let (gate, batches) = (Arc::new(Semaphore::new(0)), Arc::new(AtomicUsize::new(0)));
+        let c = gated(gate.clone(), batches.clone());
+        let mut first = Box::pin(c.submit(0));
+        poll_once(&mut first).await;
+        let mut abandoned = Box::pin(c.submit(7));
+        poll_once(&mut abandoned).await;
+        drop(abandoned);
+        gate.add_permits(1);
+        assert_eq!(first.await.unwrap(), 0);
+        // The driver has taken (and dropped) the abandoned call once a later call is answered.
+        gate.add_permits(1);
+        let mut later = Box::pin(c.submit(0));
+        assert_eq!((&mut later).await.unwrap(), 0);
+        assert_eq!(
+            batches.load(Ordering::SeqCst),
+            2,
+            "only the first and the later call ran"
+        );
+    }
+}

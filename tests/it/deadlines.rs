@@ -6,8 +6,10 @@
 //! never pooled, so more hung writes than the pool has connections still leave the replica
 //! serving; a dispatch retried with its `Idempotency-Key` after such a 503 yields one job, not
 //! two. One runner token holds at most `LEASEHOLD_MAX_POLLS_PER_RUNNER` lease calls per
-//! replica (the rest `429 rate_limited` with `Retry-After`), and a flood of its long-polls
-//! leaves another workspace's dispatch and lease latency within 2x.
+//! replica (the rest `429 rate_limited` with `Retry-After`), a slot comes back when its client
+//! goes away mid-wait, and a flood of its long-polls leaves another workspace's dispatch and
+//! lease latency within 2x. A long-poll may outlast the request deadline by its wait. A LISTEN
+//! connection whose server stops answering (its backend frozen with SIGSTOP) is replaced.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -418,8 +420,12 @@ async fn a_flood_of_long_polls_on_one_token_is_capped_and_other_tenants_keep_the
         lease_during <= (lease_before * 2).max(floor),
         "another workspace's lease slowed from {lease_before:?} to {lease_during:?}"
     );
+    // Every flood poll answered 200 or 429 (a task panics on anything else).
     for f in flood {
-        f.abort();
+        tokio::time::timeout(Duration::from_secs(20), f)
+            .await
+            .expect("the flood stops")
+            .expect("every flood poll answered 200 or 429 rate_limited");
     }
 }
 
@@ -467,30 +473,13 @@ async fn a_long_poll_may_outlast_the_request_deadline_by_its_wait_and_no_more() 
         t.elapsed()
     );
 
-    let http = reqwest::Client::new();
-    let now: serde_json::Value = http
-        .get(format!("{}/v1/jobs/{}/events", app.url(0), job.id))
-        .bearer_auth(alice.token().unwrap())
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let next = alice.events(job.id, 0, 0).await.unwrap().next;
     let t = Instant::now();
-    let events = http
-        .get(format!(
-            "{}/v1/jobs/{}/events?after={}&wait_ms={}",
-            app.url(0),
-            job.id,
-            now["next"],
-            wait.as_millis()
-        ))
-        .bearer_auth(alice.token().unwrap())
-        .send()
+    let events = alice
+        .events(job.id, next, wait.as_millis() as u64)
         .await
-        .unwrap();
-    assert_eq!(events.status().as_u16(), 200);
+        .expect("an events wait longer than the deadline answers 200");
+    assert!(events.events.is_empty());
     assert!(
         t.elapsed() >= wait - Duration::from_millis(50) && t.elapsed() < most,
         "{:?}",
@@ -512,4 +501,109 @@ fn serve_help_lists_the_deadline_and_poll_bound_settings() {
     ] {
         assert!(help.contains(var), "`serve --help` names {var}:\n{help}");
     }
+}
+
+#[tokio::test]
+async fn a_long_poll_whose_client_goes_away_gives_its_slot_back() {
+    const MAX: usize = 4;
+    let app = TestApp::spawn_with(1, |c| c.max_polls_per_runner = MAX).await;
+    let base = app.url(0);
+    let alice = app.operator("acme", "alice", false).await;
+    let (_, runner) = pair(&alice, Tier::Personal, &[], 1).await;
+    let token = runner.token().unwrap().to_owned();
+    let poll = |http: reqwest::Client| {
+        call(
+            http.post(format!("{base}/v1/runner/lease"))
+                .bearer_auth(&token)
+                .json(&json!({"wait_ms": 30_000})),
+        )
+    };
+    // Each held poll on a client of its own, so dropping it closes its connection.
+    let held: Vec<_> = (0..MAX)
+        .map(|_| tokio::spawn(poll(reqwest::Client::new())))
+        .collect();
+    until_waiters(&base, MAX as u64, Duration::from_secs(10)).await;
+    let refused = poll(reqwest::Client::new()).await;
+    assert_eq!(refused.status, 429, "{}", refused.body);
+    assert_eq!(refused.retry_after.as_deref(), Some("1"));
+    // The clients go away mid-wait: their slots come back long before their waits end.
+    let gone = Instant::now();
+    for h in held {
+        h.abort();
+    }
+    until_waiters(&base, 0, Duration::from_secs(10)).await;
+    println!("slots back {:?} after the clients left", gone.elapsed());
+    let again = tokio::spawn(poll(reqwest::Client::new()));
+    until_waiters(&base, 1, Duration::from_secs(10)).await;
+    assert!(!again.is_finished(), "admitted and held, not refused");
+    again.abort();
+}
+
+/// The pids of the backends of this database's LISTEN connections.
+async fn listen_backends(database_url: &str) -> Vec<i32> {
+    connect(database_url)
+        .await
+        .query(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() \
+             AND application_name = 'leasehold-listen'",
+            &[],
+        )
+        .await
+        .map(|rows| rows.iter().map(|r| r.get(0)).collect())
+        .unwrap_or_default()
+}
+
+/// Sends `SIGCONT` to a stopped backend when dropped, so a failing test leaves none stopped.
+struct Stopped(i32);
+
+impl Stopped {
+    fn signal(pid: i32, signal: &str) {
+        let ok = std::process::Command::new("kill")
+            .args([signal, &pid.to_string()])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "kill {signal} {pid}");
+    }
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        Self::signal(self.0, "-CONT");
+    }
+}
+
+#[tokio::test]
+async fn a_listen_connection_that_stops_answering_is_replaced() {
+    let app = TestApp::spawn().await;
+    let base = app.url(0);
+    readiness(&base, 200, Duration::from_secs(10)).await;
+    let first = eventually(Duration::from_secs(10), "the LISTEN backend", || async {
+        listen_backends(&app.database_url).await.first().copied()
+    })
+    .await;
+    // The backend freezes: its socket stays open, nothing answers (a wedged server, a network
+    // path that died without a reset).
+    Stopped::signal(first, "-STOP");
+    let _frozen = Stopped(first);
+    let t = Instant::now();
+    let replaced = eventually(
+        Duration::from_secs(30),
+        "a new LISTEN connection",
+        || async {
+            listen_backends(&app.database_url)
+                .await
+                .into_iter()
+                .find(|pid| *pid != first)
+        },
+    )
+    .await;
+    println!(
+        "frozen LISTEN backend {first} replaced by {replaced} after {:?}",
+        t.elapsed()
+    );
+    readiness(&base, 200, Duration::from_secs(10)).await;
+    assert_eq!(
+        crate::support::gauge(&base, "leasehold_listening").await,
+        Some(1)
+    );
 }

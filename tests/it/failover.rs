@@ -18,7 +18,7 @@ use leasehold::wire::{self, Tier};
 use serde_json::json;
 
 use crate::support::{
-    connect, eventually, key_in, pair, personal, readiness, serve_process, until_waiters,
+    connect, eventually, gauge, key_in, pair, personal, readiness, serve_process, until_waiters,
 };
 
 /// Lease and complete until `stop`, riding out 503s and refused connections; a report is retried
@@ -186,6 +186,14 @@ async fn a_primary_failover_loses_nothing_acknowledged_and_replicas_recover() {
         }
     });
     until_waiters(&b.url, 1, Duration::from_secs(10)).await;
+    // Registered is not yet parked: the poll registers before its look, whose lease
+    // transaction a crash now would fail (a 503 the runner would retry, not this test's case).
+    eventually(
+        Duration::from_secs(10),
+        "the poll parked past its look",
+        || async { (gauge(&b.url, "leasehold_long_polls").await? == 1).then_some(()) },
+    )
+    .await;
 
     tokio::task::block_in_place(|| cluster.crash_primary()).expect("crash the primary");
     for r in [&a, &b] {

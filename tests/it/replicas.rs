@@ -120,7 +120,12 @@ fn token_of(c: &Client) -> String {
 
 #[tokio::test]
 async fn a_thousand_idle_long_polls_hold_no_more_connections_than_the_pool() {
-    let app = TestApp::spawn_with(1, |c| c.pool_size = 4).await;
+    let app = TestApp::spawn_with(1, |c| {
+        c.pool_size = 4;
+        // A hundred polls per runner token here, past the default bound of 16.
+        c.max_polls_per_runner = 100;
+    })
+    .await;
     let alice = app.operator("acme", "alice", false).await;
     let mut runners = Vec::new();
     for _ in 0..10 {

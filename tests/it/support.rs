@@ -358,6 +358,11 @@ pub async fn pool_connections(database_url: &str) -> i64 {
 
 /// Waiters parked on the replica at `url`, from its `/metrics`.
 pub async fn waiters(url: &str) -> Option<u64> {
+    gauge(url, "leasehold_waiters").await
+}
+
+/// The value of the unlabelled gauge `name` on the replica at `url`, from its `/metrics`.
+pub async fn gauge(url: &str, name: &str) -> Option<u64> {
     let m = reqwest::get(format!("{url}/metrics"))
         .await
         .ok()?
@@ -365,7 +370,7 @@ pub async fn waiters(url: &str) -> Option<u64> {
         .await
         .ok()?;
     m.lines()
-        .find_map(|l| l.strip_prefix("leasehold_waiters ")?.parse().ok())
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
 }
 
 /// Wait until exactly `n` waiters are parked on the replica at `url`.
