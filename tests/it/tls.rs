@@ -213,7 +213,7 @@ async fn a_runner_enrolled_with_the_pasted_payload_leases_and_completes_a_job_ov
     assert_eq!(saved["pin"], serde_json::json!(pair.pin().to_string()));
     assert!(saved.get("ca_cert").is_none(), "{saved}");
 
-    let mut r = runner(&config, &dir.join("work"), &[], &[]);
+    let mut r = runner(&config, &dir.join("work"), &["--unconfined"], &[]);
     let out = cli(
         &public,
         &key,
@@ -306,7 +306,7 @@ async fn a_server_whose_key_does_not_match_the_pin_is_refused() {
     saved["servers"] = serde_json::json!([url_b]);
     std::fs::write(&config, serde_json::to_vec(&saved).unwrap()).unwrap();
     std::fs::set_permissions(&config, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
-    let mut r = runner(&config, &dir.join("work"), &[], &[]);
+    let mut r = runner(&config, &dir.join("work"), &["--unconfined"], &[]);
     eventually(LONG, "the runner logs the pin refusal", || async {
         r.log()
             .contains("does not match the pinned key")
@@ -664,7 +664,7 @@ async fn haproxy_terminating_tls_serves_the_cli_and_a_runner() {
     )
     .await;
     assert_eq!(out.code, Some(0), "{out:?}");
-    let mut r = runner(&runner_config, &dir.join("work"), &[], &[]);
+    let mut r = runner(&runner_config, &dir.join("work"), &["--unconfined"], &[]);
     let out = cli(
         &lb,
         &key,
