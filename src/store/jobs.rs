@@ -49,6 +49,8 @@ pub struct NewJob {
     pub source_key: Option<String>,
     /// W3C `traceparent` of the dispatch, when traces are on.
     pub traceparent: Option<String>,
+    /// It names a `workspace` secret: personal runners never take it.
+    pub needs_workspace_runner: bool,
 }
 
 impl NewJob {
@@ -71,6 +73,7 @@ impl NewJob {
             "source": self.source,
             "source_key": self.source_key,
             "traceparent": self.traceparent,
+            "needs_workspace_runner": self.needs_workspace_runner,
         })
     }
 }

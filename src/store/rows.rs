@@ -146,6 +146,7 @@ pub fn job(r: &Row) -> Result<Job> {
         secrets: r.get("secrets"),
         source: r.get("source"),
         traceparent: r.try_get("traceparent").ok().flatten(),
+        needs_workspace_runner: r.try_get("needs_workspace_runner").unwrap_or(false),
     })
 }
 
@@ -161,6 +162,7 @@ pub fn moved(r: &Row) -> Result<Moved> {
             owner: r.get("owner"),
             runner_id: r.get("runner_id"),
             pool: r.get("pool"),
+            needs_workspace_runner: r.try_get("needs_workspace_runner").unwrap_or(false),
         },
         state: state(r, "state")?,
     })

@@ -223,7 +223,11 @@ async fn a_real_runner_runs_at_the_exact_commit_with_the_secret_in_its_environme
     let key = crate::support::key_in(&database_url, "acme", "root", true).await;
     let admin = Client::new(&url, Some(key.clone()));
     let value = "s3cr3t-Value-42";
-    admin.put_secret("DEPLOY_TOKEN", value).await.unwrap();
+    // The runner below is personal: only an `any` secret reaches it.
+    admin
+        .put_secret_scoped("DEPLOY_TOKEN", value, Some("any"), None)
+        .await
+        .unwrap();
 
     let config = crate::procs::enrol(
         &admin,
