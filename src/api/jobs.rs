@@ -21,9 +21,10 @@ use crate::domain::state::JobState;
 use crate::store::{NewJob, SecretScope};
 use crate::wire;
 
-/// The most payload, result and error bytes (serialised) a page of `GET /v1/jobs` carries
-/// past its first job: a page ends early there, with `next` set, so the memory one list call
-/// takes is bounded whatever its `limit` and however large the jobs (issue 18, row 7).
+/// The byte budget of a page of `GET /v1/jobs` (payload, result and error as JSON text) and of
+/// `GET /v1/jobs/{id}/events` (data): a page ends before the first item that would start past
+/// it (with `next` set), so the memory one list call takes is bounded whatever its `limit`
+/// and however large the items (issue 18, row 7).
 pub const LIST_PAGE_BYTES: usize = 4 * 1024 * 1024;
 
 fn wait_duration(st: &AppState, query: &QueryMap, default_ms: i64) -> ApiResult<Duration> {
@@ -543,7 +544,9 @@ pub async fn events(
             wait,
             &st.shutdown,
             || async move {
-                let events = store.events(id, after as i32, limit).await?;
+                let events = store
+                    .events(id, after as i32, limit, LIST_PAGE_BYTES)
+                    .await?;
                 let terminal = if events.is_empty() {
                     store
                         .job(id, workspace)

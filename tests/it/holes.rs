@@ -576,3 +576,44 @@ async fn a_workspace_secret_never_reaches_a_personal_runner_and_admin_secrets_ne
         .collect();
     assert!(events.iter().all(|e| !e.contains("-value-")));
 }
+
+/// Row 7, for events: a page of `GET /v1/jobs/{id}/events` also ends at the byte budget, with
+/// `next` the last seq returned, and following `next` reads every event once, in order.
+#[tokio::test]
+async fn an_events_page_ends_at_the_byte_budget_and_next_reads_on() {
+    let app = TestApp::spawn().await;
+    let alice = app.operator("acme", "alice", false).await;
+    let (_, runner) = pair(&alice, Tier::Personal, &[], 1).await;
+    let job = crate::support::dispatch(&alice, crate::support::personal(), json!("x")).await;
+    let leased = crate::support::lease(&runner, 5000, 1).await;
+    assert_eq!(leased.len(), 1);
+    // 8 calls of 15 events of 60 KB: about 7 MB of data.
+    for _ in 0..8 {
+        let events = (0..15)
+            .map(|_| wire::NewEvent {
+                kind: "stdout".into(),
+                data: Some(json!({"text": "y".repeat(60_000)})),
+            })
+            .collect();
+        runner
+            .append_events(job.id, leased[0].epoch, events)
+            .await
+            .unwrap();
+    }
+    let first = alice.events(job.id, 0, 0).await.unwrap();
+    let n = first.events.len();
+    assert!(n > 1 && n < 121, "the first page ended early: {n} events");
+    assert_eq!(first.next, i64::from(first.events[n - 1].seq));
+    let mut seqs: Vec<i64> = first.events.iter().map(|e| i64::from(e.seq)).collect();
+    let mut after = first.next;
+    loop {
+        let page = alice.events(job.id, after, 0).await.unwrap();
+        if page.events.is_empty() {
+            break;
+        }
+        seqs.extend(page.events.iter().map(|e| i64::from(e.seq)));
+        after = page.next;
+    }
+    // The `parked` and `leased` state events, then the 120 appended.
+    assert_eq!(seqs, (1..=122).collect::<Vec<i64>>());
+}
