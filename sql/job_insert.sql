@@ -6,7 +6,7 @@
 -- 'workspace' | 'any', or null for a named runner), runner_id, owner (named runners only: the
 -- runner's owner), kind, payload, required_capabilities, priority, max_attempts,
 -- no_runner_timeout_ms, queue_timeout_ms, idempotency_key, secrets, source, source_key,
--- traceparent}. Every input is a parameter and the key a unique-index probe, so the plan
+-- traceparent, needs_workspace_runner (it names a 'workspace' secret)}. Every input is a parameter and the key a unique-index probe, so the plan
 -- cannot turn into a join whatever the statistics say.
 -- No row: the key is not live, or the idempotency key was already used in the workspace
 -- (earlier, or earlier in the same transaction); the caller then reads the first job.
@@ -23,14 +23,16 @@ items AS (
                id uuid, pool text, runner_id uuid, owner text, kind text,
                payload jsonb, required_capabilities text[], priority integer, max_attempts integer,
                no_runner_timeout_ms bigint, queue_timeout_ms bigint, idempotency_key text,
-               secrets text[], source jsonb, source_key text, traceparent text),
+               secrets text[], source jsonb, source_key text, traceparent text,
+               needs_workspace_runner boolean),
            k
 ),
 inserted AS (
     INSERT INTO jobs (id, workspace, owner, runner_id, pool, state, kind, payload,
                       required_capabilities, priority, max_attempts, no_runner_timeout_ms,
                       no_runner_check_at, queue_deadline, idempotency_key, billing_tenant,
-                      secrets, source, source_key, traceparent, event_seq)
+                      secrets, source, source_key, traceparent, needs_workspace_runner,
+                      event_seq)
     SELECT id, workspace, queue_owner, runner_id, pool, 'parked', kind,
            COALESCE(payload, 'null'::jsonb),  -- a JSON null reads as SQL NULL here
            required_capabilities, priority, max_attempts, no_runner_timeout_ms,
@@ -38,7 +40,8 @@ inserted AS (
            now() + queue_timeout_ms * interval '1 millisecond',
            idempotency_key,
            CASE WHEN queue_owner LIKE 'ws:%' THEN workspace END,
-           secrets, source, source_key, traceparent, 1
+           secrets, source, source_key, traceparent,
+           COALESCE(needs_workspace_runner, false), 1
       FROM items
     ON CONFLICT (workspace, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING *

@@ -1,8 +1,25 @@
 -- A page of a workspace's jobs by ascending id: $1 workspace, $2 state or NULL,
--- $3 exclusive lower bound id or NULL, $4 page size.
-SELECT * FROM jobs
- WHERE workspace = $1
-   AND ($2::text IS NULL OR state = $2)
-   AND ($3::uuid IS NULL OR id > $3)
- ORDER BY id
- LIMIT $4
+-- $3 exclusive lower bound id or NULL, $4 page size, $5 byte budget. The page also ends before
+-- the first job that would start past $5 bytes of payload, result and error (as JSON text)
+-- counted over the jobs before it, so it always holds at least one job, and a replica never
+-- reads a page much larger than the budget (docs/contract-notes.md, "Memory per request is
+-- bounded"). The sizes are computed here, row by row, over at most $4 candidates; the values
+-- of the candidates past the cut never leave the database. `scanned` is how many candidates
+-- there were: more than the rows returned means the budget ended the page.
+WITH page AS (
+    SELECT j.*,
+           COALESCE(sum(octet_length(j.payload::text) + COALESCE(octet_length(j.result::text), 0)
+                        + COALESCE(octet_length(j.error::text), 0))
+                    OVER (ORDER BY j.id ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING),
+                    0) AS bytes_before
+      FROM jobs j
+     WHERE j.workspace = $1
+       AND ($2::text IS NULL OR j.state = $2)
+       AND ($3::uuid IS NULL OR j.id > $3)
+     ORDER BY j.id
+     LIMIT $4
+)
+SELECT p.*, (SELECT count(*) FROM page) AS scanned
+  FROM page p
+ WHERE p.bytes_before < $5
+ ORDER BY p.id

@@ -1,8 +1,20 @@
 -- A page of a workspace's jobs by descending id (v1.1 `order=desc`): $1 workspace, $2 state or
--- NULL, $3 exclusive upper bound id or NULL, $4 page size.
-SELECT * FROM jobs
- WHERE workspace = $1
-   AND ($2::text IS NULL OR state = $2)
-   AND ($3::uuid IS NULL OR id < $3)
- ORDER BY id DESC
- LIMIT $4
+-- NULL, $3 exclusive upper bound id or NULL, $4 page size, $5 byte budget: the page ends as in
+-- jobs_list.sql, counted in this order.
+WITH page AS (
+    SELECT j.*,
+           COALESCE(sum(octet_length(j.payload::text) + COALESCE(octet_length(j.result::text), 0)
+                        + COALESCE(octet_length(j.error::text), 0))
+                    OVER (ORDER BY j.id DESC ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING),
+                    0) AS bytes_before
+      FROM jobs j
+     WHERE j.workspace = $1
+       AND ($2::text IS NULL OR j.state = $2)
+       AND ($3::uuid IS NULL OR j.id < $3)
+     ORDER BY j.id DESC
+     LIMIT $4
+)
+SELECT p.*, (SELECT count(*) FROM page) AS scanned
+  FROM page p
+ WHERE p.bytes_before < $5
+ ORDER BY p.id DESC

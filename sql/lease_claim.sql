@@ -9,9 +9,10 @@
 -- ms, $7 whether to report 'more' (only a woken waiter passes its wake on).
 --
 -- In order: jobs named for this runner that it cannot run (a required capability it does not
--- advertise, an exclusive name they do not require, a source it holds no approved target for)
--- are rejected; jobs named for it are taken, then its pool (for a workspace runner also the
--- workspace's 'any' jobs), skipping pool jobs it cannot run; highest priority first, FIFO by id.
+-- advertise, an exclusive name they do not require, a source it holds no approved target for,
+-- a 'workspace' secret for a personal runner) are rejected; jobs named for it are taken, then its pool (for a workspace runner also the
+-- workspace's 'any' jobs), skipping pool jobs it cannot run (a personal runner skips every job
+-- that needs a workspace runner: one naming a 'workspace' secret); highest priority first, FIFO by id.
 -- Each candidate scan is ordered by its partial index and limited, with FOR UPDATE SKIP LOCKED,
 -- and locks only the rows it takes. The rejection has no limit: it takes every unrunnable job
 -- named for the runner at once.
@@ -42,8 +43,8 @@ rejected AS (
                        || 'repository target for its source')
       FROM r
      WHERE j.runner_id = $2 AND j.state = 'parked'
-       AND NOT job_fits(j.required_capabilities, j.source_key,
-                        r.capabilities, r.exclusive, r.sources)
+       AND NOT job_fits(j.required_capabilities, j.source_key, j.needs_workspace_runner,
+                        r.capabilities, r.exclusive, r.sources, $4 LIKE 'ws:%')
     RETURNING j.id, j.epoch, j.event_seq
 ),
 -- The candidate scans below each read their claim index in order. The inner LIMIT is a constant
@@ -57,8 +58,9 @@ named AS (
     SELECT id, priority FROM (
         SELECT j.id, j.priority FROM jobs j
          WHERE j.runner_id = $2 AND j.state = 'parked'
-           AND job_fits(j.required_capabilities, j.source_key, (SELECT capabilities FROM r),
-                        (SELECT exclusive FROM r), (SELECT sources FROM r))
+           AND job_fits(j.required_capabilities, j.source_key, j.needs_workspace_runner,
+                        (SELECT capabilities FROM r), (SELECT exclusive FROM r),
+                        (SELECT sources FROM r), $4 LIKE 'ws:%')
          ORDER BY j.priority DESC, j.id
          LIMIT 1000
            FOR UPDATE SKIP LOCKED) AS c
@@ -68,8 +70,9 @@ own_pool AS (
     SELECT id, priority FROM (
         SELECT j.id, j.priority FROM jobs j
          WHERE j.workspace = $3 AND j.owner = $4 AND j.runner_id IS NULL AND j.state = 'parked'
-           AND job_fits(j.required_capabilities, j.source_key, (SELECT capabilities FROM r),
-                        (SELECT exclusive FROM r), (SELECT sources FROM r))
+           AND job_fits(j.required_capabilities, j.source_key, j.needs_workspace_runner,
+                        (SELECT capabilities FROM r), (SELECT exclusive FROM r),
+                        (SELECT sources FROM r), $4 LIKE 'ws:%')
          ORDER BY j.priority DESC, j.id
          LIMIT 1000
            FOR UPDATE SKIP LOCKED) AS c
@@ -80,8 +83,9 @@ any_pool AS (
     SELECT id, priority FROM (
         SELECT j.id, j.priority FROM jobs j
          WHERE $4 LIKE 'ws:%' AND j.workspace = $3 AND j.pool = 'any' AND j.state = 'parked'
-           AND job_fits(j.required_capabilities, j.source_key, (SELECT capabilities FROM r),
-                        (SELECT exclusive FROM r), (SELECT sources FROM r))
+           AND job_fits(j.required_capabilities, j.source_key, j.needs_workspace_runner,
+                        (SELECT capabilities FROM r), (SELECT exclusive FROM r),
+                        (SELECT sources FROM r), $4 LIKE 'ws:%')
          ORDER BY j.priority DESC, j.id
          LIMIT 1000
            FOR UPDATE SKIP LOCKED) AS c

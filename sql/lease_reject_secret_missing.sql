@@ -1,6 +1,7 @@
--- A job just leased whose named secret no longer exists: rejected secret_missing, and the
--- attempt the claim counted is given back (no attempt is counted). Fenced on the lease just
--- taken: $1 id, $2 epoch, $3 sha256 of the runner's token, $4 the missing secret's name. An
+-- A job just leased whose named secret no longer exists (or, for a personal runner, is now
+-- 'workspace'-scoped): rejected secret_missing, and the attempt the claim counted is given back
+-- (no attempt is counted). Fenced on the lease just taken: $1 id, $2 epoch, $3 sha256 of the
+-- runner's token, $4 the error message (it names the secret, never a value). An
 -- 'any' job's billing tenant goes back to null: no lease of it was accepted.
 WITH me AS (
     SELECT r.id FROM runners r
@@ -13,7 +14,7 @@ rejected AS (
            leased_by = NULL, lease_expires_at = NULL, lease_check_at = NULL,
            billing_tenant = CASE WHEN j.pool = 'any' THEN NULL ELSE j.billing_tenant END,
            error = jsonb_build_object('reason', 'secret_missing', 'message',
-                       'the secret ' || $4::text || ' the job names does not exist'),
+                       $4::text),
            event_seq = j.event_seq + 1
      WHERE j.id = $1 AND j.epoch = $2
        AND j.leased_by IS NOT DISTINCT FROM (SELECT id FROM me)

@@ -1,2 +1,3 @@
--- Which of the names $2 exist as secrets of workspace $1 (dispatch checks every named secret).
-SELECT name FROM secrets WHERE workspace = $1 AND name = ANY($2::text[])
+-- Which of the names $2 exist as secrets of workspace $1, with their scope (dispatch checks
+-- every named secret, and who may name it for which runners).
+SELECT name, runners, dispatch FROM secrets WHERE workspace = $1 AND name = ANY($2::text[])

@@ -1,2 +1,3 @@
--- The sealed values of the names $2 in workspace $1, for the lease of a job that names them.
-SELECT name, nonce, ciphertext FROM secrets WHERE workspace = $1 AND name = ANY($2::text[])
+-- The sealed values of the names $2 in workspace $1, for the lease of a job that names them,
+-- with which runners may receive each ('workspace' | 'any').
+SELECT name, nonce, ciphertext, runners FROM secrets WHERE workspace = $1 AND name = ANY($2::text[])

@@ -2,7 +2,8 @@
 -- dispatch and the last moment a runner that could take the job was online: live, not outdated,
 -- in the job's workspace, the named runner or one serving its queue (for an 'any' job also the
 -- workspace's runners), and able to run it (job_fits: every required capability, no exclusive
--- name the job does not require, an approved repository target for its source, if any). A
+-- name the job does not require, an approved repository target for its source, if any, and a
+-- workspace runner for a job naming a 'workspace' secret). A
 -- runner never seen was never online (and greatest() ignores the NULL of no runner). Past the
 -- deadline: rejected no_runner; otherwise the next check moves to the deadline. $1 batch size,
 -- $2 presence window ms. Rows out: the jobs rejected.
@@ -24,12 +25,13 @@ judged AS (
                         AND (r.id = j.runner_id
                              OR (j.runner_id IS NULL AND r.owner = j.owner)
                              OR (j.pool = 'any' AND r.owner = 'ws:' || j.workspace))
-                        AND job_fits(j.required_capabilities, j.source_key, r.capabilities,
-                                     r.exclusive,
+                        AND job_fits(j.required_capabilities, j.source_key,
+                                     j.needs_workspace_runner, r.capabilities, r.exclusive,
                                      ARRAY(SELECT t.provider || ' ' || t.repository
                                              FROM runner_repo_targets t
                                             WHERE t.runner_id = r.id
-                                              AND t.status = 'approved'))))
+                                              AND t.status = 'approved'),
+                                     r.owner LIKE 'ws:%')))
            + j.no_runner_timeout_ms * interval '1 millisecond' AS deadline
       FROM jobs j
      WHERE j.id = ANY (ARRAY(SELECT id FROM due))

@@ -121,7 +121,13 @@ async fn reseal_secrets(
             .open(workspace, name, sealed)
             .with_context(|| format!("secret {name} of workspace {workspace}"))?;
         store
-            .put_secret(workspace, name, &sealer.seal(workspace, name, &value))
+            .put_secret(
+                workspace,
+                name,
+                &sealer.seal(workspace, name, &value),
+                None,
+                None,
+            )
             .await?;
     }
     Ok(all.len())

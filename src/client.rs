@@ -341,13 +341,28 @@ impl Client {
         self.get("/v1/pool").await
     }
 
-    /// Create or replace a workspace secret (admin).
+    /// Create or replace a workspace secret (admin), with the default scope (`runners`
+    /// `workspace`, `dispatch` `member`).
     pub async fn put_secret(&self, name: &str, value: &str) -> Result<()> {
+        self.put_secret_scoped(name, value, None, None).await
+    }
+
+    /// Create or replace a workspace secret (admin) with its scope: `runners` `workspace` |
+    /// `any`, `dispatch` `member` | `admin` (`None`: the default).
+    pub async fn put_secret_scoped(
+        &self,
+        name: &str,
+        value: &str,
+        runners: Option<&str>,
+        dispatch: Option<&str>,
+    ) -> Result<()> {
         self.call::<_, serde_json::Value>(
             Method::PUT,
             &format!("/v1/secrets/{name}"),
             Some(&wire::PutSecret {
                 value: value.to_owned(),
+                runners: runners.map(str::to_owned),
+                dispatch: dispatch.map(str::to_owned),
             }),
             &[],
         )

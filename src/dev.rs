@@ -176,7 +176,10 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         "Workspace secrets are sealed with the key kept in {} (mode 0600):",
         state_dir.join("secrets.key").display()
     );
-    println!("  printf %s \"$TOKEN\" | leasehold secrets set TOKEN");
+    println!(
+        "  printf %s \"$TOKEN\" | leasehold secrets set TOKEN --runners any   \
+         # --runners any: personal runners like this one may receive it"
+    );
     println!();
     println!("Enrol another runner (code valid 10 minutes, once):");
     match &spare.connect {

@@ -554,11 +554,22 @@ pub struct Fail {
 #[derive(utoipa::ToSchema, Clone, Serialize, Deserialize)]
 pub struct PutSecret {
     pub value: String,
+    /// `workspace` (default: handed only to workspace-owned runners) or `any` (personal
+    /// runners too).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runners: Option<String>,
+    /// `member` (default: any member may name it in a dispatch) or `admin` (only admins).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dispatch: Option<String>,
 }
 
 impl std::fmt::Debug for PutSecret {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("PutSecret { value: <redacted> }")
+        f.debug_struct("PutSecret")
+            .field("value", &"<redacted>")
+            .field("runners", &self.runners)
+            .field("dispatch", &self.dispatch)
+            .finish()
     }
 }
 
@@ -566,6 +577,10 @@ impl std::fmt::Debug for PutSecret {
 #[derive(utoipa::ToSchema, Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SecretInfo {
     pub name: String,
+    /// `workspace` or `any`: which runners may receive it.
+    pub runners: String,
+    /// `member` or `admin`: who may name it in a dispatch.
+    pub dispatch: String,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
 }

@@ -16,13 +16,16 @@ use super::operators::resolve_target;
 use super::validate;
 use super::views;
 use super::AppState;
+use crate::domain::owner;
+use crate::domain::records::{ApiKey, Runner};
 use crate::domain::state::JobState;
-use crate::store::NewJob;
+use crate::store::{NewJob, SecretScope};
 use crate::wire;
 
-/// The most payload, result and error bytes (serialised) a page of `GET /v1/jobs` carries
-/// past its first job: a page ends early there, with `next` set, so the memory one list call
-/// takes is bounded whatever its `limit` and however large the jobs (issue 18, row 7).
+/// The byte budget of a page of `GET /v1/jobs` (payload, result and error as JSON text) and of
+/// `GET /v1/jobs/{id}/events` (data): a page ends before the first item that would start past
+/// it (with `next` set), so the memory one list call takes is bounded whatever its `limit`
+/// and however large the items (issue 18, row 7).
 pub const LIST_PAGE_BYTES: usize = 4 * 1024 * 1024;
 
 fn wait_duration(st: &AppState, query: &QueryMap, default_ms: i64) -> ApiResult<Duration> {
@@ -110,12 +113,14 @@ fn prefixed(e: ApiError, at: &str) -> ApiError {
     }
 }
 
-/// The job to park for a checked body. A named runner must already be resolved (`runner`).
+/// The job to park for a checked body. A named runner must already be resolved (`runner`);
+/// `needs_workspace_runner` when it names a `workspace` secret ([`secret_scope`]).
 fn new_job(
     key_hash: &[u8],
     c: Checked,
-    runner: Option<&crate::domain::records::Runner>,
+    runner: Option<&Runner>,
     idempotency_key: Option<String>,
+    needs_workspace_runner: bool,
 ) -> NewJob {
     let pool = match &c.target {
         wire::Target::Pool { pool } => Some(pool.as_str()),
@@ -139,6 +144,7 @@ fn new_job(
         source: c.source,
         source_key: c.source_key,
         traceparent: crate::telemetry::traces::current_traceparent(),
+        needs_workspace_runner,
     }
 }
 
@@ -188,19 +194,64 @@ fn needed_secrets(c: &Checked) -> Vec<String> {
 }
 
 /// 400 naming the field when a secret the job needs does not exist in the workspace
-/// (`existing` holds the names that do); `at` prefixes the field (`jobs[3].`).
-fn require_secrets(c: &Checked, existing: &[String], at: &str) -> ApiResult<()> {
-    if let Some(missing) = c.secrets.iter().find(|n| !existing.contains(n)) {
+/// (`existing` holds those that do); `at` prefixes the field (`jobs[3].`).
+fn require_secrets(c: &Checked, existing: &[SecretScope], at: &str) -> ApiResult<()> {
+    let exists = |n: &str| existing.iter().any(|e| e.name == n);
+    if let Some(missing) = c.secrets.iter().find(|n| !exists(n)) {
         return Err(ApiError::bad(format!(
             "{at}secrets: '{missing}' is not a secret of this workspace"
         )));
     }
-    if let Some(cred) = credential_secret(c).filter(|n| !existing.iter().any(|e| e == n)) {
+    if let Some(cred) = credential_secret(c).filter(|n| !exists(n)) {
         return Err(ApiError::bad(format!(
             "{at}source.credential_secret: '{cred}' is not a secret of this workspace"
         )));
     }
     Ok(())
+}
+
+/// The scope of the (existing) secrets a checked job names, for this caller and target
+/// (docs/contract-notes.md, "Secret scope"): 403 when a member names an `admin` secret; 400
+/// naming `secrets` (`at` prefixes it) when a `workspace` secret would go to the personal pool
+/// or a named personal runner. `Ok(true)`: it names a `workspace` secret, so only a workspace
+/// runner may take it (personal runners skip such an `any` job).
+fn secret_scope(
+    c: &Checked,
+    existing: &[SecretScope],
+    caller: &ApiKey,
+    runner: Option<&Runner>,
+    at: &str,
+) -> ApiResult<bool> {
+    let needed = needed_secrets(c);
+    let named: Vec<&SecretScope> = existing
+        .iter()
+        .filter(|s| needed.contains(&s.name))
+        .collect();
+    if !caller.admin && named.iter().any(|s| s.admin_dispatch_only) {
+        return Err(ApiError::Forbidden);
+    }
+    let personal = match (&c.target, runner) {
+        (_, Some(r)) => owner::billing_tenant(&r.owner).is_none(),
+        (wire::Target::Pool { pool }, None) => *pool == wire::PoolName::Personal,
+        (wire::Target::Runner { .. }, None) => false,
+    };
+    let Some(kept) = named.iter().find(|s| s.workspace_runners_only) else {
+        return Ok(false);
+    };
+    if personal {
+        let how = if c.secrets.contains(&kept.name) {
+            String::new()
+        } else {
+            " (as source.credential_secret)".to_owned()
+        };
+        return Err(ApiError::bad(format!(
+            "{at}secrets: '{}'{how} is a workspace secret, never handed to a personal runner; \
+             dispatch to the workspace or any pool, or have an admin set it with \
+             \"runners\": \"any\"",
+            kept.name
+        )));
+    }
+    Ok(true)
 }
 
 fn idempotency_header(headers: &HeaderMap) -> ApiResult<Option<String>> {
@@ -242,7 +293,11 @@ pub async fn dispatch(
         && names.is_empty()
         && matches!(checked.target, wire::Target::Pool { .. })
     {
-        return match st.hub.park(new_job(&key.hash, checked, None, None)).await? {
+        return match st
+            .hub
+            .park(new_job(&key.hash, checked, None, None, false))
+            .await?
+        {
             Some(parked) => Ok((StatusCode::CREATED, Json(views::job(parked)))),
             None => Err(st.auth_failed(key.ip)),
         };
@@ -257,11 +312,19 @@ pub async fn dispatch(
     if let Some(r) = &runner {
         named_mismatch(r, &checked)?;
     }
+    let mut needs_workspace_runner = false;
     if !names.is_empty() {
         let existing = store.existing_secrets(&caller.workspace, &names).await?;
         require_secrets(&checked, &existing, "")?;
+        needs_workspace_runner = secret_scope(&checked, &existing, &caller, runner.as_ref(), "")?;
     }
-    let job = new_job(&key.hash, checked, runner.as_ref(), idempotency_key);
+    let job = new_job(
+        &key.hash,
+        checked,
+        runner.as_ref(),
+        idempotency_key,
+        needs_workspace_runner,
+    );
     match st.hub.park(job.clone()).await? {
         Some(parked) => Ok((StatusCode::CREATED, Json(views::job(parked)))),
         None => match &job.idempotency_key {
@@ -346,8 +409,16 @@ pub async fn dispatch_batch(
         if let Some(r) = &runner {
             named_mismatch(r, &c)?;
         }
-        require_secrets(&c, &existing, &format!("jobs[{i}]."))?;
-        jobs.push(new_job(&key.hash, c, runner.as_ref(), idempotency_key));
+        let at = format!("jobs[{i}].");
+        require_secrets(&c, &existing, &at)?;
+        let needs_workspace_runner = secret_scope(&c, &existing, &caller, runner.as_ref(), &at)?;
+        jobs.push(new_job(
+            &key.hash,
+            c,
+            runner.as_ref(),
+            idempotency_key,
+            needs_workspace_runner,
+        ));
     }
     let store = &st.hub.store;
     let parked = st.hub.park_many(&jobs).await?;
@@ -478,7 +549,9 @@ pub async fn events(
             wait,
             &st.shutdown,
             || async move {
-                let events = store.events(id, after as i32, limit).await?;
+                let events = store
+                    .events(id, after as i32, limit, LIST_PAGE_BYTES)
+                    .await?;
                 let terminal = if events.is_empty() {
                     store
                         .job(id, workspace)

@@ -144,8 +144,8 @@ pub fn table() -> Vec<Route> {
         route(M::GET, "/v1/jobs/{id}/events", get(jobs::events), Doc::new("A job's events after a seq", Member).answer(200, "EventList").query(&[("after", "integer", "a seq, exclusive, default 0"), ("limit", "integer", "1..1000, default 1000"), ("wait_ms", "integer", "0..60000, default 0")])),
         route(M::POST, "/v1/preflight", post(operators::preflight), Doc::new("Would a dispatch find a runner?", Member).body("Preflight").answer(200, "PreflightReport")),
         route(M::GET, "/v1/pool", get(operators::pool), Doc::new("Runners, slots and jobs of the runners the caller may target", Member).answer(200, "Pool")),
-        route(M::PUT, "/v1/secrets/{name}", put(secrets::put), Doc::new("Create or replace a workspace secret (v1.1); the value is never shown again", Admin).body("PutSecret").empty(204)),
-        route(M::GET, "/v1/secrets", get(secrets::list), Doc::new("The workspace's secret names, by name (v1.1); never a value", Member).answer(200, "SecretList")),
+        route(M::PUT, "/v1/secrets/{name}", put(secrets::put), Doc::new("Create or replace a workspace secret (v1.1) with its scope (runners: workspace|any, dispatch: member|admin); the value is never shown again", Admin).body("PutSecret").empty(204)),
+        route(M::GET, "/v1/secrets", get(secrets::list), Doc::new("The workspace's secret names and scopes, by name (v1.1); never a value", Member).answer(200, "SecretList")),
         route(M::DELETE, "/v1/secrets/{name}", delete(secrets::delete), Doc::new("Delete a workspace secret (v1.1)", Admin).empty(204)),
         // ---- runners
         route(M::POST, "/v1/enroll", post(runner::enroll), Doc::new("Enrol a runner with a join code (the code is the credential and is burned)", Open).body("Enroll").answer(201, "RunnerWithToken")),

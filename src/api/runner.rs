@@ -20,6 +20,7 @@ use super::validate;
 use super::views;
 use super::AppState;
 use crate::domain::credentials::{self, Kind, Secret};
+use crate::domain::owner;
 use crate::domain::version;
 use crate::hub::LeaseAnswer;
 use crate::store::jobs::Fenced;
@@ -168,8 +169,9 @@ pub async fn lease(
 }
 
 /// The lease answer for the jobs a call took, with the values of the secrets each names, read
-/// now. A job whose named secret is gone is rejected `secret_missing` (its attempt not
-/// counted) and left out. When secrets cannot be opened on this replica (no key, or a key that
+/// now. A job whose named secret is gone, or (for a personal runner) is `workspace`-scoped, is
+/// rejected `secret_missing` (its attempt not counted) and left out: a `workspace` secret never
+/// reaches a personal runner, even when its scope was narrowed after the job was dispatched. When secrets cannot be opened on this replica (no key, or a key that
 /// does not open them), every job of the call is parked again, attempts given back, and the
 /// call answers 503 naming the variable: nothing is half-done.
 async fn hand_over(
@@ -203,19 +205,39 @@ async fn hand_over(
             return Err(e);
         }
     };
+    // Who leased: remembered by the lease call that just ran (asked again only if forgotten).
+    let personal = if names.is_empty() {
+        false
+    } else {
+        match st.hub.known_runner(&token.hash) {
+            Some(me) => owner::billing_tenant(&me.owner).is_none(),
+            None => st
+                .hub
+                .store
+                .runner_by_token(&token.hash)
+                .await?
+                .is_none_or(|me| owner::billing_tenant(&me.owner).is_none()),
+        }
+    };
     let mut out = Vec::with_capacity(jobs.len());
     for c in jobs {
         let credential = credential_of(&c);
-        match secrets::pick(&opened, &c.secrets, credential.as_deref()) {
+        let refused = match secrets::pick(&opened, &c.secrets, credential.as_deref(), personal) {
             secrets::ForLease::Values(values, credential) => {
                 out.push(views::leased(c, &st.hub.config, values, credential));
+                continue;
             }
             secrets::ForLease::Missing(name) => {
-                st.hub
-                    .reject_secret_missing(c.id, c.epoch, &token.hash, &name)
-                    .await?;
+                format!("the secret {name} the job names does not exist")
             }
-        }
+            secrets::ForLease::WorkspaceOnly(name) => format!(
+                "the secret {name} the job names is for workspace runners only, and a personal \
+                 runner leased the job (the secret's scope changed after dispatch)"
+            ),
+        };
+        st.hub
+            .reject_secret_missing(c.id, c.epoch, &token.hash, &refused)
+            .await?;
     }
     Ok(out)
 }

@@ -1,8 +1,10 @@
-//! Workspace secrets (`/v1/secrets`): admins write and delete, members list names.
+//! Workspace secrets (`/v1/secrets`): admins write and delete, members list names and scopes.
 //!
 //! Invariants: a value is sealed with the replica's key before it reaches the store and is
 //! never echoed, listed, logged or put in an error; without a key configured, writes answer 503
-//! naming `LEASEHOLD_SECRETS_KEY` rather than storing anything unsealed.
+//! naming `LEASEHOLD_SECRETS_KEY` rather than storing anything unsealed. A `workspace` secret
+//! (the default scope) is never handed to a personal runner: a lease of a job naming one by a
+//! personal runner rejects the job instead (docs/contract-notes.md, "Secret scope").
 
 use std::sync::Arc;
 
@@ -57,10 +59,26 @@ pub async fn put(
             "value: must be 1..{MAX_VALUE_BYTES} bytes of text without NUL"
         )));
     }
+    let runners = match req.runners.as_deref() {
+        None | Some("workspace") => "workspace",
+        Some("any") => "any",
+        Some(_) => return Err(ApiError::bad("runners: must be workspace or any")),
+    };
+    let dispatch = match req.dispatch.as_deref() {
+        None | Some("member") => "member",
+        Some("admin") => "admin",
+        Some(_) => return Err(ApiError::bad("dispatch: must be member or admin")),
+    };
     let sealed = sealer(&st)?.seal(&op.0.workspace, &name, &req.value);
     st.hub
         .store
-        .put_secret(&op.0.workspace, &name, &sealed)
+        .put_secret(
+            &op.0.workspace,
+            &name,
+            &sealed,
+            Some(runners),
+            Some(dispatch),
+        )
         .await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -96,6 +114,17 @@ pub enum ForLease {
     Values(BTreeMap<String, String>, Option<String>),
     /// This named secret does not exist (the job is rejected `secret_missing`).
     Missing(String),
+    /// This named secret is `workspace`-scoped and the runner is personal (the job is rejected
+    /// `secret_missing`: its scope was narrowed after dispatch).
+    WorkspaceOnly(String),
+}
+
+/// Secrets opened for one lease call: values by name, and the names only workspace-owned
+/// runners may receive.
+#[derive(Default)]
+pub struct Opened {
+    values: BTreeMap<String, String>,
+    workspace_only: std::collections::BTreeSet<String>,
 }
 
 /// Open the secrets `names` of `workspace` for a lease, in one statement; missing names are
@@ -104,18 +133,14 @@ pub enum ForLease {
 /// # Errors
 /// 503 naming the variable when no key is configured or a value opens with no configured
 /// key; the database failed.
-pub async fn open_for_lease(
-    st: &AppState,
-    workspace: &str,
-    names: &[String],
-) -> ApiResult<BTreeMap<String, String>> {
+pub async fn open_for_lease(st: &AppState, workspace: &str, names: &[String]) -> ApiResult<Opened> {
     if names.is_empty() {
-        return Ok(BTreeMap::new());
+        return Ok(Opened::default());
     }
     let sealer = sealer(st)?;
     let sealed = st.hub.store.sealed_secrets(workspace, names).await?;
-    let mut opened = BTreeMap::new();
-    for (name, value) in &sealed {
+    let mut opened = Opened::default();
+    for (name, value, workspace_only) in &sealed {
         let plain = sealer.open(workspace, name, value).map_err(|_| {
             tracing::error!(%workspace, secret = %name, "a secret does not open with the configured key(s)");
             ApiError::NotConfigured(
@@ -124,25 +149,30 @@ pub async fn open_for_lease(
                     .into(),
             )
         })?;
-        opened.insert(name.clone(), plain);
+        opened.values.insert(name.clone(), plain);
+        if *workspace_only {
+            opened.workspace_only.insert(name.clone());
+        }
     }
     Ok(opened)
 }
 
-/// One job's share of the opened secrets: those it names, and its source's credential.
+/// One job's share of the opened secrets: those it names, and its source's credential, for a
+/// personal runner (`personal`) or a workspace-owned one.
 pub fn pick(
-    opened: &BTreeMap<String, String>,
+    opened: &Opened,
     names: &[String],
     credential: Option<&str>,
+    personal: bool,
 ) -> ForLease {
-    if let Some(missing) = names
-        .iter()
-        .map(String::as_str)
-        .chain(credential)
-        .find(|n| !opened.contains_key(*n))
-    {
+    let mut named = names.iter().map(String::as_str).chain(credential);
+    if let Some(missing) = named.clone().find(|n| !opened.values.contains_key(*n)) {
         return ForLease::Missing(missing.to_owned());
     }
+    if let Some(kept) = named.find(|n| personal && opened.workspace_only.contains(*n)) {
+        return ForLease::WorkspaceOnly(kept.to_owned());
+    }
+    let opened = &opened.values;
     let values = names
         .iter()
         .map(|n| (n.clone(), opened[n].clone()))

@@ -43,6 +43,8 @@ pub fn repo_target(t: RepoTarget) -> wire::RepoTarget {
 pub fn secret(s: SecretInfo) -> wire::SecretInfo {
     wire::SecretInfo {
         name: s.name,
+        runners: s.runners,
+        dispatch: s.dispatch,
         created_at: s.created_at,
         updated_at: s.updated_at,
     }

@@ -363,6 +363,7 @@ async fn raw_cycle(
                     source: None,
                     source_key: None,
                     traceparent: None,
+                    needs_workspace_runner: false,
                 };
                 n += 1;
                 store.insert_jobs(&[job]).await?;

@@ -18,6 +18,13 @@ pub enum SecretsCommand {
     Set {
         /// `^[A-Z_][A-Z0-9_]{0,63}$`: jobs see it as this environment variable.
         name: String,
+        /// Which runners may receive it: `workspace` (workspace-owned runners only) or `any`
+        /// (members' personal runners too).
+        #[arg(long, value_parser = ["workspace", "any"], default_value = "workspace")]
+        runners: String,
+        /// Who may name it in a dispatch: `member` (any member) or `admin` (admins only).
+        #[arg(long, value_parser = ["member", "admin"], default_value = "member")]
+        dispatch: String,
     },
     /// The workspace's secrets (names and dates; values are never shown).
     List,
@@ -49,9 +56,15 @@ fn read_value() -> anyhow::Result<String> {
 pub async fn run(conn: &Conn, command: SecretsCommand) -> anyhow::Result<i32> {
     let client = conn.client()?;
     match command {
-        SecretsCommand::Set { name } => {
+        SecretsCommand::Set {
+            name,
+            runners,
+            dispatch,
+        } => {
             let value = read_value()?;
-            client.put_secret(&name, &value).await?;
+            client
+                .put_secret_scoped(&name, &value, Some(&runners), Some(&dispatch))
+                .await?;
             if conn.json {
                 print_json(&serde_json::json!({ "name": name }));
             } else {
@@ -69,12 +82,17 @@ pub async fn run(conn: &Conn, command: SecretsCommand) -> anyhow::Result<i32> {
                 .map(|s| {
                     vec![
                         s.name.clone(),
+                        s.runners.clone(),
+                        s.dispatch.clone(),
                         when(Some(s.created_at)),
                         when(Some(s.updated_at)),
                     ]
                 })
                 .collect();
-            print_table(&["NAME", "CREATED", "UPDATED"], &rows);
+            print_table(
+                &["NAME", "RUNNERS", "DISPATCH", "CREATED", "UPDATED"],
+                &rows,
+            );
         }
         SecretsCommand::Delete { name } => {
             client.delete_secret(&name).await?;

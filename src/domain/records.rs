@@ -72,6 +72,10 @@ pub struct RepoTarget {
 #[derive(Debug, Clone)]
 pub struct SecretInfo {
     pub name: String,
+    /// `workspace` (workspace runners only) or `any` (personal runners too).
+    pub runners: String,
+    /// `member` or `admin`: who may name it in a dispatch.
+    pub dispatch: String,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
 }
@@ -106,6 +110,8 @@ pub struct Job {
     pub source: Option<Value>,
     /// W3C `traceparent` of the dispatch (traces only; never shown on the wire).
     pub traceparent: Option<String>,
+    /// It names a `workspace` secret: only workspace runners take it (never on the wire).
+    pub needs_workspace_runner: bool,
 }
 
 /// A job as the lease claim hands it to its runner.
@@ -136,6 +142,10 @@ pub struct Queue {
     pub owner: String,
     pub runner_id: Option<Uuid>,
     pub pool: Option<String>,
+    /// Only workspace runners may take it (it names a `workspace` secret); `false` where the
+    /// statement that moved the job does not say, which at worst sends a wake to a personal
+    /// runner that passes it on.
+    pub needs_workspace_runner: bool,
 }
 
 /// A job a transition moved, for wake-ups: its queue and new state.
@@ -182,6 +192,7 @@ impl Job {
             owner: self.owner.clone(),
             runner_id: self.runner_id,
             pool: self.pool.clone(),
+            needs_workspace_runner: self.needs_workspace_runner,
         }
     }
 }

@@ -185,7 +185,7 @@ impl Hub {
     }
 
     /// Who the runner with this token hash is, if this replica has seen it lease before.
-    fn known_runner(&self, token_hash: &[u8]) -> Option<LeaseIdentity> {
+    pub fn known_runner(&self, token_hash: &[u8]) -> Option<LeaseIdentity> {
         self.identities.lock().get(token_hash).cloned()
     }
 

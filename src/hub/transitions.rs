@@ -156,11 +156,11 @@ impl Hub {
         id: Uuid,
         epoch: i64,
         token_hash: &[u8],
-        missing: &str,
+        message: &str,
     ) -> Result<Vec<Moved>> {
         let moved = self
             .store
-            .reject_secret_missing(id, epoch, token_hash, missing)
+            .reject_secret_missing(id, epoch, token_hash, message)
             .await?;
         self.after_moves(&moved);
         Ok(moved)

@@ -37,10 +37,12 @@ pub enum Key {
 }
 
 impl Key {
-    /// The keys a parked job of this queue can satisfy, the most specific first.
+    /// The keys a parked job of this queue can satisfy, the most specific first (an `any` job
+    /// that needs a workspace runner wakes only workspace runners).
     pub fn for_queue(q: &Queue) -> Vec<Key> {
         match (q.runner_id, q.pool.as_deref()) {
             (Some(id), _) => vec![Key::Runner(id)],
+            (None, Some("any")) if q.needs_workspace_runner => vec![Key::Any(q.workspace.clone())],
             (None, Some("any")) => vec![
                 Key::Pool(q.workspace.clone(), q.owner.clone()),
                 Key::Any(q.workspace.clone()),

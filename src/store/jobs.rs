@@ -13,7 +13,7 @@ use tokio_postgres::types::ToSql;
 use uuid::Uuid;
 
 use super::combine::Combiner;
-use super::{rows, sql, At, Result, Store};
+use super::{rows, sql, Result, Store};
 use crate::domain::records::{Event, Job};
 use crate::domain::state::JobState;
 use crate::telemetry::traces;
@@ -49,6 +49,8 @@ pub struct NewJob {
     pub source_key: Option<String>,
     /// W3C `traceparent` of the dispatch, when traces are on.
     pub traceparent: Option<String>,
+    /// It names a `workspace` secret: personal runners never take it.
+    pub needs_workspace_runner: bool,
 }
 
 impl NewJob {
@@ -71,6 +73,7 @@ impl NewJob {
             "source": self.source,
             "source_key": self.source_key,
             "traceparent": self.traceparent,
+            "needs_workspace_runner": self.needs_workspace_runner,
         })
     }
 }
@@ -171,12 +174,10 @@ impl Store {
     }
 
     /// A page of a workspace's jobs after `after` (exclusive), ascending or descending by id:
-    /// at most `limit` jobs, and no more once the jobs read hold `budget` bytes of payload,
-    /// result and error (serialised) between them; always at least one job when there is one.
-    /// Rows are fetched through a portal a few at a time (as many as the budget left allows at
-    /// the largest job seen so far), so neither this replica nor the database ever reads much
-    /// past the end of the page. Returns the jobs, and whether the budget ended the page
-    /// before `limit`.
+    /// at most `limit` jobs, and it ends before the first job that would start past `budget`
+    /// bytes of payload, result and error (as JSON text) counted over the jobs before it, so
+    /// it always holds one job when there is one. The database sizes the candidates and sends
+    /// only the page. Returns the jobs, and whether the budget ended the page before `limit`.
     pub async fn jobs(
         &self,
         workspace: &str,
@@ -186,57 +187,17 @@ impl Store {
         descending: bool,
         budget: usize,
     ) -> Result<(Vec<Job>, bool)> {
-        /// Rows of the first fetch, before any job's size is known.
-        const FIRST_FETCH: i64 = 8;
         let statement = if descending {
             sql::JOBS_LIST_DESC
         } else {
             sql::JOBS_LIST
         };
-        let list = async {
-            let mut client = self.client().await?;
-            let tx = client.transaction().await?;
-            let stmt = tx.prepare_cached(statement).await.at(statement)?;
-            let portal = tx
-                .bind(&stmt, &[&workspace, &state, &after, &limit])
-                .await
-                .at(statement)?;
-            let mut jobs: Vec<Job> = Vec::new();
-            let (mut bytes, mut largest) = (0usize, 1usize);
-            let mut fetch = FIRST_FETCH.min(limit);
-            loop {
-                self.count(1);
-                let rows = tx.query_portal(&portal, fetch as i32).await.at(statement)?;
-                let last = (rows.len() as i64) < fetch;
-                for row in &rows {
-                    let job = rows::job(row)?;
-                    let size = serialised_len(&job.payload)
-                        + job.result.as_ref().map_or(0, serialised_len)
-                        + job.error.as_ref().map_or(0, serialised_len);
-                    bytes += size;
-                    largest = largest.max(size);
-                    jobs.push(job);
-                    if bytes >= budget && (jobs.len() as i64) < limit {
-                        tx.commit().await?;
-                        client.release();
-                        return Ok((jobs, true));
-                    }
-                }
-                let left = limit - jobs.len() as i64;
-                if last || left <= 0 {
-                    break;
-                }
-                fetch = (((budget - bytes) / largest).max(1) as i64).min(left);
-            }
-            tx.commit().await?;
-            client.release();
-            Ok((jobs, false))
-        };
-        traces::statement(
-            || sql::span_name(statement),
-            self.bounded(sql::name(statement), list),
-        )
-        .await
+        let budget = budget as i64;
+        let rows = self
+            .query(statement, &[&workspace, &state, &after, &limit, &budget])
+            .await?;
+        let scanned: i64 = rows.first().map_or(0, |r| r.get("scanned"));
+        Ok((rows::jobs(&rows)?, scanned > rows.len() as i64))
     }
 
     /// Cancel a live job. `None` when it is unknown or already terminal.
@@ -397,9 +358,20 @@ impl Store {
         self.fenced(id, token_hash, row.map(|r| r.get(0))).await
     }
 
-    pub async fn events(&self, id: Uuid, after: i32, limit: i64) -> Result<Vec<Event>> {
+    /// A page of a job's events after `after`: at most `limit`, ending before the first event
+    /// that would start past `budget` bytes of data (see `job_events_list.sql`).
+    pub async fn events(
+        &self,
+        id: Uuid,
+        after: i32,
+        limit: i64,
+        budget: usize,
+    ) -> Result<Vec<Event>> {
         let rows = self
-            .query(sql::JOB_EVENTS_LIST, &[&id, &after, &limit])
+            .query(
+                sql::JOB_EVENTS_LIST,
+                &[&id, &after, &limit, &(budget as i64)],
+            )
             .await?;
         Ok(rows
             .iter()
@@ -410,22 +382,5 @@ impl Store {
                 data: r.get("data"),
             })
             .collect())
-    }
-}
-
-/// About the length of `v` serialised as JSON (strings counted unescaped), in one walk of its
-/// nodes: what a page's byte budget counts.
-fn serialised_len(v: &Value) -> usize {
-    match v {
-        Value::Null | Value::Bool(_) => 5,
-        Value::Number(_) => 12,
-        Value::String(s) => s.len() + 2,
-        Value::Array(items) => 2 + items.iter().map(|i| serialised_len(i) + 1).sum::<usize>(),
-        Value::Object(map) => {
-            2 + map
-                .iter()
-                .map(|(k, v)| k.len() + 4 + serialised_len(v))
-                .sum::<usize>()
-        }
     }
 }

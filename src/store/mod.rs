@@ -50,6 +50,7 @@ pub use jobs::{FenceMiss, NewJob, Report};
 pub use lease::LeaseOutcome;
 pub use placement::{AdvertisedTargets, LeaseCaller};
 pub use runners::NewRunner;
+pub use secrets::SecretScope;
 
 use crate::domain::records::Job;
 use crate::telemetry::traces;

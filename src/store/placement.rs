@@ -146,18 +146,19 @@ impl Store {
             .is_some())
     }
 
-    /// Reject a job the runner with this token just leased (`epoch`) because secret `missing` does not exist;
-    /// the attempt is not counted. Empty when the lease moved on meanwhile.
+    /// Reject `secret_missing` a job the runner with this token just leased (`epoch`): a secret
+    /// it names does not exist, or may not go to this runner; `message` says which and why.
+    /// The attempt is not counted. Empty when the lease moved on meanwhile.
     pub async fn reject_secret_missing(
         &self,
         id: Uuid,
         epoch: i64,
         token_hash: &[u8],
-        missing: &str,
+        message: &str,
     ) -> Result<Vec<Moved>> {
         self.query(
             sql::LEASE_REJECT_SECRET_MISSING,
-            &[&id, &epoch, &token_hash, &missing],
+            &[&id, &epoch, &token_hash, &message],
         )
         .await?
         .iter()

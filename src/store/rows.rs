@@ -89,6 +89,7 @@ mapping!(
         secrets: "secrets",
         source: "source",
         traceparent: "traceparent",
+        needs_workspace_runner: "needs_workspace_runner",
     }
 );
 
@@ -162,6 +163,7 @@ pub fn moved(r: &Row) -> Result<Moved> {
             owner: r.get("owner"),
             runner_id: r.get("runner_id"),
             pool: r.get("pool"),
+            needs_workspace_runner: r.try_get("needs_workspace_runner").unwrap_or(false),
         },
         state: state(r, "state")?,
     })

@@ -7,12 +7,38 @@ use super::{sql, Result, Store};
 use crate::domain::records::SecretInfo;
 use crate::domain::sealing::Sealed;
 
+/// A secret's scope, as a dispatch checks it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SecretScope {
+    pub name: String,
+    /// Only workspace-owned runners may receive it (`runners = 'workspace'`).
+    pub workspace_runners_only: bool,
+    /// Only admins may name it in a dispatch (`dispatch = 'admin'`).
+    pub admin_dispatch_only: bool,
+}
+
 impl Store {
-    /// Create or replace a sealed secret.
-    pub async fn put_secret(&self, workspace: &str, name: &str, sealed: &Sealed) -> Result<()> {
+    /// Create or replace a sealed secret with its scope: `runners` (`workspace` | `any`) and
+    /// `dispatch` (`member` | `admin`), each `None` to keep the secret's (a new one takes
+    /// `workspace` and `member`).
+    pub async fn put_secret(
+        &self,
+        workspace: &str,
+        name: &str,
+        sealed: &Sealed,
+        runners: Option<&str>,
+        dispatch: Option<&str>,
+    ) -> Result<()> {
         self.execute(
             sql::SECRET_PUT,
-            &[&workspace, &name, &sealed.nonce, &sealed.ciphertext],
+            &[
+                &workspace,
+                &name,
+                &sealed.nonce,
+                &sealed.ciphertext,
+                &runners,
+                &dispatch,
+            ],
         )
         .await
         .map(drop)
@@ -25,6 +51,8 @@ impl Store {
             .iter()
             .map(|r| SecretInfo {
                 name: r.get("name"),
+                runners: r.get("runners"),
+                dispatch: r.get("dispatch"),
                 created_at: r.get("created_at"),
                 updated_at: r.get("updated_at"),
             })
@@ -39,23 +67,35 @@ impl Store {
             == 1)
     }
 
-    /// Of `names`, those that exist in `workspace`.
-    pub async fn existing_secrets(&self, workspace: &str, names: &[String]) -> Result<Vec<String>> {
+    /// Of `names`, those that exist in `workspace`, with their scope.
+    pub async fn existing_secrets(
+        &self,
+        workspace: &str,
+        names: &[String],
+    ) -> Result<Vec<SecretScope>> {
         if names.is_empty() {
             return Ok(Vec::new());
         }
         let rows = self
             .query(sql::SECRETS_EXISTING, &[&workspace, &names])
             .await?;
-        Ok(rows.iter().map(|r| r.get(0)).collect())
+        Ok(rows
+            .iter()
+            .map(|r| SecretScope {
+                name: r.get("name"),
+                workspace_runners_only: r.get::<_, &str>("runners") == "workspace",
+                admin_dispatch_only: r.get::<_, &str>("dispatch") == "admin",
+            })
+            .collect())
     }
 
-    /// The sealed values of `names` in `workspace` (missing names are simply absent).
+    /// The sealed values of `names` in `workspace` (missing names are simply absent), each
+    /// with whether only workspace-owned runners may receive it.
     pub async fn sealed_secrets(
         &self,
         workspace: &str,
         names: &[String],
-    ) -> Result<Vec<(String, Sealed)>> {
+    ) -> Result<Vec<(String, Sealed, bool)>> {
         if names.is_empty() {
             return Ok(Vec::new());
         }
@@ -71,6 +111,7 @@ impl Store {
                         nonce: r.get("nonce"),
                         ciphertext: r.get("ciphertext"),
                     },
+                    r.get::<_, &str>("runners") == "workspace",
                 )
             })
             .collect())

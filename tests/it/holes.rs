@@ -4,14 +4,16 @@
 //! Invariants defended: a runner's recorded repository targets stay at most 100, its oldest
 //! `pending` ones dropped first and `approved`/`revoked` ones never (row 8); enrolment and
 //! pairing record the runner and its advertised targets in one transaction, so a failure of
-//! either burns no join code and leaves no runner (row 11); one `GET /v1/jobs` holds a bounded
+//! either burns no join code and leaves no runner (row 11); a `workspace` secret (the default
+//! scope) never reaches a personal runner, however it is named or targeted, and a member cannot
+//! name an `admin` secret (row 5); one `GET /v1/jobs` holds a bounded
 //! amount of memory however large the jobs it lists (row 7): pages end at a byte budget with
 //! `next` set, and walking `next` still lists every job once.
 
 use leasehold::client::Client;
 use leasehold::wire::{self, Tier};
 use reqwest::Method;
-use serde_json::json;
+use serde_json::{json, Value};
 
 use crate::secrets::call;
 use crate::support::{
@@ -352,4 +354,266 @@ async fn listing_large_jobs_holds_bounded_memory_and_pages_end_early_with_next()
     .await;
     assert_eq!(small["jobs"].as_array().unwrap().len(), 2);
     assert!(small["next"].is_string());
+}
+
+/// `POST /v1/jobs` with `body`: status and JSON answer.
+async fn post_job(url: &str, key: &str, body: Option<Value>) -> (u16, Value) {
+    call(url, key, Method::POST, "/v1/jobs", body).await
+}
+
+/// `POST /v1/jobs/batch` with `body`: status and JSON answer.
+async fn post_batch(url: &str, key: &str, body: Value) -> (u16, Value) {
+    call(url, key, Method::POST, "/v1/jobs/batch", Some(body)).await
+}
+
+/// `POST /v1/jobs` with `body`, which must be `201`: the job.
+async fn post_created(url: &str, key: &str, body: Value) -> Value {
+    let (status, job) = post_job(url, key, Some(body)).await;
+    assert_eq!(status, 201, "{job}");
+    job
+}
+
+/// A job as `key` reads it.
+async fn job_state(url: &str, key: &str, job: &Value) -> Value {
+    let id = job["id"].as_str().unwrap();
+    let (status, j) = call(url, key, Method::GET, &format!("/v1/jobs/{id}"), None).await;
+    assert_eq!(status, 200);
+    j
+}
+
+/// A dispatch body naming `secrets` (and a source whose credential is `credential`).
+fn with_secrets(target: Value, secrets: &[&str], credential: Option<&str>) -> Value {
+    let mut d = json!({"target": target, "payload": {"argv": ["true"]}, "secrets": secrets});
+    if let Some(c) = credential {
+        d["source"] = json!({"provider": "git", "repository": "https://git.example.com/acme/a.git",
+                             "commit_sha": "0123456789abcdef0123456789abcdef01234567",
+                             "credential_secret": c});
+    }
+    d
+}
+
+/// Row 5, the original attack and its variants: a member pairs a personal runner and names a
+/// workspace secret. To the personal pool, to the runner by id, as a source credential, or in a
+/// batch: 400 naming `secrets`. Through the `any` pool: the personal runner never receives
+/// it (it skips the job, even while long-polling), a workspace runner does. A member naming an
+/// `admin` secret gets 403; an admin may. `any` secrets still reach personal runners, and a
+/// scope narrowed after dispatch is enforced when the job is leased.
+#[tokio::test]
+async fn a_workspace_secret_never_reaches_a_personal_runner_and_admin_secrets_need_an_admin() {
+    let app = crate::secrets::app_with_secrets().await;
+    let url = app.url(0);
+    let root_key = app.key("acme", "root", true).await;
+    let alice_key = app.key("acme", "alice", false).await;
+    let admin = Client::new(&url, Some(root_key.clone()));
+    let alice = Client::new(&url, Some(alice_key.clone()));
+    admin.put_secret("NPM_TOKEN", "npm-value-1").await.unwrap();
+    admin
+        .put_secret_scoped("SHARED", "shared-value-2", Some("any"), None)
+        .await
+        .unwrap();
+    admin
+        .put_secret_scoped("PROD_KEY", "prod-value-3", Some("workspace"), Some("admin"))
+        .await
+        .unwrap();
+    // The list shows each secret's scope; the defaults are the safe ones.
+    let listed: Vec<(String, String, String)> = alice
+        .secrets()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|s| (s.name, s.runners, s.dispatch))
+        .collect();
+    let triple = |a: &str, b: &str, c: &str| (a.to_owned(), b.to_owned(), c.to_owned());
+    assert_eq!(
+        listed,
+        [
+            triple("NPM_TOKEN", "workspace", "member"),
+            triple("PROD_KEY", "workspace", "admin"),
+            triple("SHARED", "any", "member"),
+        ]
+    );
+    for (body, field) in [
+        (json!({"value": "v", "runners": "everyone"}), "runners"),
+        (json!({"value": "v", "dispatch": "anyone"}), "dispatch"),
+    ] {
+        let (status, err) = call(&url, &root_key, Method::PUT, "/v1/secrets/BAD", Some(body)).await;
+        assert_eq!(status, 400);
+        assert!(
+            err["error"]["message"].as_str().unwrap().starts_with(field),
+            "{err}"
+        );
+    }
+
+    let (me, personal) = pair(&alice, Tier::Personal, &[], 4).await;
+    let refused = |status: u16, err: &Value, field: &str| {
+        assert_eq!(status, 400, "{err}");
+        assert_eq!(err["error"]["code"], "bad_request");
+        let message = err["error"]["message"].as_str().unwrap();
+        assert!(
+            message.starts_with(&format!("{field}: 'NPM_TOKEN'")),
+            "{message}"
+        );
+        assert!(!message.contains("npm-value-1"));
+    };
+    let personal_pool = json!({"pool": "personal"});
+    let named = json!({"runner_id": me.id});
+    for body in [
+        with_secrets(personal_pool.clone(), &["NPM_TOKEN"], None),
+        with_secrets(named.clone(), &["SHARED", "NPM_TOKEN"], None),
+        with_secrets(personal_pool.clone(), &[], Some("NPM_TOKEN")),
+    ] {
+        let (status, err) = post_job(&url, &alice_key, Some(body)).await;
+        refused(status, &err, "secrets");
+    }
+    let batch = json!({"jobs": [
+        with_secrets(personal_pool.clone(), &["SHARED"], None),
+        with_secrets(named.clone(), &["NPM_TOKEN"], None),
+    ]});
+    let (status, err) = post_batch(&url, &alice_key, batch).await;
+    refused(status, &err, "jobs[1].secrets");
+    // An admin secret: 403 for a member, whatever the target; an admin may name it.
+    for target in [json!({"pool": "workspace"}), json!({"pool": "any"})] {
+        let (status, err) = post_job(
+            &url,
+            &alice_key,
+            Some(with_secrets(target, &["PROD_KEY"], None)),
+        )
+        .await;
+        assert_eq!(
+            (status, err["error"]["code"].as_str()),
+            (403, Some("forbidden"))
+        );
+    }
+    let batch = json!({"jobs": [with_secrets(json!({"pool": "any"}), &["PROD_KEY"], None)]});
+    let (status, _) = post_batch(&url, &alice_key, batch).await;
+    assert_eq!(status, 403);
+    let (status, _) = post_job(
+        &url,
+        &root_key,
+        Some(with_secrets(
+            json!({"pool": "workspace"}),
+            &["PROD_KEY"],
+            None,
+        )),
+    )
+    .await;
+    assert_eq!(status, 201);
+    // Nothing refused was parked.
+    let db = connect(&app.database_url).await;
+    let parked: i64 = db
+        .query_one("SELECT count(*) FROM jobs", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(parked, 1, "only the admin's job");
+
+    // Through the any pool: the personal runner, long-polling as the job arrives, skips it.
+    let waiting = {
+        let personal = personal.clone();
+        tokio::spawn(async move { crate::support::lease(&personal, 1500, 4).await })
+    };
+    crate::support::until_waiters(&url, 1, std::time::Duration::from_secs(10)).await;
+    let (status, job) = post_job(
+        &url,
+        &alice_key,
+        Some(with_secrets(json!({"pool": "any"}), &["NPM_TOKEN"], None)),
+    )
+    .await;
+    assert_eq!(status, 201, "{job}");
+    assert!(
+        waiting.await.unwrap().is_empty(),
+        "the personal runner got nothing"
+    );
+    assert!(crate::support::lease(&personal, 0, 4).await.is_empty());
+    assert_eq!(job_state(&url, &alice_key, &job).await["state"], "parked");
+    // A workspace runner takes it, with the value.
+    let (_, shared) = pair(&admin, Tier::Workspace, &[], 4).await;
+    let leased = crate::support::lease(&shared, 5000, 4).await;
+    let got = leased
+        .iter()
+        .find(|l| l.id.to_string() == job["id"].as_str().unwrap())
+        .expect("the workspace runner leases the any job");
+    assert_eq!(
+        got.secrets.0.get("NPM_TOKEN").map(String::as_str),
+        Some("npm-value-1")
+    );
+
+    // An `any` secret still reaches the personal runner.
+    let shared_job = || {
+        post_created(
+            &url,
+            &alice_key,
+            with_secrets(personal_pool.clone(), &["SHARED"], None),
+        )
+    };
+    shared_job().await;
+    let mine = crate::support::lease(&personal, 5000, 4).await;
+    assert_eq!(mine.len(), 1);
+    assert_eq!(
+        mine[0].secrets.0.get("SHARED").map(String::as_str),
+        Some("shared-value-2")
+    );
+
+    // Narrowed after dispatch: the job that was allowed is rejected at lease, valueless.
+    let late = shared_job().await;
+    admin.put_secret("SHARED", "shared-value-2").await.unwrap();
+    assert!(crate::support::lease(&personal, 0, 4).await.is_empty());
+    let late = job_state(&url, &alice_key, &late).await;
+    assert_eq!(late["state"], "rejected");
+    assert_eq!(late["error"]["reason"], "secret_missing");
+    assert!(late["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("SHARED"));
+    assert_eq!(late["attempts"], 0);
+    // The events of every job hold no secret value.
+    let events: Vec<String> = db
+        .query("SELECT data::text FROM job_events", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert!(events.iter().all(|e| !e.contains("-value-")));
+}
+
+/// Row 7, for events: a page of `GET /v1/jobs/{id}/events` also ends at the byte budget, with
+/// `next` the last seq returned, and following `next` reads every event once, in order.
+#[tokio::test]
+async fn an_events_page_ends_at_the_byte_budget_and_next_reads_on() {
+    let app = TestApp::spawn().await;
+    let alice = app.operator("acme", "alice", false).await;
+    let (_, runner) = pair(&alice, Tier::Personal, &[], 1).await;
+    let job = crate::support::dispatch(&alice, crate::support::personal(), json!("x")).await;
+    let leased = crate::support::lease(&runner, 5000, 1).await;
+    assert_eq!(leased.len(), 1);
+    // 8 calls of 15 events of 60 KB: about 7 MB of data.
+    for _ in 0..8 {
+        let events = (0..15)
+            .map(|_| wire::NewEvent {
+                kind: "stdout".into(),
+                data: Some(json!({"text": "y".repeat(60_000)})),
+            })
+            .collect();
+        runner
+            .append_events(job.id, leased[0].epoch, events)
+            .await
+            .unwrap();
+    }
+    let first = alice.events(job.id, 0, 0).await.unwrap();
+    let n = first.events.len();
+    assert!(n > 1 && n < 121, "the first page ended early: {n} events");
+    assert_eq!(first.next, i64::from(first.events[n - 1].seq));
+    let mut seqs: Vec<i64> = first.events.iter().map(|e| i64::from(e.seq)).collect();
+    let mut after = first.next;
+    loop {
+        let page = alice.events(job.id, after, 0).await.unwrap();
+        if page.events.is_empty() {
+            break;
+        }
+        seqs.extend(page.events.iter().map(|e| i64::from(e.seq)));
+        after = page.next;
+    }
+    // The `parked` and `leased` state events, then the 120 appended.
+    assert_eq!(seqs, (1..=122).collect::<Vec<i64>>());
 }

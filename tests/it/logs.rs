@@ -69,6 +69,7 @@ async fn a_database_error_is_logged_by_sqlstate_and_statement_never_with_the_pay
         source: None,
         source_key: None,
         traceparent: None,
+        needs_workspace_runner: false,
     };
     let err = store
         .insert_jobs(&[job])

@@ -223,7 +223,11 @@ async fn a_real_runner_runs_at_the_exact_commit_with_the_secret_in_its_environme
     let key = crate::support::key_in(&database_url, "acme", "root", true).await;
     let admin = Client::new(&url, Some(key.clone()));
     let value = "s3cr3t-Value-42";
-    admin.put_secret("DEPLOY_TOKEN", value).await.unwrap();
+    // The runner below is personal: only an `any` secret reaches it.
+    admin
+        .put_secret_scoped("DEPLOY_TOKEN", value, Some("any"), None)
+        .await
+        .unwrap();
 
     let config = crate::procs::enrol(
         &admin,
@@ -464,12 +468,49 @@ async fn the_cli_reads_a_secret_from_stdin_and_never_prints_it() {
     let empty = run(&["secrets", "set", "EMPTY"], None).await;
     assert!(!empty.status.success());
     assert!(String::from_utf8_lossy(&empty.stderr).contains("standard input"));
+    // The scope flags (issue 18, row 5): defaults `workspace` and `member`.
+    let scoped = run(
+        &[
+            "secrets",
+            "set",
+            "SCOPED",
+            "--runners",
+            "any",
+            "--dispatch",
+            "admin",
+        ],
+        Some("scoped-value"),
+    )
+    .await;
+    assert!(
+        scoped.status.success(),
+        "{}",
+        String::from_utf8_lossy(&scoped.stderr)
+    );
+    let bad = run(
+        &["secrets", "set", "BAD", "--runners", "everyone"],
+        Some("v"),
+    )
+    .await;
+    assert!(!bad.status.success());
     let list = run(&["secrets", "list"], None).await;
     let listed = String::from_utf8_lossy(&list.stdout);
     assert!(
-        listed.contains("NPM_TOKEN") && !listed.contains("EMPTY"),
+        listed.contains("NPM_TOKEN") && !listed.contains("EMPTY") && !listed.contains("BAD"),
         "{listed}"
     );
+    let row = |name: &str| -> Vec<String> {
+        listed
+            .lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_else(|| panic!("{name} in {listed}"))
+            .split_whitespace()
+            .take(3)
+            .map(str::to_owned)
+            .collect()
+    };
+    assert_eq!(row("NPM_TOKEN"), ["NPM_TOKEN", "workspace", "member"]);
+    assert_eq!(row("SCOPED"), ["SCOPED", "any", "admin"]);
     for out in [&set, &list] {
         let all = format!(
             "{}{}",
@@ -496,5 +537,12 @@ async fn the_cli_reads_a_secret_from_stdin_and_never_prints_it() {
     );
     let del = run(&["secrets", "delete", "NPM_TOKEN"], None).await;
     assert!(del.status.success());
-    assert!(admin.secrets().await.unwrap().is_empty());
+    let left: Vec<String> = admin
+        .secrets()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|s| s.name)
+        .collect();
+    assert_eq!(left, ["SCOPED"]);
 }
