@@ -8,7 +8,7 @@
 
 use std::sync::OnceLock;
 
-use serde_json::{json, Value};
+use serde_json::Value;
 use tokio_postgres::types::ToSql;
 use uuid::Uuid;
 
@@ -24,11 +24,13 @@ const COMBINE_BATCH: usize = 256;
 const COMBINE_IN_FLIGHT: usize = 2;
 
 /// A job to park, validated and targeted. Its workspace and (for a pool) its owner are derived
-/// in SQL from the caller's key, which the statement authenticates.
-#[derive(Debug, Clone)]
+/// in SQL from the caller's key, which the statement authenticates. Serialised, it is one item
+/// of `job_insert.sql`'s `$2` (every field but the key hash, which is `$1`).
+#[derive(Debug, Clone, serde::Serialize)]
 pub struct NewJob {
     pub id: Uuid,
     /// SHA-256 of the caller's API key.
+    #[serde(skip)]
     pub key_hash: Vec<u8>,
     /// `personal`, `workspace` or `any`; `None` for a job named for a runner.
     pub pool: Option<&'static str>,
@@ -51,31 +53,6 @@ pub struct NewJob {
     pub traceparent: Option<String>,
     /// It names a `workspace` secret: personal runners never take it.
     pub needs_workspace_runner: bool,
-}
-
-impl NewJob {
-    /// The `$2` of `job_insert.sql`.
-    fn item(&self) -> Value {
-        json!({
-            "id": self.id,
-            "pool": self.pool,
-            "runner_id": self.runner_id,
-            "owner": self.owner,
-            "kind": self.kind,
-            "payload": self.payload,
-            "required_capabilities": self.required_capabilities,
-            "priority": self.priority,
-            "max_attempts": self.max_attempts,
-            "no_runner_timeout_ms": self.no_runner_timeout_ms,
-            "queue_timeout_ms": self.queue_timeout_ms,
-            "idempotency_key": self.idempotency_key,
-            "secrets": self.secrets,
-            "source": self.source,
-            "source_key": self.source_key,
-            "traceparent": self.traceparent,
-            "needs_workspace_runner": self.needs_workspace_runner,
-        })
-    }
 }
 
 /// A runner's terminal report of success.
@@ -125,7 +102,11 @@ impl Store {
 
     /// [`Self::insert_jobs`] without a span (a combiner's batch; each caller holds one).
     async fn write_jobs(&self, jobs: &[NewJob]) -> Result<Vec<Option<Job>>> {
-        let items: Vec<Value> = jobs.iter().map(NewJob::item).collect();
+        let items: Vec<Value> = jobs
+            .iter()
+            .map(serde_json::to_value)
+            .collect::<std::result::Result<_, _>>()
+            .map_err(|e| super::StoreError::Invalid(format!("a job to park: {e}")))?;
         let params: Vec<[&(dyn ToSql + Sync); 2]> = jobs
             .iter()
             .zip(&items)
