@@ -19,13 +19,30 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use leasehold::client::Client;
-use leasehold::drill::check::{self, Event, READY_WITHIN_MS};
+use leasehold::drill::check::{Event, READY_WITHIN_MS};
 use leasehold::drill::history::Recorder;
 use leasehold::drill::patroni::{missing_tools, PatroniCluster, Timings};
 use leasehold::wire::Tier;
 
-use crate::failover::{dispatch_loop, leases_after, work};
-use crate::support::{connect, eventually, key_in, pair, readiness, serve_process};
+use crate::failover::{dispatch_loop, judge_when_settled, leases_after, work};
+use crate::support::{eventually, key_in, pair, readiness, serve_process};
+
+/// Whether the cluster's tools (and `also`) are installed; under `CI=true` their absence fails
+/// the test, elsewhere it is said and the test returns.
+fn installed(also: &[&'static str]) -> bool {
+    let mut missing = missing_tools();
+    missing.extend(also.iter().filter(|t| which(t).is_none()));
+    if missing.is_empty() {
+        return true;
+    }
+    let why = format!(
+        "needs {} (Debian packages patroni, etcd-server, haproxy)",
+        missing.join(", ")
+    );
+    assert!(std::env::var("CI").as_deref() != Ok("true"), "{why}");
+    eprintln!("skipping: {why}");
+    false
+}
 
 /// Leases `runner` was granted after `t`.
 fn leases_by_after(history: &Recorder, runner: &str, t: u64) -> usize {
@@ -69,14 +86,7 @@ async fn recovered(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_switchover_and_a_leader_crash_on_patroni_lose_nothing_acknowledged() {
-    let missing = missing_tools();
-    if !missing.is_empty() {
-        let why = format!(
-            "needs {} (Debian packages patroni, etcd-server, haproxy)",
-            missing.join(", ")
-        );
-        assert!(std::env::var("CI").as_deref() != Ok("true"), "{why}");
-        eprintln!("skipping: {why}");
+    if !installed(&[]) {
         return;
     }
     let started = Instant::now();
@@ -165,35 +175,7 @@ async fn a_switchover_and_a_leader_crash_on_patroni_lose_nothing_acknowledged() 
 
     stop_dispatch.store(true, Ordering::Relaxed);
     dispatcher.await.unwrap();
-    let db = connect(&direct).await;
-    let acked = history.dispatched_jobs();
-    let finals = eventually(Duration::from_secs(30), "every job settled", || async {
-        let rows = db
-            .query(
-                "SELECT id, state, epoch FROM jobs WHERE id = ANY($1)",
-                &[&acked],
-            )
-            .await
-            .ok()?;
-        (rows.len() == acked.len()
-            && rows
-                .iter()
-                .all(|r| !matches!(r.get::<_, &str>(1), "parked" | "leased")))
-        .then_some(rows)
-    })
-    .await;
-    stop_work.store(true, Ordering::Relaxed);
-    for t in tasks {
-        t.await.unwrap();
-    }
-    for r in finals {
-        history.push(Event::Final {
-            job: r.get(0),
-            state: Some(r.get(1)),
-            epoch: r.get(2),
-        });
-    }
-    let verdict = check::check(&history.snapshot());
+    let verdict = judge_when_settled(&direct, &history, &stop_work, tasks).await;
     eprintln!("patroni: {verdict:?}");
     assert!(verdict.ok(), "violations: {:#?}", verdict.violations);
     assert_eq!(verdict.lost, 0, "{verdict:?}");
@@ -218,17 +200,7 @@ async fn a_switchover_and_a_leader_crash_on_patroni_lose_nothing_acknowledged() 
 /// the run passes the checker with nothing lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_drill_injects_a_switchover_through_a_fault_command() {
-    let mut missing = missing_tools();
-    if which("patronictl").is_none() {
-        missing.push("patronictl");
-    }
-    if !missing.is_empty() {
-        let why = format!(
-            "needs {} (Debian packages patroni, etcd-server, haproxy)",
-            missing.join(", ")
-        );
-        assert!(std::env::var("CI").as_deref() != Ok("true"), "{why}");
-        eprintln!("skipping: {why}");
+    if !installed(&["patronictl"]) {
         return;
     }
     let out = std::env::temp_dir().join(format!("lh-hook-{}", uuid::Uuid::now_v7()));
