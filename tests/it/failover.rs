@@ -233,7 +233,23 @@ async fn a_primary_failover_loses_nothing_acknowledged_and_replicas_recover() {
     dispatcher.await.unwrap();
 
     // Every acknowledged job settles; then the history is judged.
-    let db = connect(&url).await;
+    let verdict = judge_when_settled(&url, &history, &stop_work, tasks).await;
+    eprintln!("failover: {verdict:?}");
+    assert!(verdict.ok(), "violations: {:#?}", verdict.violations);
+    assert!(verdict.dispatched >= 20, "{verdict:?}");
+    assert_eq!(verdict.completed, verdict.dispatched, "{verdict:?}");
+    drop((a, b, cluster));
+}
+
+/// Wait (30 s at most) until every acknowledged job is terminal, stop the runners, record each
+/// job's final state and judge the whole history with the drill's checker.
+pub(crate) async fn judge_when_settled(
+    database_url: &str,
+    history: &Recorder,
+    stop_work: &AtomicBool,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+) -> check::Verdict {
+    let db = connect(database_url).await;
     let acked = history.dispatched_jobs();
     let finals = eventually(Duration::from_secs(30), "every job settled", || async {
         let rows = db
@@ -259,10 +275,5 @@ async fn a_primary_failover_loses_nothing_acknowledged_and_replicas_recover() {
             epoch: r.get(2),
         });
     }
-    let verdict = check::check(&history.snapshot());
-    eprintln!("failover: {verdict:?}");
-    assert!(verdict.ok(), "violations: {:#?}", verdict.violations);
-    assert!(verdict.dispatched >= 20, "{verdict:?}");
-    assert_eq!(verdict.completed, verdict.dispatched, "{verdict:?}");
-    drop((a, b, cluster));
+    check::check(&history.snapshot())
 }

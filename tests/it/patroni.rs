@@ -8,21 +8,39 @@
 //! but 503, both replicas ready within 15 s of each new leader and serving leases through both
 //! paths after it; the whole run takes under two minutes.
 //!
-//! It needs `patroni`, `etcd` and `haproxy` (Debian: patroni, etcd-server, haproxy): without
-//! them it fails under `CI=true` and says why and returns otherwise.
+//! The drill itself, `leasehold drill --cluster patroni`, runs once with a switchover injected by
+//! `--fault-command` (`patronictl`), as an operator drives their own cluster.
+//!
+//! Both need `patroni`, `etcd` and `haproxy` (Debian: patroni, etcd-server, haproxy): without
+//! them they fail under `CI=true`, and say why and return otherwise.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use leasehold::client::Client;
-use leasehold::drill::check::{self, Event, READY_WITHIN_MS};
+use leasehold::drill::check::{Event, READY_WITHIN_MS};
 use leasehold::drill::history::Recorder;
 use leasehold::drill::patroni::{missing_tools, PatroniCluster, Timings};
 use leasehold::wire::Tier;
 
-use crate::failover::{dispatch_loop, leases_after, work};
-use crate::support::{connect, eventually, key_in, pair, readiness, serve_process};
+use crate::failover::{dispatch_loop, judge_when_settled, leases_after, work};
+use crate::support::{eventually, key_in, pair, readiness, serve_process};
+
+/// Whether the cluster's tools (and `also`) are installed; under `CI=true` their absence fails
+/// the test, elsewhere it is said and the test returns.
+fn installed(also: &[&'static str]) -> bool {
+    let mut missing = missing_tools();
+    missing.extend(also.iter().filter(|t| which(t).is_none()));
+    if missing.is_empty() {
+        return true;
+    }
+    let why = format!(
+        "needs {} (Debian packages patroni, etcd-server, haproxy)",
+        missing.join(", ")
+    );
+    crate::support::require("patroni", Some(why))
+}
 
 /// Leases `runner` was granted after `t`.
 fn leases_by_after(history: &Recorder, runner: &str, t: u64) -> usize {
@@ -66,13 +84,7 @@ async fn recovered(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_switchover_and_a_leader_crash_on_patroni_lose_nothing_acknowledged() {
-    let missing = missing_tools();
-    if !missing.is_empty() {
-        let why = format!(
-            "needs {} (Debian packages patroni, etcd-server, haproxy)",
-            missing.join(", ")
-        );
-        assert!(!crate::support::require("patroni", Some(why)));
+    if !installed(&[]) {
         return;
     }
     let started = Instant::now();
@@ -161,35 +173,7 @@ async fn a_switchover_and_a_leader_crash_on_patroni_lose_nothing_acknowledged() 
 
     stop_dispatch.store(true, Ordering::Relaxed);
     dispatcher.await.unwrap();
-    let db = connect(&direct).await;
-    let acked = history.dispatched_jobs();
-    let finals = eventually(Duration::from_secs(30), "every job settled", || async {
-        let rows = db
-            .query(
-                "SELECT id, state, epoch FROM jobs WHERE id = ANY($1)",
-                &[&acked],
-            )
-            .await
-            .ok()?;
-        (rows.len() == acked.len()
-            && rows
-                .iter()
-                .all(|r| !matches!(r.get::<_, &str>(1), "parked" | "leased")))
-        .then_some(rows)
-    })
-    .await;
-    stop_work.store(true, Ordering::Relaxed);
-    for t in tasks {
-        t.await.unwrap();
-    }
-    for r in finals {
-        history.push(Event::Final {
-            job: r.get(0),
-            state: Some(r.get(1)),
-            epoch: r.get(2),
-        });
-    }
-    let verdict = check::check(&history.snapshot());
+    let verdict = judge_when_settled(&direct, &history, &stop_work, tasks).await;
     eprintln!("patroni: {verdict:?}");
     assert!(verdict.ok(), "violations: {:#?}", verdict.violations);
     assert_eq!(verdict.lost, 0, "{verdict:?}");
@@ -206,4 +190,60 @@ async fn a_switchover_and_a_leader_crash_on_patroni_lose_nothing_acknowledged() 
     let took = started.elapsed();
     eprintln!("patroni: the whole run took {} ms", took.as_millis());
     assert!(took < Duration::from_secs(120), "took {took:?}");
+}
+
+/// `leasehold drill --cluster patroni` end to end, a database fault injected by an operator's
+/// command (`--fault-command`, here `patronictl switchover` against the drill's own cluster):
+/// the command ran (its output says the switchover happened), the report counts the fault, and
+/// the run passes the checker with nothing lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_drill_injects_a_switchover_through_a_fault_command() {
+    if !installed(&["patronictl"]) {
+        return;
+    }
+    let out = std::env::temp_dir().join(format!("lh-hook-{}", uuid::Uuid::now_v7()));
+    let hook = format!(
+        "switchover-db=patronictl -c \"$LEASEHOLD_DRILL_PATRONI_CONFIG\" switchover --force > '{}'",
+        out.display()
+    );
+    let run = tokio::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args(["drill", "--cluster", "patroni", "--patroni-nodes", "2"])
+        .args(["--faults", "switchover-db", "--fault-command", &hook])
+        .args(["--seconds", "6", "--every", "2s", "--rate", "5", "--json"])
+        .stderr(std::process::Stdio::inherit())
+        .kill_on_drop(true)
+        .output();
+    let run = tokio::time::timeout(Duration::from_secs(240), run)
+        .await
+        .expect("the drill finishes")
+        .expect("the drill runs");
+    let said = std::fs::read_to_string(&out).unwrap_or_default();
+    let _ = std::fs::remove_file(&out);
+    let report: serde_json::Value =
+        serde_json::from_slice(&run.stdout).expect("a JSON report on stdout");
+    assert!(run.status.success(), "{report:#}");
+    assert_eq!(report["ok"], true, "{report:#}");
+    assert_eq!(report["cluster"], "patroni", "{report:#}");
+    assert_eq!(report["jobs"]["lost"], 0, "{report:#}");
+    assert_eq!(
+        report["jobs"]["completed"], report["jobs"]["dispatched"],
+        "{report:#}"
+    );
+    let faults = report["faults"].as_array().expect("faults");
+    assert!(!faults.is_empty(), "{report:#}");
+    assert!(
+        faults
+            .iter()
+            .all(|f| f["kind"] == "switchover-db" && f["target"] == "fault-command"),
+        "{report:#}"
+    );
+    assert!(said.contains("Successfully switched over"), "{said}");
+}
+
+fn which(program: &str) -> Option<std::path::PathBuf> {
+    std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .map(|d| d.join(program))
+        .find(|p| p.is_file())
 }
