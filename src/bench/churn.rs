@@ -5,29 +5,15 @@
 //! waiting for it. A fenced statement reached by primary key, and a claim walking only its
 //! partial index, should not notice either.
 
-use serde_json::{json, Map, Value};
+use serde_json::json;
 
 use super::setup::{self, ReplicaProcess};
 use super::stats::quantile;
-use super::{progress, round, BenchArgs, Deployment, Table};
+use super::{progress, round, BenchArgs, Deployment, Report};
 use crate::client::Client;
 
 /// Lease calls and completes timed per phase.
 const SAMPLES: usize = 300;
-
-/// Park `n` jobs on the bench runner's workspace pool.
-async fn park(db: &tokio_postgres::Client, n: i64) -> anyhow::Result<()> {
-    db.execute(
-        "INSERT INTO jobs (id, workspace, owner, pool, state, kind, payload, max_attempts,
-                           no_runner_timeout_ms, no_runner_check_at, billing_tenant)
-         SELECT gen_random_uuid(), 'bench', 'ws:bench', 'workspace', 'parked', 'command',
-                '{\"argv\":[\"true\"]}', 3, 86400000, now() + interval '1 day', 'bench'
-           FROM generate_series(1, $1::bigint)",
-        &[&n],
-    )
-    .await?;
-    Ok(())
-}
 
 /// A million settled jobs of the same workspace and queue, and 10,000 leases held by 40
 /// other runners of it.
@@ -69,12 +55,8 @@ async fn history(db: &tokio_postgres::Client) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub async fn run(
-    dep: &Deployment,
-    _args: &BenchArgs,
-    out: &mut Map<String, Value>,
-    table: &mut Table,
-) -> anyhow::Result<()> {
+pub async fn run(dep: &Deployment, _args: &BenchArgs, report: &mut Report) -> anyhow::Result<()> {
+    let Report { json: out, table } = report;
     let url = dep.fresh_database("leasehold_bench_churn").await?;
     let replica = ReplicaProcess::start(&url, &[]).await?;
     let key = setup::api_key(&url, "bench", "bench").await?;
@@ -83,13 +65,13 @@ pub async fn run(
     let db = setup::connect(&url).await?;
 
     progress("churn: timing on a fresh table");
-    park(&db, SAMPLES as i64 + 100).await?;
+    setup::park(&db, SAMPLES as i64 + 100).await?;
     db.batch_execute("ANALYZE").await?;
     let (mut fresh_claim, mut fresh_complete) = setup::timed_cycles(&runner, SAMPLES).await?;
 
     history(&db).await?;
     progress("churn: timing after 1M settled jobs and with 10k leases held");
-    park(&db, SAMPLES as i64).await?;
+    setup::park(&db, SAMPLES as i64).await?;
     let (mut churned_claim, mut churned_complete) = setup::timed_cycles(&runner, SAMPLES).await?;
 
     let p50 = |v: &mut Vec<f64>| quantile(v, 0.5);

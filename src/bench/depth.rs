@@ -6,7 +6,7 @@ use serde_json::{Map, Value};
 
 use super::setup::{self, ReplicaProcess};
 use super::stats::quantile;
-use super::{progress, round, BenchArgs, Deployment, Table};
+use super::{progress, round, BenchArgs, Deployment, Report};
 use crate::client::Client;
 
 /// Claims timed per depth and kind.
@@ -35,12 +35,8 @@ async fn load(db: &tokio_postgres::Client, n: i64, owner: Option<&str>) -> anyho
     Ok(())
 }
 
-pub async fn run(
-    dep: &Deployment,
-    args: &BenchArgs,
-    out: &mut Map<String, Value>,
-    table: &mut Table,
-) -> anyhow::Result<()> {
+pub async fn run(dep: &Deployment, args: &BenchArgs, report: &mut Report) -> anyhow::Result<()> {
+    let Report { json: out, table } = report;
     let mut depths: Vec<i64> = args
         .depths
         .split(',')

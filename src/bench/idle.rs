@@ -5,10 +5,10 @@
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use serde_json::{json, Map, Value};
+use serde_json::json;
 
 use super::setup::{self, ReplicaProcess};
-use super::{progress, round, BenchArgs, Deployment, Table};
+use super::{progress, round, BenchArgs, Deployment, Report};
 use crate::client::Client;
 use crate::wire;
 
@@ -36,12 +36,8 @@ fn rss_mb(pid: u32) -> f64 {
         .map_or(0.0, |kb| kb / 1024.0)
 }
 
-pub async fn run(
-    dep: &Deployment,
-    args: &BenchArgs,
-    out: &mut Map<String, Value>,
-    table: &mut Table,
-) -> anyhow::Result<()> {
+pub async fn run(dep: &Deployment, args: &BenchArgs, report: &mut Report) -> anyhow::Result<()> {
+    let Report { json: out, table } = report;
     let url = dep.fresh_database("leasehold_bench_idle").await?;
     let replica = ReplicaProcess::start(&url, &[]).await?;
     let pid = replica.pid().unwrap_or(0);

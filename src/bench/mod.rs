@@ -26,6 +26,13 @@ pub use setup::Deployment;
 /// The human table: metric, value, baseline or target.
 pub type Table = Vec<(String, String, String)>;
 
+/// What the scenarios measured: the JSON object's entries and the human table's rows.
+#[derive(Default)]
+pub struct Report {
+    pub json: Map<String, Value>,
+    pub table: Table,
+}
+
 #[derive(Debug, Clone, Args)]
 pub struct BenchArgs {
     /// Scenarios, comma-separated: throughput, wake, idle, depth, churn, redelivery,
@@ -119,33 +126,36 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         );
     }
     let deployment = Deployment::start(args.database_url.as_deref()).await?;
-    let mut out = Map::new();
-    let mut table: Table = Vec::new();
+    let mut report = Report::default();
     let machine = setup::machine();
-    out.insert("machine".into(), machine.clone());
+    report.json.insert("machine".into(), machine.clone());
     let mut failed = Vec::new();
     for scenario in chosen {
         let result = match scenario {
-            "throughput" => throughput::run(&deployment, &args, &mut out, &mut table).await,
-            "wake" => wake::run(&deployment, &args, &mut out, &mut table).await,
-            "idle" => idle::run(&deployment, &args, &mut out, &mut table).await,
-            "depth" => depth::run(&deployment, &args, &mut out, &mut table).await,
-            "churn" => churn::run(&deployment, &args, &mut out, &mut table).await,
-            "redelivery" => redelivery::run(&deployment, &args, &mut out, &mut table).await,
-            "unfit-head" => unfit_head::run(&deployment, &args, &mut out, &mut table).await,
-            "soak" => soak::run(&deployment, &args, &mut out, &mut table).await,
+            "throughput" => throughput::run(&deployment, &args, &mut report).await,
+            "wake" => wake::run(&deployment, &args, &mut report).await,
+            "idle" => idle::run(&deployment, &args, &mut report).await,
+            "depth" => depth::run(&deployment, &args, &mut report).await,
+            "churn" => churn::run(&deployment, &args, &mut report).await,
+            "redelivery" => redelivery::run(&deployment, &args, &mut report).await,
+            "unfit-head" => unfit_head::run(&deployment, &args, &mut report).await,
+            "soak" => soak::run(&deployment, &args, &mut report).await,
             _ => unreachable!("checked above"),
         };
         done_progress();
         // One scenario failing does not lose the others' figures.
         if let Err(e) = result {
             eprintln!("[bench] {scenario} failed: {e:#}");
-            out.insert(format!("{scenario}_error"), json!(format!("{e:#}")));
-            table.push((scenario.to_string(), "FAILED".into(), format!("{e:#}")));
+            let why = format!("{e:#}");
+            report.json.insert(format!("{scenario}_error"), json!(why));
+            report
+                .table
+                .push((scenario.to_string(), "FAILED".into(), why));
             failed.push(scenario);
         }
     }
     println!("leasehold bench on {}", machine);
+    let Report { json: out, table } = report;
     let w = table.iter().map(|r| r.0.len()).max().unwrap_or(10).max(6);
     let v = table.iter().map(|r| r.1.len()).max().unwrap_or(10).max(5);
     println!("{:<w$}  {:>v$}  baseline / target", "metric", "value");

@@ -150,6 +150,49 @@ impl std::ops::Deref for ReplicaProcess {
     }
 }
 
+/// The two replicas the load scenarios (throughput, soak) drive, each with a pool for half
+/// the bench's clients, an admin key of workspace `bench`, and an operator client on each.
+///
+/// # Errors
+/// A replica did not start, or the key could not be minted.
+pub async fn load_replicas(
+    url: &str,
+    args: &super::BenchArgs,
+) -> anyhow::Result<([ReplicaProcess; 2], String, Vec<Client>)> {
+    let pool = (args.runners + args.dispatchers)
+        .div_ceil(2)
+        .max(8)
+        .to_string();
+    let env = [("LEASEHOLD_POOL_SIZE", pool)];
+    let replicas = [
+        ReplicaProcess::start(url, &env).await?,
+        ReplicaProcess::start(url, &env).await?,
+    ];
+    let key = api_key(url, "bench", "bench").await?;
+    let operators = replicas
+        .iter()
+        .map(|r| Client::new(&r.url, Some(key.clone())))
+        .collect();
+    Ok((replicas, key, operators))
+}
+
+/// Park `n` runnable jobs on the workspace pool of `bench` (bulk-loaded, no requirements).
+///
+/// # Errors
+/// The database refused.
+pub async fn park(db: &tokio_postgres::Client, n: i64) -> anyhow::Result<()> {
+    db.execute(
+        "INSERT INTO jobs (id, workspace, owner, pool, state, kind, payload, max_attempts,
+                           no_runner_timeout_ms, no_runner_check_at, billing_tenant)
+         SELECT gen_random_uuid(), 'bench', 'ws:bench', 'workspace', 'parked', 'command',
+                '{\"argv\":[\"true\"]}', 3, 86400000, now() + interval '1 day', 'bench'
+           FROM generate_series(1, $1::bigint)",
+        &[&n],
+    )
+    .await?;
+    Ok(())
+}
+
 /// An admin API key minted straight in the database, as `leasehold admin create-key` does.
 ///
 /// # Errors

@@ -13,11 +13,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
 use super::setup::{self, ReplicaProcess};
 use super::stats::quantile;
-use super::{progress, round, BenchArgs, Deployment, Table};
+use super::{progress, round, BenchArgs, Deployment, Report};
 use crate::client::Client;
 use crate::wire;
 
@@ -27,27 +27,10 @@ const WINDOW: Duration = Duration::from_secs(60);
 /// Lease latencies (ms) of calls that returned a job, stamped with when they ended.
 type Samples = Arc<Mutex<Vec<(Duration, f64)>>>;
 
-pub async fn run(
-    dep: &Deployment,
-    args: &BenchArgs,
-    out: &mut Map<String, Value>,
-    table: &mut Table,
-) -> anyhow::Result<()> {
+pub async fn run(dep: &Deployment, args: &BenchArgs, report: &mut Report) -> anyhow::Result<()> {
+    let Report { json: out, table } = report;
     let url = dep.fresh_database("leasehold_bench_soak").await?;
-    let pool = (args.runners + args.dispatchers)
-        .div_ceil(2)
-        .max(8)
-        .to_string();
-    let env = [("LEASEHOLD_POOL_SIZE", pool)];
-    let replicas = [
-        ReplicaProcess::start(&url, &env).await?,
-        ReplicaProcess::start(&url, &env).await?,
-    ];
-    let key = setup::api_key(&url, "bench", "bench").await?;
-    let operators: Vec<Client> = replicas
-        .iter()
-        .map(|r| Client::new(&r.url, Some(key.clone())))
-        .collect();
+    let (replicas, _, operators) = setup::load_replicas(&url, args).await?;
     let runners = setup::runners(&operators[0], args.runners, 1).await?;
     let db = setup::connect(&url).await?;
     let sizes_fresh = sizes(&db).await?;

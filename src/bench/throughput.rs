@@ -14,44 +14,27 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 use uuid::Uuid;
 
 use super::setup::{self, ReplicaProcess};
-use super::{progress, round, BenchArgs, Deployment, Table};
+use super::{progress, round, BenchArgs, Deployment, Report};
 use crate::client::Client;
 use crate::domain::credentials::{self, Kind};
 use crate::store::lease::Advertised;
-use crate::store::{NewJob, Report, Store};
+use crate::store::{NewJob, Report as JobReport, Store};
 use crate::wire;
 
 const CYCLE_SQL: &str = include_str!("../../bench/cycle.sql");
 const CYCLE_SCHEMA: &str = include_str!("../../bench/schema.sql");
 
-pub async fn run(
-    dep: &Deployment,
-    args: &BenchArgs,
-    out: &mut Map<String, Value>,
-    table: &mut Table,
-) -> anyhow::Result<()> {
+pub async fn run(dep: &Deployment, args: &BenchArgs, report: &mut Report) -> anyhow::Result<()> {
+    let Report { json: out, table } = report;
     progress("throughput: the pgbench reference cycle");
     let (reference, reference_pg_ms) = pgbench_cycle(dep, args).await?;
 
     let url = dep.fresh_database("leasehold_bench_throughput").await?;
-    let pool = (args.runners + args.dispatchers)
-        .div_ceil(2)
-        .max(8)
-        .to_string();
-    let env = [("LEASEHOLD_POOL_SIZE", pool)];
-    let replicas = [
-        ReplicaProcess::start(&url, &env).await?,
-        ReplicaProcess::start(&url, &env).await?,
-    ];
-    let key = setup::api_key(&url, "bench", "bench").await?;
-    let operators: Vec<Client> = replicas
-        .iter()
-        .map(|r| Client::new(&r.url, Some(key.clone())))
-        .collect();
+    let (replicas, key, operators) = setup::load_replicas(&url, args).await?;
 
     progress("throughput: the service's statements without HTTP");
     let single = setup::runners(&operators[0], args.runners, 1).await?;
@@ -378,10 +361,10 @@ async fn raw_cycle(
                     )
                     .await?;
                 known = out.runner.clone();
-                let reports: Vec<Report> = out
+                let reports: Vec<JobReport> = out
                     .claimed
                     .iter()
-                    .map(|c| Report {
+                    .map(|c| JobReport {
                         id: c.id,
                         epoch: c.epoch,
                         token_hash: token_hash.clone(),

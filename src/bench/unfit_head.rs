@@ -4,29 +4,15 @@
 //! require a capability it lacks, so every claim must pass them by (they are skipped, never
 //! touched). The goal (issue 19): lease latency within 1.5x of the clean queue.
 
-use serde_json::{json, Map, Value};
+use serde_json::json;
 
 use super::setup::{self, ReplicaProcess};
 use super::stats::quantile;
-use super::{progress, round, BenchArgs, Deployment, Table};
+use super::{progress, round, BenchArgs, Deployment, Report};
 use crate::client::Client;
 
 /// Lease calls and completes timed per phase.
 const SAMPLES: usize = 300;
-
-/// Park `n` runnable jobs on the bench workspace pool.
-async fn park_runnable(db: &tokio_postgres::Client, n: i64) -> anyhow::Result<()> {
-    db.execute(
-        "INSERT INTO jobs (id, workspace, owner, pool, state, kind, payload, max_attempts,
-                           no_runner_timeout_ms, no_runner_check_at, billing_tenant)
-         SELECT gen_random_uuid(), 'bench', 'ws:bench', 'workspace', 'parked', 'command',
-                '{\"argv\":[\"true\"]}', 3, 86400000, now() + interval '1 day', 'bench'
-           FROM generate_series(1, $1::bigint)",
-        &[&n],
-    )
-    .await?;
-    Ok(())
-}
 
 /// Park `n` pool jobs that require `gpu`, with ids below every UUIDv7 the service makes, so
 /// they sit at the head of the pool (same priority, FIFO by id).
@@ -45,12 +31,8 @@ async fn park_unfit_head(db: &tokio_postgres::Client, n: i64) -> anyhow::Result<
     Ok(())
 }
 
-pub async fn run(
-    dep: &Deployment,
-    args: &BenchArgs,
-    out: &mut Map<String, Value>,
-    table: &mut Table,
-) -> anyhow::Result<()> {
+pub async fn run(dep: &Deployment, args: &BenchArgs, report: &mut Report) -> anyhow::Result<()> {
+    let Report { json: out, table } = report;
     let url = dep.fresh_database("leasehold_bench_unfit_head").await?;
     let replica = ReplicaProcess::start(&url, &[]).await?;
     let key = setup::api_key(&url, "bench", "bench").await?;
@@ -59,7 +41,7 @@ pub async fn run(
     let db = setup::connect(&url).await?;
 
     progress("unfit-head: timing on a clean queue");
-    park_runnable(&db, SAMPLES as i64 + 50).await?;
+    setup::park(&db, SAMPLES as i64 + 50).await?;
     db.batch_execute("ANALYZE").await?;
     let (mut clean, _) = setup::timed_cycles(&runner, SAMPLES).await?;
 
@@ -68,7 +50,7 @@ pub async fn run(
         args.unfit_jobs
     ));
     park_unfit_head(&db, args.unfit_jobs as i64).await?;
-    park_runnable(&db, SAMPLES as i64 + 50).await?;
+    setup::park(&db, SAMPLES as i64 + 50).await?;
     db.batch_execute("ANALYZE").await?;
     let (mut behind, _) = setup::timed_cycles(&runner, SAMPLES).await?;
     let still_parked: i64 = db

@@ -7,12 +7,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use serde_json::{json, Map, Value};
+use serde_json::json;
 use uuid::Uuid;
 
 use super::setup::{self, ReplicaProcess};
 use super::stats::quantile;
-use super::{progress, round, BenchArgs, Deployment, Table};
+use super::{progress, round, BenchArgs, Deployment, Report};
 use crate::client::Client;
 use crate::wire;
 
@@ -22,12 +22,8 @@ fn unix_now() -> f64 {
         .map_or(0.0, |d| d.as_secs_f64())
 }
 
-pub async fn run(
-    dep: &Deployment,
-    args: &BenchArgs,
-    out: &mut Map<String, Value>,
-    table: &mut Table,
-) -> anyhow::Result<()> {
+pub async fn run(dep: &Deployment, args: &BenchArgs, report: &mut Report) -> anyhow::Result<()> {
+    let Report { json: out, table } = report;
     let url = dep.fresh_database("leasehold_bench_wake").await?;
     let a = ReplicaProcess::start(&url, &[]).await?;
     let b = ReplicaProcess::start(&url, &[]).await?;
