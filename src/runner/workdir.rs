@@ -11,8 +11,10 @@
 //! When jobs run as other users ([`JobUsers`]), the runner's directory is searchable (0711)
 //! but not listable by others, and each job's directory (0700) belongs to the uid that job
 //! runs as, so a job can reach its own directory and nothing else of the runner's (nor,
-//! with a uid range, another job's). Its `work/` stays the runner's until the source is
-//! checked out ([`JobDir::hand_work_to`]): git refuses a repository another user owns.
+//! with a uid range, another job's). The whole directory stays the runner's until the source
+//! is checked out, and is handed over only then ([`JobDir::hand_to`]): git refuses a
+//! repository another user owns, and a job sharing the uid cannot swap `work/` for a link
+//! while git, as the runner, writes there.
 
 use std::fs::{self, File};
 use std::io;
@@ -136,12 +138,12 @@ impl WorkRoot {
         &self.path
     }
 
-    /// A fresh directory for `name` (a job id, or a probe), its root, `home/` and `tmp/`
-    /// belonging to `owner` when given; `work/` is handed over by [`JobDir::hand_work_to`].
+    /// A fresh directory for `name` (a job id, or a probe), the runner's until
+    /// [`JobDir::hand_to`] gives it to the job's user.
     ///
     /// # Errors
     /// The directories cannot be created.
-    pub fn job_dir(&self, name: &str, owner: Option<&JobUser>) -> io::Result<JobDir> {
+    pub fn job_dir(&self, name: &str) -> io::Result<JobDir> {
         let root = self.path.join(name);
         if root.exists() {
             force_remove(&root)?;
@@ -158,25 +160,20 @@ impl WorkRoot {
         for d in [&dir.work, &dir.home, &dir.tmp] {
             fs::create_dir(d)?;
         }
-        if let Some(u) = owner {
-            for d in [&dir.root, &dir.home, &dir.tmp] {
-                std::os::unix::fs::chown(d, Some(u.uid), Some(u.gid))?;
-            }
-        }
         Ok(dir)
     }
 }
 
 impl JobDir {
-    /// Give `work/` and everything in it (a checkout) to `owner`, when jobs run as another
-    /// user; off the async threads.
+    /// Give the directory and everything in it (a checkout) to `owner`, when the job runs as
+    /// another user; off the async threads. Until then nothing of that user can reach it.
     ///
     /// # Errors
     /// A file could not be handed over.
-    pub async fn hand_work_to(&self, owner: Option<&JobUser>) -> io::Result<()> {
+    pub async fn hand_to(&self, owner: Option<&JobUser>) -> io::Result<()> {
         let Some(u) = owner else { return Ok(()) };
-        let (work, uid, gid) = (self.work.clone(), u.uid, u.gid);
-        tokio::task::spawn_blocking(move || super::source::hand_to(&work, uid, gid))
+        let (root, uid, gid) = (self.root.clone(), u.uid, u.gid);
+        tokio::task::spawn_blocking(move || super::source::hand_to(&root, uid, gid))
             .await
             .map_err(io::Error::other)?
     }
@@ -210,8 +207,8 @@ pub async fn check_job_user(
     user: &JobUser,
     config: Option<&Path>,
 ) -> anyhow::Result<()> {
-    let dir = root.job_dir("job-user-probe", Some(user))?;
-    dir.hand_work_to(Some(user)).await?;
+    let dir = root.job_dir("job-user-probe")?;
+    dir.hand_to(Some(user)).await?;
     let script = r#"
 [ -z "$1" ] || ! cat "$1" >/dev/null 2>&1 || { echo "it can read the runner's configuration $1" >&2; exit 3; }
 echo ok > probe && echo ok > "$2/h" || { echo "it cannot write its work directory" >&2; exit 3; }
@@ -326,7 +323,7 @@ mod tests {
         let base = std::env::temp_dir().join(format!("lh-work-{}", Uuid::now_v7()));
         let runner = Uuid::now_v7();
         let root = WorkRoot::open(&base, runner, false).unwrap();
-        let dir = root.job_dir("job", None).unwrap();
+        let dir = root.job_dir("job").unwrap();
         let ro = dir.work.join("ro");
         fs::create_dir(&ro).unwrap();
         fs::write(ro.join("f"), "x").unwrap();
