@@ -318,6 +318,39 @@ fn make_writable(dir: &Path) {
 mod tests {
     use super::*;
 
+    #[tokio::test]
+    async fn a_job_directory_is_the_runners_until_it_is_handed_over_whole() {
+        use std::os::unix::fs::MetadataExt;
+        if !nix::unistd::geteuid().is_root() {
+            eprintln!("skipping: handing files to another user needs root");
+            return;
+        }
+        let base = std::env::temp_dir().join(format!("lh-work-{}", Uuid::now_v7()));
+        let root = WorkRoot::open(&base, Uuid::now_v7(), true).unwrap();
+        let dir = root.job_dir("job").unwrap();
+        let meta = fs::metadata(&dir.root).unwrap();
+        assert_eq!(
+            (meta.uid(), meta.mode() & 0o777),
+            (0, 0o700),
+            "no one else gets in"
+        );
+        fs::write(dir.work.join("checked-out"), "x").unwrap();
+        let user = JobUser::of_uid(65534);
+        dir.hand_to(Some(&user)).await.unwrap();
+        for p in [
+            &dir.root,
+            &dir.work,
+            &dir.home,
+            &dir.tmp,
+            &dir.work.join("checked-out"),
+        ] {
+            assert_eq!(fs::metadata(p).unwrap().uid(), 65534, "{}", p.display());
+        }
+        dir.remove().await;
+        drop(root);
+        fs::remove_dir_all(base).unwrap();
+    }
+
     #[test]
     fn the_root_is_exclusive_and_left_overs_are_cleared() {
         let base = std::env::temp_dir().join(format!("lh-work-{}", Uuid::now_v7()));
