@@ -2,7 +2,7 @@
 # docker compose's bootstrap and runner services.
 #   bootstrap: mint the admin key (printed once, here) and a workspace join code for the runner.
 #   runner:    enrol with that code once, then run; its credentials persist in its volume.
-#              It runs as root (to start jobs as the unprivileged leasehold-job user).
+#              It runs as root (to start each job as an unprivileged uid of its own).
 set -eu
 shared=/var/lib/leasehold/bootstrap
 wait_ready() {
@@ -29,9 +29,11 @@ runner)
         leasehold runner connect "$(cat "$shared/join-code")" --server "$LEASEHOLD_SERVER" \
             --label compose-runner --capacity 2 --capability linux --config "$config"
     fi
-    # Jobs run as leasehold-job, which cannot read the token (containers rarely allow the user
-    # namespaces bubblewrap needs); the runner checks that at start and refuses otherwise.
-    exec leasehold runner run --config "$config" --job-user leasehold-job \
+    # Each job runs as a uid of its own from 60000-60063 (one per slot), which cannot read the
+    # token, another job's environment or directory, and whose processes all die with the job
+    # (containers rarely allow the user namespaces bubblewrap needs); the runner checks the
+    # token is out of reach at start and refuses otherwise.
+    exec leasehold runner run --config "$config" --job-user-range 60000-60063 \
         --work-dir /var/lib/leasehold-jobs
     ;;
 *)

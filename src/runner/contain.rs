@@ -164,8 +164,27 @@ fn own_cgroup() -> Option<PathBuf> {
     Some(mount.join(rel.trim_start_matches('/')))
 }
 
+/// Whether a process of ours can be moved into `cgroup` (as every job is), tried with a
+/// short-lived shell.
+fn adopts(cgroup: &Path) -> bool {
+    let Ok(mut child) = std::process::Command::new("/bin/sh")
+        .args(["-c", "read -r _"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+    else {
+        return false;
+    };
+    let moved = std::fs::write(cgroup.join("cgroup.procs"), child.id().to_string()).is_ok();
+    drop(child.stdin.take()); // the shell reads its end of input and exits
+    let _ = child.wait();
+    moved
+}
+
 impl Cgroups {
-    /// Job cgroups for runner `name`, when cgroup v2 is mounted and writable here. Job
+    /// Job cgroups for runner `name`, when cgroup v2 is mounted and writable here and a
+    /// process can be moved into one (tried at once). Job
     /// cgroups a crashed run of the same runner left are emptied and removed.
     pub fn open(name: &str) -> Option<Self> {
         let parent = own_cgroup()?;
@@ -177,7 +196,7 @@ impl Cgroups {
         }
         let probe = parent.join(format!("{prefix}probe"));
         std::fs::create_dir(&probe).ok()?;
-        let usable = std::fs::metadata(probe.join("cgroup.procs")).is_ok();
+        let usable = adopts(&probe);
         let _ = std::fs::remove_dir(&probe);
         usable.then_some(Self { parent, prefix })
     }

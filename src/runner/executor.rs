@@ -6,8 +6,9 @@
 //! its whole group and, for a uid of a range, every process of that uid are killed, and then
 //! every process still carrying the job's `LEASEHOLD_JOB_ID` (see [`super::contain`]):
 //! nothing a job started outlives it, not even what it detached with `setsid` and a cleared
-//! environment. The payload's `env` never overrides the `LEASEHOLD_*` variables. A stop request (cancelled, superseded, released) kills the group with SIGKILL
-//! at once; a timeout sends SIGTERM, then SIGKILL after [`TERM_GRACE`]. A command that fails,
+//! environment. The payload's `env` never overrides the `LEASEHOLD_*` variables. A stop
+//! request (cancelled, superseded, released) kills the group with SIGKILL at once; a timeout
+//! sends SIGTERM, then SIGKILL after [`TERM_GRACE`]. A command that fails,
 //! times out or cannot start is a *result* (see [`CommandResult`]), never an error of the
 //! runner.
 

@@ -143,7 +143,7 @@ async fn run_tracked(
         // Whatever still runs as this uid is no job's: nothing may wait for the next one.
         super::contain::kill_uid(slot.uid).await;
     }
-    let dir = match shared.work.job_dir(&job.id.to_string(), user.as_ref()) {
+    let dir = match shared.work.job_dir(&job.id.to_string()) {
         Ok(d) => d,
         Err(e) => {
             // The machine, not the job, is at fault: give the job back for another runner.
@@ -188,9 +188,9 @@ async fn run_tracked(
             }
         }
     }
-    // Checked out as the runner (git refuses a repository another user owns), then handed
-    // to the job's user.
-    if let Err(e) = dir.hand_work_to(user.as_ref()).await {
+    // Checked out as the runner (git refuses a repository another user owns), then the whole
+    // directory is handed to the job's user.
+    if let Err(e) = dir.hand_to(user.as_ref()).await {
         tracing::error!(job = %job.id, error = %e, "cannot hand the work directory to the job's user; releasing the job");
         dir.remove().await;
         release(&servers, &job).await;

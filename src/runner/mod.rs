@@ -14,7 +14,8 @@
 //! - [`output`]: output lines to batched job events, bounded; the result's tails.
 //! - [`source`]: a job's repository commit, checked out exactly.
 //! - [`sandbox`]: direct execution or bubblewrap; the job's environment allow-list.
-//! - [`contain`]: nothing a job started outlives it (the sweep, the subreaper).
+//! - [`contain`]: nothing a job started outlives it (a cgroup per job, a uid per job with a
+//!   range, the sweep, the subreaper).
 //! - [`workdir`]: one locked directory per runner, one fresh directory per job.
 //!
 //! # Invariants

@@ -152,8 +152,8 @@ impl Sandbox {
         let Sandbox::Bubblewrap { network, .. } = self else {
             return Ok(());
         };
-        let dir = root.job_dir("sandbox-probe", user)?;
-        dir.hand_work_to(user).await?;
+        let dir = root.job_dir("sandbox-probe")?;
+        dir.hand_to(user).await?;
         let work_inside = Path::new(JOB_MOUNT).join("work").display().to_string();
         let home_inside = Path::new(JOB_MOUNT).join("home").display().to_string();
         let mut argv: Vec<String> =

@@ -339,6 +339,20 @@ mod tests {
         );
     }
 
+    #[tokio::test]
+    async fn the_header_git_sends_is_masked_in_output_in_every_form() {
+        use crate::runner::output::{pump, Output, Stream};
+        let token = "ghs_T0ken";
+        let mut masks = vec![token.to_owned()];
+        masks.extend(credential_masks(token));
+        let out = Output::masking(masks.iter().map(String::as_str));
+        let header = authorization(token);
+        let input = format!("{header}\nx-access-token:{token}\n");
+        pump(input.as_bytes(), Stream::Stdout, out.clone()).await;
+        let tail = out.tail(Stream::Stdout);
+        assert_eq!(tail, "Authorization: Basic ***\n***\n");
+    }
+
     #[test]
     fn a_bare_token_is_sent_as_basic_with_the_conventional_user() {
         assert_eq!(

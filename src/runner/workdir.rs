@@ -11,8 +11,10 @@
 //! When jobs run as other users ([`JobUsers`]), the runner's directory is searchable (0711)
 //! but not listable by others, and each job's directory (0700) belongs to the uid that job
 //! runs as, so a job can reach its own directory and nothing else of the runner's (nor,
-//! with a uid range, another job's). Its `work/` stays the runner's until the source is
-//! checked out ([`JobDir::hand_work_to`]): git refuses a repository another user owns.
+//! with a uid range, another job's). The whole directory stays the runner's until the source
+//! is checked out, and is handed over only then ([`JobDir::hand_to`]): git refuses a
+//! repository another user owns, and a job sharing the uid cannot swap `work/` for a link
+//! while git, as the runner, writes there.
 
 use std::fs::{self, File};
 use std::io;
@@ -136,12 +138,12 @@ impl WorkRoot {
         &self.path
     }
 
-    /// A fresh directory for `name` (a job id, or a probe), its root, `home/` and `tmp/`
-    /// belonging to `owner` when given; `work/` is handed over by [`JobDir::hand_work_to`].
+    /// A fresh directory for `name` (a job id, or a probe), the runner's until
+    /// [`JobDir::hand_to`] gives it to the job's user.
     ///
     /// # Errors
     /// The directories cannot be created.
-    pub fn job_dir(&self, name: &str, owner: Option<&JobUser>) -> io::Result<JobDir> {
+    pub fn job_dir(&self, name: &str) -> io::Result<JobDir> {
         let root = self.path.join(name);
         if root.exists() {
             force_remove(&root)?;
@@ -158,25 +160,20 @@ impl WorkRoot {
         for d in [&dir.work, &dir.home, &dir.tmp] {
             fs::create_dir(d)?;
         }
-        if let Some(u) = owner {
-            for d in [&dir.root, &dir.home, &dir.tmp] {
-                std::os::unix::fs::chown(d, Some(u.uid), Some(u.gid))?;
-            }
-        }
         Ok(dir)
     }
 }
 
 impl JobDir {
-    /// Give `work/` and everything in it (a checkout) to `owner`, when jobs run as another
-    /// user; off the async threads.
+    /// Give the directory and everything in it (a checkout) to `owner`, when the job runs as
+    /// another user; off the async threads. Until then nothing of that user can reach it.
     ///
     /// # Errors
     /// A file could not be handed over.
-    pub async fn hand_work_to(&self, owner: Option<&JobUser>) -> io::Result<()> {
+    pub async fn hand_to(&self, owner: Option<&JobUser>) -> io::Result<()> {
         let Some(u) = owner else { return Ok(()) };
-        let (work, uid, gid) = (self.work.clone(), u.uid, u.gid);
-        tokio::task::spawn_blocking(move || super::source::hand_to(&work, uid, gid))
+        let (root, uid, gid) = (self.root.clone(), u.uid, u.gid);
+        tokio::task::spawn_blocking(move || super::source::hand_to(&root, uid, gid))
             .await
             .map_err(io::Error::other)?
     }
@@ -210,8 +207,8 @@ pub async fn check_job_user(
     user: &JobUser,
     config: Option<&Path>,
 ) -> anyhow::Result<()> {
-    let dir = root.job_dir("job-user-probe", Some(user))?;
-    dir.hand_work_to(Some(user)).await?;
+    let dir = root.job_dir("job-user-probe")?;
+    dir.hand_to(Some(user)).await?;
     let script = r#"
 [ -z "$1" ] || ! cat "$1" >/dev/null 2>&1 || { echo "it can read the runner's configuration $1" >&2; exit 3; }
 echo ok > probe && echo ok > "$2/h" || { echo "it cannot write its work directory" >&2; exit 3; }
@@ -321,12 +318,45 @@ fn make_writable(dir: &Path) {
 mod tests {
     use super::*;
 
+    #[tokio::test]
+    async fn a_job_directory_is_the_runners_until_it_is_handed_over_whole() {
+        use std::os::unix::fs::MetadataExt;
+        if !nix::unistd::geteuid().is_root() {
+            eprintln!("skipping: handing files to another user needs root");
+            return;
+        }
+        let base = std::env::temp_dir().join(format!("lh-work-{}", Uuid::now_v7()));
+        let root = WorkRoot::open(&base, Uuid::now_v7(), true).unwrap();
+        let dir = root.job_dir("job").unwrap();
+        let meta = fs::metadata(&dir.root).unwrap();
+        assert_eq!(
+            (meta.uid(), meta.mode() & 0o777),
+            (0, 0o700),
+            "no one else gets in"
+        );
+        fs::write(dir.work.join("checked-out"), "x").unwrap();
+        let user = JobUser::of_uid(65534);
+        dir.hand_to(Some(&user)).await.unwrap();
+        for p in [
+            &dir.root,
+            &dir.work,
+            &dir.home,
+            &dir.tmp,
+            &dir.work.join("checked-out"),
+        ] {
+            assert_eq!(fs::metadata(p).unwrap().uid(), 65534, "{}", p.display());
+        }
+        dir.remove().await;
+        drop(root);
+        fs::remove_dir_all(base).unwrap();
+    }
+
     #[test]
     fn the_root_is_exclusive_and_left_overs_are_cleared() {
         let base = std::env::temp_dir().join(format!("lh-work-{}", Uuid::now_v7()));
         let runner = Uuid::now_v7();
         let root = WorkRoot::open(&base, runner, false).unwrap();
-        let dir = root.job_dir("job", None).unwrap();
+        let dir = root.job_dir("job").unwrap();
         let ro = dir.work.join("ro");
         fs::create_dir(&ro).unwrap();
         fs::write(ro.join("f"), "x").unwrap();

@@ -48,6 +48,16 @@ async fn none_alive(marker: &str, what: &str) {
     .await;
 }
 
+/// Whether a live `sleep` process carries `marker` (not merely a shell or bwrap whose
+/// arguments hold it).
+fn sleeping(marker: &str) -> bool {
+    processes_with(marker).iter().any(|(pid, state, _)| {
+        *state != 'Z'
+            && std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| c.starts_with(b"sleep\0"))
+    })
+}
+
 /// Kill what a failed test leaves (so a red test does not leave sleepers running).
 struct KillOnDrop(String);
 
@@ -268,6 +278,10 @@ async fn a_uid_range_keeps_concurrent_jobs_apart_and_kills_everything_of_a_jobs_
     assert!(!a_root.join("work").join("planted").exists());
     assert!(!a_root.join("planted").exists());
 
+    eventually(LONG, "what job A detached runs", || async {
+        sleeping(&format!("{m}9")).then_some(())
+    })
+    .await;
     alice.cancel(a_id).await.unwrap();
     none_alive(&format!("{m}1"), "job A is killed when cancelled").await;
     none_alive(
@@ -352,8 +366,10 @@ async fn as_root_a_sandboxed_job_runs_unprivileged_and_reads_no_root_only_file()
         &[],
     );
     // A peer job holding a secret, with a process it detached with a cleared environment.
-    let (m1, m2) = (marker(), marker());
-    let _cleanup = KillOnDrop(m1.clone());
+    // One marker (a number `sleep` takes), split so the snooper can put it together.
+    let m = marker();
+    let (m1, m2) = m.split_at(3);
+    let _cleanup = KillOnDrop(m.clone());
     let peer = cli(
         &app.url(0),
         &key,
@@ -374,8 +390,8 @@ async fn as_root_a_sandboxed_job_runs_unprivileged_and_reads_no_root_only_file()
     .await;
     assert_eq!(peer.code, Some(0), "{peer:?}");
     let peer_id: Uuid = peer.stdout.trim().parse().unwrap();
-    eventually(LONG, "the peer job runs", || async {
-        (!processes_with(&format!("{m1}{m2}6")).is_empty()).then_some(())
+    eventually(LONG, "the peer job and what it detached run", || async {
+        (sleeping(&format!("{m}6")) && sleeping(&format!("{m}5"))).then_some(())
     })
     .await;
     let url = app.url(0);

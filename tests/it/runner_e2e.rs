@@ -1028,6 +1028,14 @@ async fn a_job_user_cannot_read_the_runners_token() {
     );
     assert_ne!(token.code, Some(0), "{token:?}");
     assert!(!token.stdout.contains("rnr_"), "{token:?}");
+    // Two slots share one uid: the runner says what that lets a job reach.
+    let log = r.log();
+    assert!(
+        log.lines().any(|l| l.contains("WARN")
+            && l.contains("jobs share the uid of --job-user nobody")
+            && l.contains("environment (secrets) of another job")),
+        "{log}"
+    );
 }
 
 /// `job submit --count N`: one batch dispatch of N copies, one id a line, each copy told its
