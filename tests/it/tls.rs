@@ -785,3 +785,23 @@ async fn dev_tls_makes_a_self_signed_pair_and_says_how_to_trust_it() {
 fn certificate_of(path: &Path) -> CertificateDer<'static> {
     leasehold::tls::load_certs(path).unwrap().remove(0)
 }
+
+/// Without TLS a SIGHUP (`systemctl reload`) changes nothing: serve goes on answering over
+/// plain HTTP.
+#[tokio::test]
+async fn sighup_without_tls_leaves_a_plain_replica_serving() {
+    let db = fresh_database().await;
+    let mut serve = crate::support::serve_process(&db, &[]).await;
+    assert!(serve.url.starts_with("http://"), "{}", serve.url);
+    let pid = Pid::from_raw(i32::try_from(serve.pid().unwrap()).unwrap());
+    kill(pid, Signal::SIGHUP).unwrap();
+    kill(pid, Signal::SIGHUP).unwrap();
+    crate::support::readiness(&serve.url, 200, LONG).await;
+    assert!(
+        serve.child.try_wait().unwrap().is_none(),
+        "serve survived SIGHUP"
+    );
+    let key = key_in(&db, "acme", "alice", false).await;
+    Client::new(&serve.url, Some(key)).pool().await.unwrap();
+    assert!(serve.terminate(LONG).await.unwrap().success());
+}
