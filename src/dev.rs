@@ -155,7 +155,10 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         let cert = std::fs::canonicalize(cert).unwrap_or_else(|_| cert.clone());
         println!("  export LEASEHOLD_CA_CERT={}", cert.display());
         println!();
-        println!("HTTPS with a self-signed certificate; trust it with --ca-cert (or LEASEHOLD_CA_CERT above):");
+        println!(
+            "HTTPS with a self-signed certificate; trust it with --ca-cert \
+             (or LEASEHOLD_CA_CERT above):"
+        );
         println!("  certificate: {}", cert.display());
         if let Some(pin) = pin {
             println!("  key pin:     {pin}");

@@ -35,12 +35,12 @@
 //! - [`drill`]: `leasehold drill`, faults on a schedule and a checker of the invariants.
 //!
 //! Imports run one way: `domain` imports nothing of ours; `store` imports `domain`; `hub`
-//! imports `store`, `domain` and `config`; `api` imports `hub`, `store`, `domain`, `config`, `tls`
-//! and `wire`; `telemetry` imports nothing of ours and any of them may import it; `tls`
-//! imports nothing of ours; `client` imports only `wire` and `tls` (and re-exports [`client::Trust`]
-//! and [`client::Pin`]); `runner` and `cli` import only `client` and `wire`, never each other:
-//! what both need lives there (the `command` job kind in [`wire::command`], retry back-off and
-//! "is this failure transient" in [`client`]).
+//! imports `store`, `domain` and `config`; `api` imports `hub`, `store`, `domain`, `config`,
+//! `tls` and `wire`; `telemetry` imports nothing of ours and any of them may import it; `tls`
+//! imports nothing of ours; `client` imports only `wire` and `tls` (and re-exports
+//! [`client::Trust`] and [`client::Pin`]); `runner` and `cli` import only `client` and `wire`,
+//! never each other: what both need lives there (the `command` job kind in [`wire::command`], retry
+//! back-off and "is this failure transient" in [`client`]).
 #![forbid(unsafe_code)]
 
 pub mod admin;

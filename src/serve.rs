@@ -1,6 +1,6 @@
 //! `leasehold serve`: one replica until SIGTERM or Ctrl-C, then an ordered drain (see
-//! [`crate::server`]); SIGHUP re-reads the TLS certificate. Scripts and tests read the bound
-//! URL from the first line it prints.
+//! [`crate::server`]); SIGHUP re-reads the TLS certificate (and never stops it). Scripts and
+//! tests read the bound URL from the first line it prints.
 
 use std::time::Duration;
 
@@ -19,16 +19,21 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("binding {}", config.listen))?;
     let replica = server::start(config, listener).await?;
-    // Installed before the first line, so a SIGHUP sent once it is read never kills the process.
-    if let Some(certificates) = replica.certificates.clone() {
-        let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
-            .context("installing a SIGHUP handler")?;
-        tokio::spawn(async move {
-            while hup.recv().await.is_some() {
-                certificates.reload();
+    // Installed before the first line, so a SIGHUP sent once it is read never kills the process
+    // (without TLS there is nothing to re-read, and SIGHUP is only logged).
+    let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+        .context("installing a SIGHUP handler")?;
+    let certificates = replica.certificates.clone();
+    tokio::spawn(async move {
+        while hup.recv().await.is_some() {
+            match &certificates {
+                Some(c) => {
+                    c.reload();
+                }
+                None => tracing::info!("SIGHUP: nothing to re-read (no --tls-cert)"),
             }
-        });
-    }
+        }
+    });
     // Scripts and tests read the bound URL from this line.
     println!("{}{}", crate::launch::LISTENING, replica.url());
     let token = replica.shutdown_token();

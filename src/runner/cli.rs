@@ -1,8 +1,9 @@
 //! `leasehold runner connect|run`: enrol this machine, then run it until drained.
 //!
 //! Invariants: the token is written only to the configuration file (mode 0600) and never
-//! printed; a pasted `lh1.` payload's pin is kept there and checked on every later call; SIGTERM or Ctrl-C drains, a second one releases at once; a runner asked for a
-//! sandbox that does not work refuses to start.
+//! printed; a pasted `lh1.` payload's pin is kept there and checked on every later call;
+//! SIGTERM or Ctrl-C drains, a second one releases at once; a runner asked for a sandbox that
+//! does not work refuses to start.
 
 use std::path::PathBuf;
 use std::time::Duration;

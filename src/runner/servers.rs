@@ -5,9 +5,9 @@
 //! repeated elsewhere, and neither is one whose server's certificate was refused (a wrong CA or
 //! pin is configuration, not an outage); only "no answer" (connection refused or reset,
 //! timeout) and "try again" answers move the runner to the next server. After a full round of
-//! servers without an answer it backs off exponentially with full jitter, so a fleet of runners does not hammer a
-//! recovering service in step. Every replica serves every call, so a lease taken through one
-//! is heartbeated and completed through whichever answers.
+//! servers without an answer it backs off exponentially with full jitter, so a fleet of
+//! runners does not hammer a recovering service in step. Every replica serves every call, so a
+//! lease taken through one is heartbeated and completed through whichever answers.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -686,3 +686,122 @@ async fn haproxy_terminating_tls_serves_the_cli_and_a_runner() {
     r.signal(Signal::SIGTERM);
     r.exit(LONG).await;
 }
+
+/// `leasehold dev --tls` serves HTTPS with a self-signed pair it keeps (key mode 0600) beside
+/// its data directory, prints the certificate's path and the key's pin, and both trust it.
+#[tokio::test]
+async fn dev_tls_makes_a_self_signed_pair_and_says_how_to_trust_it() {
+    let dir = TempDir::new("dev-tls");
+    let port = free_port();
+    let data = dir.join("state/dev-pg");
+    let mut dev = tokio::process::Command::new(BIN)
+        .args(["dev", "--tls", "--no-runner", "--listen"])
+        .arg(format!("127.0.0.1:{port}"))
+        .arg("--data-dir")
+        .arg(&data)
+        .env("LEASEHOLD_LOG", "warn")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines =
+        tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(dev.stdout.take().unwrap()));
+    let mut printed = Vec::new();
+    tokio::time::timeout(Duration::from_secs(120), async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            let key = line.starts_with("ak_");
+            printed.push(line);
+            if key {
+                return;
+            }
+        }
+        panic!("dev exited: {printed:?}");
+    })
+    .await
+    .expect("dev prints its admin key");
+    let field = |prefix: &str| {
+        printed
+            .iter()
+            .find_map(|l| l.trim().strip_prefix(prefix))
+            .unwrap_or_else(|| panic!("prints {prefix}: {printed:#?}"))
+            .trim()
+            .to_owned()
+    };
+    let server = field("export LEASEHOLD_SERVER=");
+    let key = field("export LEASEHOLD_API_KEY=");
+    let cert = PathBuf::from(field("export LEASEHOLD_CA_CERT="));
+    let pin: Pin = field("key pin:").parse().unwrap();
+    assert_eq!(server, format!("https://127.0.0.1:{port}"));
+    assert_eq!(
+        cert,
+        std::fs::canonicalize(dir.join("state/dev-tls.crt")).unwrap()
+    );
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(dir.join("state/dev-tls.key"))
+            .unwrap()
+            .permissions(),
+    );
+    assert_eq!(mode & 0o777, 0o600, "the TLS key is owner-only");
+    let der = certificate_of(&cert);
+    assert_eq!(
+        Pin::of_cert(&der).unwrap(),
+        pin,
+        "the printed pin is the key's"
+    );
+
+    for trust in [
+        Trust::ca(Some(cert.clone())),
+        Trust {
+            ca_cert: None,
+            pin: Some(pin),
+        },
+    ] {
+        let client = Client::with_trust(&server, Some(key.clone()), &trust).unwrap();
+        client
+            .pool()
+            .await
+            .unwrap_or_else(|e| panic!("{trust:?}: {e}"));
+    }
+    let paste = field("leasehold runner connect ");
+    let payload = Connect::decode(&paste).unwrap();
+    assert_eq!(payload.servers, vec![server.clone()]);
+    assert_eq!(payload.pin, Some(pin.to_string()));
+
+    kill(
+        Pid::from_raw(i32::try_from(dev.id().unwrap()).unwrap()),
+        Signal::SIGTERM,
+    )
+    .unwrap();
+    let status = tokio::time::timeout(LONG, dev.wait())
+        .await
+        .expect("dev stops on SIGTERM")
+        .unwrap();
+    assert!(status.success(), "{status}");
+}
+
+/// The first certificate in a PEM file.
+fn certificate_of(path: &Path) -> CertificateDer<'static> {
+    leasehold::tls::load_certs(path).unwrap().remove(0)
+}
+
+/// Without TLS a SIGHUP (`systemctl reload`) changes nothing: serve goes on answering over
+/// plain HTTP.
+#[tokio::test]
+async fn sighup_without_tls_leaves_a_plain_replica_serving() {
+    let db = fresh_database().await;
+    let mut serve = crate::support::serve_process(&db, &[]).await;
+    assert!(serve.url.starts_with("http://"), "{}", serve.url);
+    let pid = Pid::from_raw(i32::try_from(serve.pid().unwrap()).unwrap());
+    kill(pid, Signal::SIGHUP).unwrap();
+    kill(pid, Signal::SIGHUP).unwrap();
+    crate::support::readiness(&serve.url, 200, LONG).await;
+    assert!(
+        serve.child.try_wait().unwrap().is_none(),
+        "serve survived SIGHUP"
+    );
+    let key = key_in(&db, "acme", "alice", false).await;
+    Client::new(&serve.url, Some(key)).pool().await.unwrap();
+    assert!(serve.terminate(LONG).await.unwrap().success());
+}
