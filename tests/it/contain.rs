@@ -458,7 +458,8 @@ async fn each_line_of_a_multi_line_secret_is_masked_in_what_a_job_streams() {
         "-----END OPENSSH PRIVATE KEY-----",
     ];
     admin
-        .put_secret("SSH_KEY", &lines.join("\n"))
+        // Its runner is personal: the secret must be one personal runners may receive.
+        .put_secret_scoped("SSH_KEY", &lines.join("\n"), Some("any"), None)
         .await
         .unwrap();
     let config = enrol(&admin, &[&url], dir.path(), false, &[]).await;
