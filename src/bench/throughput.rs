@@ -332,21 +332,11 @@ async fn raw_cycle(
                     id: Uuid::now_v7(),
                     key_hash: key_hash.clone(),
                     pool: Some(pool),
-                    runner_id: None,
-                    owner: None,
                     kind: "command".into(),
                     payload: json!({"n": n}),
-                    required_capabilities: Vec::new(),
-                    priority: 0,
                     max_attempts: 3,
                     no_runner_timeout_ms: 300_000,
-                    queue_timeout_ms: None,
-                    idempotency_key: None,
-                    secrets: Vec::new(),
-                    source: None,
-                    source_key: None,
-                    traceparent: None,
-                    needs_workspace_runner: false,
+                    ..NewJob::default()
                 };
                 n += 1;
                 store.insert_jobs(&[job]).await?;

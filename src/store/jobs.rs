@@ -26,7 +26,7 @@ const COMBINE_IN_FLIGHT: usize = 2;
 /// A job to park, validated and targeted. Its workspace and (for a pool) its owner are derived
 /// in SQL from the caller's key, which the statement authenticates. Serialised, it is one item
 /// of `job_insert.sql`'s `$2` (every field but the key hash, which is `$1`).
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct NewJob {
     pub id: Uuid,
     /// SHA-256 of the caller's API key.

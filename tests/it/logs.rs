@@ -55,21 +55,11 @@ async fn a_database_error_is_logged_by_sqlstate_and_statement_never_with_the_pay
         id: Uuid::now_v7(),
         key_hash: leasehold::domain::credentials::hash(&key),
         pool: Some("personal"),
-        runner_id: None,
-        owner: None,
         kind: "command".into(),
         payload: json!({"argv": ["true"], "env": {"TOKEN": format!("{secret}\u{0}XyzzyAfterNul")}}),
-        required_capabilities: Vec::new(),
-        priority: 0,
         max_attempts: 3,
         no_runner_timeout_ms: 300_000,
-        queue_timeout_ms: None,
-        idempotency_key: None,
-        secrets: Vec::new(),
-        source: None,
-        source_key: None,
-        traceparent: None,
-        needs_workspace_runner: false,
+        ..NewJob::default()
     };
     let err = store
         .insert_jobs(&[job])
