@@ -170,7 +170,11 @@ impl Client {
         let bytes = resp.bytes().await?;
         if !status.is_success() {
             let (code, message, state) = match serde_json::from_slice::<ErrorBody>(&bytes) {
-                Ok(e) => (e.error.code, e.error.message, e.error.state),
+                Ok(e) => (
+                    e.error.code,
+                    e.error.message,
+                    e.error.state.map(|s| s.to_string()),
+                ),
                 Err(_) => (
                     "unknown".into(),
                     String::from_utf8_lossy(&bytes).into_owned(),

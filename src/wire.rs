@@ -1,6 +1,13 @@
 //! The HTTP contract's bodies (`shared/PROTOCOL.md`), shared by the server, the client, the
 //! runner and the tests. Responses serialise every documented field, `null` where empty;
 //! requests ignore unknown fields and leave range checks to the server's validation.
+//!
+//! The contract's closed vocabularies (job `state`, runner `presence`, target `status`) are
+//! enums serialising to exactly its strings and deserialising strictly: the contract fixes them,
+//! so a value outside them is not one our server sends. Open vocabularies (job and event
+//! `kind`, error `code`) stay strings. A source is typed twice on purpose: [`Source`] names a
+//! credential (dispatch, Job view), [`LeasedSource`] carries its value (lease only), so a
+//! credential value cannot reach a Job view by construction.
 
 pub mod command;
 pub mod connect;
@@ -9,6 +16,104 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 use uuid::Uuid;
+
+/// A closed vocabulary of the contract as a Rust enum that serialises to exactly the contract's
+/// string. `as_str`, `Display` and comparison with `&str` (`job.state == "completed"`) keep the
+/// string forms usable where a test or a message wants them.
+macro_rules! vocabulary {
+    ($(#[$meta:meta])* $name:ident { $($variant:ident => $text:literal),+ $(,)? }) => {
+        $(#[$meta])*
+        #[derive(utoipa::ToSchema, Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+        #[serde(rename_all = "lowercase")]
+        pub enum $name {
+            $($variant),+
+        }
+
+        impl $name {
+            /// Every value, in the contract's order.
+            pub const ALL: &'static [$name] = &[$($name::$variant),+];
+
+            /// The contract's string.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $($name::$variant => $text),+
+                }
+            }
+
+            /// The value whose contract string is `s`.
+            pub fn parse(s: &str) -> Option<Self> {
+                Self::ALL.iter().copied().find(|v| v.as_str() == s)
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl PartialEq<str> for $name {
+            fn eq(&self, other: &str) -> bool {
+                self.as_str() == other
+            }
+        }
+
+        impl PartialEq<&str> for $name {
+            fn eq(&self, other: &&str) -> bool {
+                self.as_str() == *other
+            }
+        }
+
+        impl PartialEq<$name> for &str {
+            fn eq(&self, other: &$name) -> bool {
+                *self == other.as_str()
+            }
+        }
+    };
+}
+
+vocabulary! {
+    /// A job's state (`Job.state`). The contract fixes the six values, so a client deserialises
+    /// strictly: a server speaking this contract never sends another. The rule is the domain's
+    /// `JobState`; this mirrors it for the wire (`api::views` converts, and tests that the two
+    /// are the same set).
+    JobState {
+        Parked => "parked",
+        Leased => "leased",
+        Completed => "completed",
+        Failed => "failed",
+        Cancelled => "cancelled",
+        Rejected => "rejected",
+    }
+}
+
+impl JobState {
+    /// Settled: the state never changes again.
+    pub fn is_terminal(self) -> bool {
+        !matches!(self, JobState::Parked | JobState::Leased)
+    }
+}
+
+vocabulary! {
+    /// A runner's presence (`Runner.presence`): `online` (seen within the presence window),
+    /// `dormant` (seen before that), `never` (paired, never seen). A closed vocabulary of the
+    /// contract, deserialised strictly.
+    Presence {
+        Online => "online",
+        Dormant => "dormant",
+        Never => "never",
+    }
+}
+
+vocabulary! {
+    /// A repository target's status (`RepoTarget.status`, v1.1). A closed vocabulary of the
+    /// contract, deserialised strictly.
+    TargetStatus {
+        Pending => "pending",
+        Approved => "approved",
+        Revoked => "revoked",
+    }
+}
 
 /// `{"error": {...}}`, every non-2xx answer.
 #[derive(utoipa::ToSchema, Debug, Clone, Serialize, Deserialize)]
@@ -22,7 +127,7 @@ pub struct ErrorDetail {
     pub message: String,
     /// Only on `job_terminal`: the job's terminal state.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub state: Option<String>,
+    pub state: Option<JobState>,
     /// Only on `runner_outdated`: the lowest version the server accepts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub min_version: Option<String>,
@@ -39,7 +144,7 @@ pub struct Runner {
     pub capabilities: Vec<String>,
     pub capacity: i32,
     pub active_leases: i64,
-    pub presence: String,
+    pub presence: Presence,
     pub last_seen_at: Option<DateTime<Utc>>,
     pub created_at: DateTime<Utc>,
     pub approved_by: Option<String>,
@@ -62,8 +167,7 @@ pub struct RepoTarget {
     pub provider: String,
     pub repository: String,
     pub label: Option<String>,
-    /// `pending`, `approved` or `revoked`.
-    pub status: String,
+    pub status: TargetStatus,
 }
 
 /// A repository target as a runner advertises it.
@@ -140,7 +244,9 @@ pub struct Job {
     pub owner: String,
     /// A runner id, or `*` for the owner's pool.
     pub runner_id: String,
-    pub state: String,
+    pub state: JobState,
+    /// An open vocabulary (`^[a-z][a-z0-9_.-]{0,63}$`, default `command`): the contract lets
+    /// dispatchers name their own kinds, so it stays a string, validated at dispatch.
     pub kind: String,
     pub payload: Value,
     pub required_capabilities: Vec<String>,
@@ -161,14 +267,14 @@ pub struct Job {
     /// Names of the workspace secrets the job's lease carries (never their values).
     #[serde(default)]
     pub secrets: Vec<String>,
-    /// The repository source, without any credential.
+    /// The repository source as dispatched: a credential only named, never carried.
     #[serde(default)]
-    pub source: Option<Value>,
+    pub source: Option<Source>,
 }
 
 impl Job {
     pub fn is_terminal(&self) -> bool {
-        !matches!(self.state.as_str(), "parked" | "leased")
+        self.state.is_terminal()
     }
 }
 
@@ -179,6 +285,7 @@ pub struct LeasedJob {
     pub epoch: i64,
     pub attempt: i32,
     pub workspace: String,
+    /// Open vocabulary, as in [`Job::kind`].
     pub kind: String,
     pub payload: Value,
     pub required_capabilities: Vec<String>,

@@ -175,7 +175,7 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let (status, code, message) = self.parts();
         let state = match &self {
-            ApiError::JobTerminal(s) => Some(s.as_str().to_owned()),
+            ApiError::JobTerminal(s) => Some(super::views::job_state(*s)),
             _ => None,
         };
         let min_version = match &self {

@@ -46,7 +46,7 @@ struct Checked {
     no_runner_timeout_ms: i64,
     queue_timeout_ms: Option<i64>,
     secrets: Vec<String>,
-    source: Option<serde_json::Value>,
+    source: Option<wire::Source>,
     source_key: Option<String>,
 }
 
@@ -141,7 +141,8 @@ fn new_job(
         queue_timeout_ms: c.queue_timeout_ms,
         idempotency_key,
         secrets: c.secrets,
-        source: c.source,
+        // A struct of strings: serialising it cannot fail.
+        source: c.source.and_then(|s| serde_json::to_value(s).ok()),
         source_key: c.source_key,
         traceparent: crate::telemetry::traces::current_traceparent(),
         needs_workspace_runner,
@@ -180,10 +181,7 @@ fn named_mismatch(r: &crate::domain::records::Runner, c: &Checked) -> ApiResult<
 
 /// The secret a checked job's source names as its credential.
 fn credential_secret(c: &Checked) -> Option<&str> {
-    c.source
-        .as_ref()
-        .and_then(|s| s.get("credential_secret"))
-        .and_then(serde_json::Value::as_str)
+    c.source.as_ref()?.credential_secret.as_deref()
 }
 
 /// The secret names a checked job needs to exist: those it names, and its source's credential.

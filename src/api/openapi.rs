@@ -3,7 +3,8 @@
 //!
 //! Invariant: every route of the router is a path of the document with its method, its
 //! credential, its body and answer schemas, and the contract's error shape for every error it
-//! can give. Nothing here is hand-kept twice: a route or a wire field added is documented.
+//! can give. Nothing here is hand-kept twice: a route or a wire field added is documented, and
+//! the components are exactly the types the route table names (with the types they name).
 
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
@@ -12,66 +13,22 @@ use axum::http::header;
 use axum::response::IntoResponse;
 use serde_json::{json, Map, Value};
 use utoipa::openapi::{RefOr, Schema};
-use utoipa::ToSchema;
 
 use super::routes::{self, Auth, Route};
 use crate::wire;
 
-type Schemas = BTreeMap<String, RefOr<Schema>>;
-
-fn add<T: ToSchema>(schemas: &mut Schemas) {
-    let mut deps = Vec::new();
-    T::schemas(&mut deps);
-    schemas.insert(T::name().into_owned(), T::schema());
-    schemas.extend(deps);
-}
-
-fn schemas() -> Schemas {
-    let mut s = Schemas::new();
-    add::<wire::ErrorBody>(&mut s);
-    add::<wire::ErrorDetail>(&mut s);
-    add::<wire::Runner>(&mut s);
-    add::<wire::Job>(&mut s);
-    add::<wire::LeasedJob>(&mut s);
-    add::<wire::Event>(&mut s);
-    add::<wire::CreateRunner>(&mut s);
-    add::<wire::RunnerWithToken>(&mut s);
-    add::<wire::RunnerList>(&mut s);
-    add::<wire::Role>(&mut s);
-    add::<wire::CreateKey>(&mut s);
-    add::<wire::CreatedKey>(&mut s);
-    add::<wire::Tier>(&mut s);
-    add::<wire::Target>(&mut s);
-    add::<wire::Dispatch>(&mut s);
-    add::<wire::JobList>(&mut s);
-    add::<wire::EventList>(&mut s);
-    add::<wire::CreateJoinCode>(&mut s);
-    add::<wire::JoinCode>(&mut s);
-    add::<wire::Preflight>(&mut s);
-    add::<wire::Finding>(&mut s);
-    add::<wire::PreflightReport>(&mut s);
-    add::<wire::PoolRunners>(&mut s);
-    add::<wire::PoolSlots>(&mut s);
-    add::<wire::PoolJobs>(&mut s);
-    add::<wire::Pool>(&mut s);
-    add::<wire::Enroll>(&mut s);
-    add::<wire::Running>(&mut s);
-    add::<wire::RunnerHeartbeat>(&mut s);
-    add::<wire::RunnerHeartbeatReply>(&mut s);
-    add::<wire::Lease>(&mut s);
-    add::<wire::Leased>(&mut s);
-    add::<wire::Fence>(&mut s);
-    add::<wire::LeaseExtended>(&mut s);
-    add::<wire::NewEvent>(&mut s);
-    add::<wire::AppendEvents>(&mut s);
-    add::<wire::Appended>(&mut s);
-    add::<wire::Complete>(&mut s);
-    add::<wire::Fail>(&mut s);
-    add::<wire::DispatchBatch>(&mut s);
-    add::<wire::Jobs>(&mut s);
-    add::<wire::PutSecret>(&mut s);
-    add::<wire::SecretList>(&mut s);
-    s
+/// The components: the schema of every wire type a route of the table takes or answers, of
+/// every type those name, and of the error body every route may answer. Derived from
+/// [`routes::table`], so a route's types cannot go undocumented.
+fn schemas() -> BTreeMap<String, RefOr<Schema>> {
+    let mut found = routes::Schemas::new();
+    routes::WireType::of::<wire::ErrorBody>().collect(&mut found);
+    for route in routes::table() {
+        for t in [route.doc.body, route.doc.answer].into_iter().flatten() {
+            t.collect(&mut found);
+        }
+    }
+    found.into_iter().collect()
 }
 
 fn schema_ref(name: &str) -> Value {
@@ -138,13 +95,13 @@ fn operation(route: &Route) -> Value {
         op.insert(
             "requestBody".into(),
             json!({"required": true,
-                   "content": {"application/json": {"schema": schema_ref(body)}}}),
+                   "content": {"application/json": {"schema": schema_ref(&(body.name)())}}}),
         );
     }
     let mut responses = Map::new();
     let ok = match (doc.answer, doc.media) {
         (Some(schema), _) => json!({"description": "success",
-            "content": {"application/json": {"schema": schema_ref(schema)}}}),
+            "content": {"application/json": {"schema": schema_ref(&(schema.name)())}}}),
         (None, Some(media)) => json!({"description": "success",
             "content": {media: {"schema": {"type": "string"}}}}),
         (None, None) => json!({"description": "success, no body"}),
@@ -301,4 +258,71 @@ pub async fn serve() -> impl IntoResponse {
     static TEXT: OnceLock<String> = OnceLock::new();
     let text: &'static str = TEXT.get_or_init(|| document().to_string());
     ([(header::CONTENT_TYPE, "application/json")], text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every `$ref` in `v` names a schema of the components.
+    fn refs(v: &Value, out: &mut Vec<String>) {
+        match v {
+            Value::Object(m) => {
+                if let Some(Value::String(r)) = m.get("$ref") {
+                    out.push(r.trim_start_matches("#/components/schemas/").to_owned());
+                }
+                m.values().for_each(|x| refs(x, out));
+            }
+            Value::Array(a) => a.iter().for_each(|x| refs(x, out)),
+            _ => {}
+        }
+    }
+
+    #[test]
+    fn components_hold_every_type_the_routes_name() {
+        let doc = build();
+        let schemas = doc["components"]["schemas"].as_object().unwrap();
+        let mut named = Vec::new();
+        refs(&doc, &mut named);
+        for name in &named {
+            assert!(
+                schemas.contains_key(name),
+                "{name} is named but not a component"
+            );
+        }
+        for route in routes::table() {
+            for t in [route.doc.body, route.doc.answer].into_iter().flatten() {
+                assert!(
+                    schemas.contains_key(&*(t.name)()),
+                    "{} {}",
+                    route.method,
+                    route.path
+                );
+            }
+        }
+        // The contract's closed vocabularies are enums of its strings in the document.
+        for (name, values) in [
+            (
+                "JobState",
+                wire::JobState::ALL
+                    .iter()
+                    .map(|v| v.as_str())
+                    .collect::<Vec<_>>(),
+            ),
+            (
+                "Presence",
+                wire::Presence::ALL.iter().map(|v| v.as_str()).collect(),
+            ),
+            (
+                "TargetStatus",
+                wire::TargetStatus::ALL.iter().map(|v| v.as_str()).collect(),
+            ),
+        ] {
+            assert_eq!(schemas[name]["enum"], json!(values), "{name}");
+        }
+        assert_eq!(
+            schemas["Job"]["properties"]["state"]["$ref"],
+            "#/components/schemas/JobState"
+        );
+    }
 }

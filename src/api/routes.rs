@@ -9,8 +9,11 @@ use std::sync::Arc;
 
 use axum::http::Method;
 use axum::routing::{delete, get, post, put, MethodRouter};
+use utoipa::openapi::{RefOr, Schema};
+use utoipa::ToSchema;
 
 use super::{jobs, operators, ops, placement, runner, secrets, ui, AppState};
+use crate::wire;
 
 /// Who may call a route.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,6 +28,43 @@ pub enum Auth {
     Runner,
 }
 
+/// Named schemas of a document's components.
+pub type Schemas = Vec<(String, RefOr<Schema>)>;
+
+/// A wire type a route takes or answers: its schema name, and how to add its schema and those
+/// of every type it names to a document's components (so the components are derived from the
+/// route table, never listed by hand).
+#[derive(Clone, Copy)]
+pub struct WireType {
+    pub name: fn() -> std::borrow::Cow<'static, str>,
+    pub schemas: fn(&mut Schemas),
+}
+
+impl std::fmt::Debug for WireType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&(self.name)())
+    }
+}
+
+fn with_dependencies<T: ToSchema>(out: &mut Schemas) {
+    out.push((T::name().into_owned(), T::schema()));
+    T::schemas(out);
+}
+
+impl WireType {
+    pub fn of<T: ToSchema>() -> Self {
+        Self {
+            name: T::name,
+            schemas: with_dependencies::<T>,
+        }
+    }
+
+    /// Add its schema and its dependencies' to `out`.
+    pub fn collect(self, out: &mut Schemas) {
+        (self.schemas)(out);
+    }
+}
+
 /// A query parameter: name, JSON type, description.
 pub type Query = (&'static str, &'static str, &'static str);
 
@@ -33,12 +73,12 @@ pub type Query = (&'static str, &'static str, &'static str);
 pub struct Doc {
     pub summary: &'static str,
     pub auth: Auth,
-    /// Schema name of the JSON body, if it takes one.
-    pub body: Option<&'static str>,
+    /// The wire type of the JSON body, if it takes one.
+    pub body: Option<WireType>,
     /// Status of the success answer.
     pub ok: u16,
-    /// Schema name of the success answer (`None`: no body, or not JSON).
-    pub answer: Option<&'static str>,
+    /// The wire type of the success answer (`None`: no body, or not JSON).
+    pub answer: Option<WireType>,
     /// Media type of a non-JSON success answer.
     pub media: Option<&'static str>,
     pub query: &'static [Query],
@@ -59,13 +99,13 @@ impl Doc {
             errors: &[],
         }
     }
-    const fn body(mut self, schema: &'static str) -> Self {
-        self.body = Some(schema);
+    fn body<T: ToSchema>(mut self) -> Self {
+        self.body = Some(WireType::of::<T>());
         self
     }
-    const fn answer(mut self, ok: u16, schema: &'static str) -> Self {
+    fn answer<T: ToSchema>(mut self, ok: u16) -> Self {
         self.ok = ok;
-        self.answer = Some(schema);
+        self.answer = Some(WireType::of::<T>());
         self
     }
     const fn empty(mut self, ok: u16) -> Self {
@@ -125,36 +165,36 @@ pub fn table() -> Vec<Route> {
         route(M::GET, "/ui", get(ui::index), Doc::new("The runners page", Open).media("text/html")),
         route(M::GET, "/ui/{file}", get(ui::asset), Doc::new("A static file of the runners page", Open).media("text/css, text/javascript, image/svg+xml")),
         // ---- operators and dispatchers
-        route(M::POST, "/v1/runners", post(operators::create_personal_runner), Doc::new("Pair a personal runner (owner = caller's subject); the token is shown once", Member).body("CreateRunner").answer(201, "RunnerWithToken")),
-        route(M::GET, "/v1/runners", get(operators::list_personal_runners), Doc::new("The caller's personal runners in this workspace", Member).answer(200, "RunnerList")),
+        route(M::POST, "/v1/runners", post(operators::create_personal_runner), Doc::new("Pair a personal runner (owner = caller's subject); the token is shown once", Member).body::<wire::CreateRunner>().answer::<wire::RunnerWithToken>(201)),
+        route(M::GET, "/v1/runners", get(operators::list_personal_runners), Doc::new("The caller's personal runners in this workspace", Member).answer::<wire::RunnerList>(200)),
         route(M::DELETE, "/v1/runners/{id}", delete(operators::revoke_personal_runner), Doc::new("Revoke a personal runner: its token dies at once", Member).empty(204)),
-        route(M::POST, "/v1/workspace/runners", post(operators::create_workspace_runner), Doc::new("Pair a workspace runner (owner = ws:<workspace>)", Admin).body("CreateRunner").answer(201, "RunnerWithToken")),
-        route(M::GET, "/v1/workspace/runners", get(operators::list_workspace_runners), Doc::new("Roster: every runner paired in this workspace, both tiers", Member).answer(200, "RunnerList")),
+        route(M::POST, "/v1/workspace/runners", post(operators::create_workspace_runner), Doc::new("Pair a workspace runner (owner = ws:<workspace>)", Admin).body::<wire::CreateRunner>().answer::<wire::RunnerWithToken>(201)),
+        route(M::GET, "/v1/workspace/runners", get(operators::list_workspace_runners), Doc::new("Roster: every runner paired in this workspace, both tiers", Member).answer::<wire::RunnerList>(200)),
         route(M::DELETE, "/v1/workspace/runners/{id}", delete(operators::revoke_workspace_runner), Doc::new("Revoke a workspace runner", Admin).empty(204)),
-        route(M::POST, "/v1/runners/{id}/repo-targets/{target_id}/approve", post(placement::approve_repo_target), Doc::new("Approve a repository target a runner advertised (v1.1)", Member).answer(200, "Runner").errors(&["forbidden"])),
-        route(M::POST, "/v1/runners/{id}/repo-targets/{target_id}/revoke", post(placement::revoke_repo_target), Doc::new("Revoke a repository target (v1.1)", Member).answer(200, "Runner").errors(&["forbidden"])),
-        route(M::POST, "/v1/join-codes", post(operators::create_join_code), Doc::new("Mint a join code (workspace tier needs admin); shown once", Member).body("CreateJoinCode").answer(201, "JoinCode").errors(&["forbidden"])),
-        route(M::POST, "/v1/keys", post(operators::create_key), Doc::new("Issue an API key; shown once", Admin).body("CreateKey").answer(201, "CreatedKey")),
+        route(M::POST, "/v1/runners/{id}/repo-targets/{target_id}/approve", post(placement::approve_repo_target), Doc::new("Approve a repository target a runner advertised (v1.1)", Member).answer::<wire::Runner>(200).errors(&["forbidden"])),
+        route(M::POST, "/v1/runners/{id}/repo-targets/{target_id}/revoke", post(placement::revoke_repo_target), Doc::new("Revoke a repository target (v1.1)", Member).answer::<wire::Runner>(200).errors(&["forbidden"])),
+        route(M::POST, "/v1/join-codes", post(operators::create_join_code), Doc::new("Mint a join code (workspace tier needs admin); shown once", Member).body::<wire::CreateJoinCode>().answer::<wire::JoinCode>(201).errors(&["forbidden"])),
+        route(M::POST, "/v1/keys", post(operators::create_key), Doc::new("Issue an API key; shown once", Admin).body::<wire::CreateKey>().answer::<wire::CreatedKey>(201)),
         route(M::DELETE, "/v1/keys/{id}", delete(operators::revoke_key), Doc::new("Revoke an API key", Admin).empty(204)),
-        route(M::POST, "/v1/jobs", post(jobs::dispatch), Doc::new("Dispatch a job; header Idempotency-Key optional (a repeat answers 200 with the first job)", Member).body("Dispatch").answer(201, "Job").errors(&["capability_mismatch"])),
-        route(M::GET, "/v1/jobs", get(jobs::list), Doc::new("The workspace's jobs by id", Member).answer(200, "JobList").query(&[("state", "string", "parked|leased|completed|failed|cancelled|rejected"), ("limit", "integer", "1..500, default 100"), ("after", "string", "a job id, exclusive"), ("order", "string", "asc (default) or desc (v1.1)")])),
-        route(M::POST, "/v1/jobs/batch", post(jobs::dispatch_batch), Doc::new("Dispatch 1..1000 jobs in one transaction, all or none (v1.1)", Member).body("DispatchBatch").answer(201, "Jobs").errors(&["capability_mismatch"])),
-        route(M::GET, JOB_ID, get(jobs::get), Doc::new("A job; with wait_ms, answers once it is terminal or the wait ends", Member).answer(200, "Job").query(&[("wait_ms", "integer", "0..60000, default 0")])),
-        route(M::POST, "/v1/jobs/{id}/cancel", post(jobs::cancel), Doc::new("Cancel a live job; a terminal job is returned unchanged", Member).answer(200, "Job")),
-        route(M::GET, "/v1/jobs/{id}/events", get(jobs::events), Doc::new("A job's events after a seq", Member).answer(200, "EventList").query(&[("after", "integer", "a seq, exclusive, default 0"), ("limit", "integer", "1..1000, default 1000"), ("wait_ms", "integer", "0..60000, default 0")])),
-        route(M::POST, "/v1/preflight", post(operators::preflight), Doc::new("Would a dispatch find a runner?", Member).body("Preflight").answer(200, "PreflightReport")),
-        route(M::GET, "/v1/pool", get(operators::pool), Doc::new("Runners, slots and jobs of the runners the caller may target", Member).answer(200, "Pool")),
-        route(M::PUT, "/v1/secrets/{name}", put(secrets::put), Doc::new("Create or replace a workspace secret (v1.1) with its scope (runners: workspace|any, dispatch: member|admin); the value is never shown again", Admin).body("PutSecret").empty(204)),
-        route(M::GET, "/v1/secrets", get(secrets::list), Doc::new("The workspace's secret names and scopes, by name (v1.1); never a value", Member).answer(200, "SecretList")),
+        route(M::POST, "/v1/jobs", post(jobs::dispatch), Doc::new("Dispatch a job; header Idempotency-Key optional (a repeat answers 200 with the first job)", Member).body::<wire::Dispatch>().answer::<wire::Job>(201).errors(&["capability_mismatch"])),
+        route(M::GET, "/v1/jobs", get(jobs::list), Doc::new("The workspace's jobs by id", Member).answer::<wire::JobList>(200).query(&[("state", "string", "parked|leased|completed|failed|cancelled|rejected"), ("limit", "integer", "1..500, default 100"), ("after", "string", "a job id, exclusive"), ("order", "string", "asc (default) or desc (v1.1)")])),
+        route(M::POST, "/v1/jobs/batch", post(jobs::dispatch_batch), Doc::new("Dispatch 1..1000 jobs in one transaction, all or none (v1.1)", Member).body::<wire::DispatchBatch>().answer::<wire::Jobs>(201).errors(&["capability_mismatch"])),
+        route(M::GET, JOB_ID, get(jobs::get), Doc::new("A job; with wait_ms, answers once it is terminal or the wait ends", Member).answer::<wire::Job>(200).query(&[("wait_ms", "integer", "0..60000, default 0")])),
+        route(M::POST, "/v1/jobs/{id}/cancel", post(jobs::cancel), Doc::new("Cancel a live job; a terminal job is returned unchanged", Member).answer::<wire::Job>(200)),
+        route(M::GET, "/v1/jobs/{id}/events", get(jobs::events), Doc::new("A job's events after a seq", Member).answer::<wire::EventList>(200).query(&[("after", "integer", "a seq, exclusive, default 0"), ("limit", "integer", "1..1000, default 1000"), ("wait_ms", "integer", "0..60000, default 0")])),
+        route(M::POST, "/v1/preflight", post(operators::preflight), Doc::new("Would a dispatch find a runner?", Member).body::<wire::Preflight>().answer::<wire::PreflightReport>(200)),
+        route(M::GET, "/v1/pool", get(operators::pool), Doc::new("Runners, slots and jobs of the runners the caller may target", Member).answer::<wire::Pool>(200)),
+        route(M::PUT, "/v1/secrets/{name}", put(secrets::put), Doc::new("Create or replace a workspace secret (v1.1) with its scope (runners: workspace|any, dispatch: member|admin); the value is never shown again", Admin).body::<wire::PutSecret>().empty(204)),
+        route(M::GET, "/v1/secrets", get(secrets::list), Doc::new("The workspace's secret names and scopes, by name (v1.1); never a value", Member).answer::<wire::SecretList>(200)),
         route(M::DELETE, "/v1/secrets/{name}", delete(secrets::delete), Doc::new("Delete a workspace secret (v1.1)", Admin).empty(204)),
         // ---- runners
-        route(M::POST, "/v1/enroll", post(runner::enroll), Doc::new("Enrol a runner with a join code (the code is the credential and is burned)", Open).body("Enroll").answer(201, "RunnerWithToken")),
-        route(M::POST, "/v1/runner/heartbeat", post(runner::heartbeat), Doc::new("A runner's heartbeat: advertise, and learn which running jobs to stop", Runner).body("RunnerHeartbeat").answer(200, "RunnerHeartbeatReply")),
-        route(M::POST, "/v1/runner/lease", post(runner::lease), Doc::new("Long-poll for jobs: answers with jobs, or empty when the wait ends", Runner).body("Lease").answer(200, "Leased").errors(&["runner_outdated"])),
-        route(M::POST, "/v1/runner/jobs/{id}/heartbeat", post(runner::job_heartbeat), Doc::new("Extend a lease, fenced by epoch", Runner).body("Fence").answer(200, "LeaseExtended").errors(FENCE)),
-        route(M::POST, "/v1/runner/jobs/{id}/events", post(runner::append_events), Doc::new("Append events, fenced by epoch", Runner).body("AppendEvents").answer(202, "Appended").errors(FENCE)),
-        route(M::POST, "/v1/runner/jobs/{id}/complete", post(runner::complete), Doc::new("Report success, fenced; the first terminal report wins", Runner).body("Complete").answer(200, "Job").errors(FENCE)),
-        route(M::POST, "/v1/runner/jobs/{id}/fail", post(runner::fail), Doc::new("Report that the job could not run, fenced", Runner).body("Fail").answer(200, "Job").errors(FENCE)),
-        route(M::POST, "/v1/runner/jobs/{id}/release", post(runner::release), Doc::new("Give the lease back (draining); the job is parked again", Runner).body("Fence").answer(200, "Job").errors(FENCE)),
+        route(M::POST, "/v1/enroll", post(runner::enroll), Doc::new("Enrol a runner with a join code (the code is the credential and is burned)", Open).body::<wire::Enroll>().answer::<wire::RunnerWithToken>(201)),
+        route(M::POST, "/v1/runner/heartbeat", post(runner::heartbeat), Doc::new("A runner's heartbeat: advertise, and learn which running jobs to stop", Runner).body::<wire::RunnerHeartbeat>().answer::<wire::RunnerHeartbeatReply>(200)),
+        route(M::POST, "/v1/runner/lease", post(runner::lease), Doc::new("Long-poll for jobs: answers with jobs, or empty when the wait ends", Runner).body::<wire::Lease>().answer::<wire::Leased>(200).errors(&["runner_outdated"])),
+        route(M::POST, "/v1/runner/jobs/{id}/heartbeat", post(runner::job_heartbeat), Doc::new("Extend a lease, fenced by epoch", Runner).body::<wire::Fence>().answer::<wire::LeaseExtended>(200).errors(FENCE)),
+        route(M::POST, "/v1/runner/jobs/{id}/events", post(runner::append_events), Doc::new("Append events, fenced by epoch", Runner).body::<wire::AppendEvents>().answer::<wire::Appended>(202).errors(FENCE)),
+        route(M::POST, "/v1/runner/jobs/{id}/complete", post(runner::complete), Doc::new("Report success, fenced; the first terminal report wins", Runner).body::<wire::Complete>().answer::<wire::Job>(200).errors(FENCE)),
+        route(M::POST, "/v1/runner/jobs/{id}/fail", post(runner::fail), Doc::new("Report that the job could not run, fenced", Runner).body::<wire::Fail>().answer::<wire::Job>(200).errors(FENCE)),
+        route(M::POST, "/v1/runner/jobs/{id}/release", post(runner::release), Doc::new("Give the lease back (draining); the job is parked again", Runner).body::<wire::Fence>().answer::<wire::Job>(200).errors(FENCE)),
     ]
 }

@@ -183,15 +183,15 @@ pub fn secret_names(field: &str, names: Vec<String>) -> Result<Vec<String>, ApiE
 }
 
 /// A repository source (v1.1): `{"provider":"git","repository":URL,"commit_sha":40 hex,
-/// "ref"?, "credential_secret"?}`. Returns it as stored (the same object) and its match key
-/// `provider repository`.
+/// "ref"?, "credential_secret"?}`. Returns it typed (unknown fields dropped) and its match key
+/// `provider repository`. The body keeps it as JSON so each 400 names the exact field.
 ///
 /// # Errors
 /// 400 naming the offending field.
 pub fn source(
     field: &str,
     value: serde_json::Value,
-) -> Result<(serde_json::Value, String), ApiError> {
+) -> Result<(crate::wire::Source, String), ApiError> {
     use serde_json::Value;
     let Value::Object(map) = &value else {
         return Err(ApiError::bad(format!("{field}: must be an object")));
@@ -218,14 +218,22 @@ pub fn source(
             "{field}.commit_sha: must be 40 lowercase hexadecimal characters"
         )));
     }
-    text_field("ref", false, 255)?;
-    if let Some(name) = text_field("credential_secret", false, 64)? {
-        if !is_secret_name(&name) {
+    let git_ref = text_field("ref", false, 255)?;
+    let credential_secret = text_field("credential_secret", false, 64)?;
+    if let Some(name) = &credential_secret {
+        if !is_secret_name(name) {
             return Err(ApiError::bad(format!(
                 "{field}.credential_secret: must match ^[A-Z_][A-Z0-9_]{{0,63}}$"
             )));
         }
     }
     let key = format!("{provider} {repository}");
-    Ok((value, key))
+    let source = crate::wire::Source {
+        provider,
+        repository,
+        commit_sha: sha,
+        git_ref,
+        credential_secret,
+    };
+    Ok((source, key))
 }

@@ -1,4 +1,8 @@
 //! Store records shaped for the wire.
+//!
+//! Invariant: the wire's closed vocabularies mirror the domain's (job state) and the store's
+//! (presence, target status) exactly; a value the wire cannot name is a bug, logged, and shown
+//! as the most conservative value rather than crashing the answer.
 
 use std::collections::BTreeMap;
 
@@ -6,7 +10,49 @@ use serde_json::Value;
 
 use crate::config::Config;
 use crate::domain::records::{Claimed, Event, Job, RepoTarget, Runner, SecretInfo};
+use crate::domain::state::JobState;
 use crate::wire;
+
+/// The wire's name of a domain job state.
+pub fn job_state(s: JobState) -> wire::JobState {
+    match s {
+        JobState::Parked => wire::JobState::Parked,
+        JobState::Leased => wire::JobState::Leased,
+        JobState::Completed => wire::JobState::Completed,
+        JobState::Failed => wire::JobState::Failed,
+        JobState::Cancelled => wire::JobState::Cancelled,
+        JobState::Rejected => wire::JobState::Rejected,
+    }
+}
+
+/// A stored presence (`runner_presence()` in SQL) for the wire; `dormant` if it is none of the
+/// three (a bug, logged).
+fn presence(s: &str) -> wire::Presence {
+    wire::Presence::parse(s).unwrap_or_else(|| {
+        tracing::error!(presence = s, "a runner presence the wire cannot name");
+        wire::Presence::Dormant
+    })
+}
+
+/// A stored target status for the wire; `revoked` (never usable) if it is none of the three
+/// (a bug, logged).
+fn target_status(s: &str) -> wire::TargetStatus {
+    wire::TargetStatus::parse(s).unwrap_or_else(|| {
+        tracing::error!(
+            status = s,
+            "a repository target status the wire cannot name"
+        );
+        wire::TargetStatus::Revoked
+    })
+}
+
+/// A stored source (validated at dispatch, stored as [`wire::Source`] serialises); `None`, and
+/// an error logged, if it does not read back (a bug).
+fn source(stored: Value) -> Option<wire::Source> {
+    serde_json::from_value(stored)
+        .map_err(|e| tracing::error!(error = %e, "a stored job source does not read back"))
+        .ok()
+}
 
 pub fn runner(r: Runner) -> wire::Runner {
     wire::Runner {
@@ -19,7 +65,7 @@ pub fn runner(r: Runner) -> wire::Runner {
         capabilities: r.capabilities,
         capacity: r.capacity,
         active_leases: r.active_leases,
-        presence: r.presence,
+        presence: presence(&r.presence),
         last_seen_at: r.last_seen_at,
         created_at: r.created_at,
         approved_by: Some(r.approved_by),
@@ -36,7 +82,7 @@ pub fn repo_target(t: RepoTarget) -> wire::RepoTarget {
         provider: t.provider,
         repository: t.repository,
         label: t.label,
-        status: t.status,
+        status: target_status(&t.status),
     }
 }
 
@@ -58,7 +104,7 @@ pub fn job(j: Job) -> wire::Job {
         runner_id: j
             .runner_id
             .map_or_else(|| "*".to_owned(), |id| id.to_string()),
-        state: j.state.as_str().to_owned(),
+        state: job_state(j.state),
         kind: j.kind,
         payload: j.payload,
         required_capabilities: j.required_capabilities,
@@ -75,7 +121,7 @@ pub fn job(j: Job) -> wire::Job {
         billing_tenant: j.billing_tenant,
         pool: j.pool,
         secrets: j.secrets,
-        source: j.source,
+        source: j.source.and_then(source),
     }
 }
 
@@ -99,20 +145,22 @@ pub fn leased(
         lease_ttl_ms: config.lease_ttl_ms,
         heartbeat_interval_ms: config.lease_ttl_ms / 3,
         secrets: wire::SecretValues(secrets),
-        source: c.source.as_ref().and_then(|v| leased_source(v, credential)),
+        source: c
+            .source
+            .and_then(source)
+            .map(|s| leased_source(s, credential)),
     }
 }
 
-/// The stored source (validated at dispatch) with the credential's value in place of its name.
-fn leased_source(stored: &Value, credential: Option<String>) -> Option<wire::LeasedSource> {
-    let text = |k: &str| stored.get(k).and_then(Value::as_str).map(str::to_owned);
-    Some(wire::LeasedSource {
-        provider: text("provider")?,
-        repository: text("repository")?,
-        commit_sha: text("commit_sha")?,
-        git_ref: text("ref"),
+/// The stored source with the credential's value in place of its name.
+fn leased_source(s: wire::Source, credential: Option<String>) -> wire::LeasedSource {
+    wire::LeasedSource {
+        provider: s.provider,
+        repository: s.repository,
+        commit_sha: s.commit_sha,
+        git_ref: s.git_ref,
         credential: credential.map(wire::Redacted),
-    })
+    }
 }
 
 pub fn event(e: Event) -> wire::Event {
@@ -121,5 +169,59 @@ pub fn event(e: Event) -> wire::Event {
         at: e.at,
         kind: e.kind,
         data: e.data,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::*;
+
+    #[test]
+    fn wire_job_states_are_the_domain_states() {
+        let domain: BTreeSet<&str> = JobState::ALL.iter().map(|s| s.as_str()).collect();
+        let wire: BTreeSet<&str> = wire::JobState::ALL.iter().map(|s| s.as_str()).collect();
+        assert_eq!(domain, wire);
+        for s in JobState::ALL {
+            let w = job_state(s);
+            assert_eq!(w.as_str(), s.as_str());
+            assert_eq!(w.is_terminal(), s.is_terminal(), "{s:?}");
+            assert_eq!(serde_json::to_value(w).unwrap(), s.as_str());
+        }
+    }
+
+    /// Each value's JSON and `Display` are the contract's string, in the contract's order.
+    fn strings<T: serde::Serialize + std::fmt::Display>(all: &[T]) -> Vec<String> {
+        all.iter()
+            .map(|v| {
+                let json = serde_json::to_string(v).unwrap();
+                assert_eq!(json, format!("\"{v}\""));
+                v.to_string()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn vocabularies_serialise_to_the_contract_strings() {
+        assert_eq!(
+            strings(wire::JobState::ALL),
+            [
+                "parked",
+                "leased",
+                "completed",
+                "failed",
+                "cancelled",
+                "rejected"
+            ]
+        );
+        assert_eq!(strings(wire::Presence::ALL), ["online", "dormant", "never"]);
+        assert_eq!(
+            strings(wire::TargetStatus::ALL),
+            ["pending", "approved", "revoked"]
+        );
+        assert!(serde_json::from_str::<wire::Presence>("\"away\"").is_err());
+        assert_eq!(wire::JobState::Completed, "completed");
+        assert!("approved" == wire::TargetStatus::Approved);
     }
 }

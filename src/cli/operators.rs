@@ -76,7 +76,7 @@ pub async fn runners(conn: &Conn, command: RunnersCommand) -> anyhow::Result<i32
                         r.id.to_string(),
                         r.label.clone(),
                         r.owner.clone(),
-                        r.presence.clone(),
+                        r.presence.to_string(),
                         format!("{}/{}", r.active_leases, r.capacity),
                         if r.capabilities.is_empty() {
                             "-".into()
@@ -157,7 +157,7 @@ fn print_targets(conn: &Conn, runner: &wire::Runner) {
         .map(|t| {
             vec![
                 t.id.to_string(),
-                t.status.clone(),
+                t.status.to_string(),
                 t.provider.clone(),
                 t.repository.clone(),
                 t.label.clone().unwrap_or_else(|| "-".into()),

@@ -652,7 +652,7 @@ async fn settle(
                 let c = clients[i % clients.len()].clone();
                 async move {
                     match c.job(id).await {
-                        Ok(j) => (id, Some((Some(j.state), j.epoch))),
+                        Ok(j) => (id, Some((Some(j.state.to_string()), j.epoch))),
                         Err(e) if e.status().is_some_and(|s| s.as_u16() == 404) => {
                             (id, Some((None, 0)))
                         }

@@ -46,7 +46,7 @@ fn status_of(runner: &wire::Runner, repository: &str) -> Option<String> {
         .repo_targets
         .iter()
         .find(|t| t.repository == repository)
-        .map(|t| t.status.clone())
+        .map(|t| t.status.to_string())
 }
 
 fn repo(prefix: &str, i: usize) -> String {

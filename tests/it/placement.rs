@@ -291,7 +291,7 @@ fn status_of(runner: &wire::Runner, repository: &str) -> String {
         .find(|t| t.repository == repository)
         .unwrap_or_else(|| panic!("{repository} not in {:?}", runner.repo_targets))
         .status
-        .clone()
+        .to_string()
 }
 
 #[tokio::test]
@@ -771,7 +771,7 @@ async fn a_source_job_reaches_only_a_runner_holding_an_approved_target() {
     let report = admin.preflight(&pre).await.unwrap();
     assert_eq!(report.blockers[0].code, "no_approved_target", "{report:?}");
     let job = admin.dispatch(&d).await.unwrap();
-    assert_eq!(job.source.as_ref().unwrap()["commit_sha"], json!(SHA));
+    assert_eq!(job.source.as_ref().unwrap().commit_sha, SHA);
     assert!(lease(&builder, 0, 1).await.is_empty(), "pending: refused");
     assert!(lease(&other, 0, 1).await.is_empty(), "no target: refused");
     let named = wire::Target::Runner {

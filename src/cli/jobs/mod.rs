@@ -206,7 +206,7 @@ pub async fn run(conn: &Conn, command: JobCommand) -> anyhow::Result<i32> {
                 .map(|j| {
                     vec![
                         j.id.to_string(),
-                        j.state.clone(),
+                        j.state.to_string(),
                         when(Some(j.created_at)),
                         target_text(j),
                         command_text(j),

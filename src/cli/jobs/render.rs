@@ -116,7 +116,7 @@ pub(super) fn command_text(job: &Job) -> String {
 pub(super) fn describe(job: &Job) {
     let mut rows: Vec<(&str, String)> = vec![
         ("id", job.id.to_string()),
-        ("state", job.state.clone()),
+        ("state", job.state.to_string()),
         ("workspace", job.workspace.clone()),
         ("target", target_text(job)),
         ("kind", job.kind.clone()),
