@@ -13,6 +13,9 @@
 -- a 'workspace' secret for a personal runner) are rejected; jobs named for it are taken, then its pool (for a workspace runner also the
 -- workspace's 'any' jobs), skipping pool jobs it cannot run (a personal runner skips every job
 -- that needs a workspace runner: one naming a 'workspace' secret); highest priority first, FIFO by id.
+-- Pool jobs are read one claim class at a time (plain, constrained: migration 0012), and a class
+-- no job of which can fit the runner is not read at all, so a head of unrunnable jobs costs
+-- nothing to a runner that could run none of them.
 -- Each candidate scan is ordered by its partial index and limited, with FOR UPDATE SKIP LOCKED,
 -- and locks only the rows it takes. The rejection has no limit: it takes every unrunnable job
 -- named for the runner at once.
@@ -66,10 +69,32 @@ named AS (
            FOR UPDATE SKIP LOCKED) AS c
      LIMIT COALESCE((SELECT take FROM slots), 0)
 ),
-own_pool AS (
+-- The pool is read by class (migration 0012): plain jobs (no required capability, no source)
+-- fit every runner without an exclusive set; a constrained job fits only a runner that
+-- advertises a capability or holds an approved source. Each class's scan is gated on the
+-- runner (an uncorrelated condition: a one-time filter, so a gated scan reads no index entry
+-- at all), so a head of jobs this runner cannot run costs it nothing when their class is
+-- closed to it. The gates only skip scans that could find nothing; job_fits still decides.
+own_plain AS (
     SELECT id, priority FROM (
         SELECT j.id, j.priority FROM jobs j
          WHERE j.workspace = $3 AND j.owner = $4 AND j.runner_id IS NULL AND j.state = 'parked'
+           AND job_claim_class(j.required_capabilities, j.source_key) = 0
+           AND (SELECT cardinality(exclusive) = 0 FROM r)
+           AND job_fits(j.required_capabilities, j.source_key, j.needs_workspace_runner,
+                        (SELECT capabilities FROM r), (SELECT exclusive FROM r),
+                        (SELECT sources FROM r), $4 LIKE 'ws:%')
+         ORDER BY j.priority DESC, j.id
+         LIMIT 1000
+           FOR UPDATE SKIP LOCKED) AS c
+     LIMIT greatest(COALESCE((SELECT take FROM slots), 0) - (SELECT count(*) FROM named), 0)
+),
+own_constrained AS (
+    SELECT id, priority FROM (
+        SELECT j.id, j.priority FROM jobs j
+         WHERE j.workspace = $3 AND j.owner = $4 AND j.runner_id IS NULL AND j.state = 'parked'
+           AND job_claim_class(j.required_capabilities, j.source_key) = 1
+           AND (SELECT cardinality(capabilities) > 0 OR cardinality(sources) > 0 FROM r)
            AND job_fits(j.required_capabilities, j.source_key, j.needs_workspace_runner,
                         (SELECT capabilities FROM r), (SELECT exclusive FROM r),
                         (SELECT sources FROM r), $4 LIKE 'ws:%')
@@ -79,10 +104,26 @@ own_pool AS (
      LIMIT greatest(COALESCE((SELECT take FROM slots), 0) - (SELECT count(*) FROM named), 0)
 ),
 -- A workspace runner also serves the workspace's 'any' jobs (owned by their subjects).
-any_pool AS (
+any_plain AS (
     SELECT id, priority FROM (
         SELECT j.id, j.priority FROM jobs j
          WHERE $4 LIKE 'ws:%' AND j.workspace = $3 AND j.pool = 'any' AND j.state = 'parked'
+           AND job_claim_class(j.required_capabilities, j.source_key) = 0
+           AND (SELECT cardinality(exclusive) = 0 FROM r)
+           AND job_fits(j.required_capabilities, j.source_key, j.needs_workspace_runner,
+                        (SELECT capabilities FROM r), (SELECT exclusive FROM r),
+                        (SELECT sources FROM r), $4 LIKE 'ws:%')
+         ORDER BY j.priority DESC, j.id
+         LIMIT 1000
+           FOR UPDATE SKIP LOCKED) AS c
+     LIMIT greatest(COALESCE((SELECT take FROM slots), 0) - (SELECT count(*) FROM named), 0)
+),
+any_constrained AS (
+    SELECT id, priority FROM (
+        SELECT j.id, j.priority FROM jobs j
+         WHERE $4 LIKE 'ws:%' AND j.workspace = $3 AND j.pool = 'any' AND j.state = 'parked'
+           AND job_claim_class(j.required_capabilities, j.source_key) = 1
+           AND (SELECT cardinality(capabilities) > 0 OR cardinality(sources) > 0 FROM r)
            AND job_fits(j.required_capabilities, j.source_key, j.needs_workspace_runner,
                         (SELECT capabilities FROM r), (SELECT exclusive FROM r),
                         (SELECT sources FROM r), $4 LIKE 'ws:%')
@@ -92,7 +133,9 @@ any_pool AS (
      LIMIT greatest(COALESCE((SELECT take FROM slots), 0) - (SELECT count(*) FROM named), 0)
 ),
 pool AS (
-    SELECT id FROM (SELECT * FROM own_pool UNION ALL SELECT * FROM any_pool) AS candidates
+    SELECT id FROM (SELECT * FROM own_plain UNION ALL SELECT * FROM own_constrained
+                    UNION ALL SELECT * FROM any_plain UNION ALL SELECT * FROM any_constrained)
+                AS candidates
      ORDER BY priority DESC, id
      LIMIT greatest(COALESCE((SELECT take FROM slots), 0) - (SELECT count(*) FROM named), 0)
 ),
@@ -156,13 +199,28 @@ UNION ALL
 SELECT 'more', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
  WHERE $7::boolean
    AND (EXISTS (SELECT 1 FROM (SELECT j.id FROM jobs j
-                                WHERE j.workspace = $3 AND j.owner = $4 AND j.runner_id IS NULL
-                                  AND j.state = 'parked'
-                                ORDER BY j.priority DESC, j.id
-                                LIMIT 1000) AS c
+                          WHERE j.workspace = $3 AND j.owner = $4 AND j.runner_id IS NULL
+                            AND j.state = 'parked'
+                            AND job_claim_class(j.required_capabilities, j.source_key) = 0
+                          ORDER BY j.priority DESC, j.id
+                          LIMIT 1000) AS c
                  WHERE c.id NOT IN (SELECT id FROM pool))
-        OR ($4 LIKE 'ws:%' AND EXISTS (SELECT 1 FROM (SELECT j.id FROM jobs j
-                                WHERE j.workspace = $3 AND j.pool = 'any' AND j.state = 'parked'
-                                ORDER BY j.priority DESC, j.id
-                                LIMIT 1000) AS c
-                 WHERE c.id NOT IN (SELECT id FROM pool))))
+        OR EXISTS (SELECT 1 FROM (SELECT j.id FROM jobs j
+                          WHERE j.workspace = $3 AND j.owner = $4 AND j.runner_id IS NULL
+                            AND j.state = 'parked'
+                            AND job_claim_class(j.required_capabilities, j.source_key) = 1
+                          ORDER BY j.priority DESC, j.id
+                          LIMIT 1000) AS c
+                 WHERE c.id NOT IN (SELECT id FROM pool))
+        OR ($4 LIKE 'ws:%' AND (EXISTS (SELECT 1 FROM (SELECT j.id FROM jobs j
+                          WHERE j.workspace = $3 AND j.pool = 'any' AND j.state = 'parked'
+                            AND job_claim_class(j.required_capabilities, j.source_key) = 0
+                          ORDER BY j.priority DESC, j.id
+                          LIMIT 1000) AS c
+                 WHERE c.id NOT IN (SELECT id FROM pool))
+             OR EXISTS (SELECT 1 FROM (SELECT j.id FROM jobs j
+                          WHERE j.workspace = $3 AND j.pool = 'any' AND j.state = 'parked'
+                            AND job_claim_class(j.required_capabilities, j.source_key) = 1
+                          ORDER BY j.priority DESC, j.id
+                          LIMIT 1000) AS c
+                 WHERE c.id NOT IN (SELECT id FROM pool)))))

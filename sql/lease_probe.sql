@@ -14,12 +14,22 @@ SELECT r.ephemeral,
        -- history instead).
        ((SELECT id FROM jobs WHERE runner_id = $2 AND state = 'parked'
           ORDER BY priority DESC, id LIMIT 1) IS NOT NULL
+        -- A pool claim index holds each claim class apart (migration 0012): look at both.
         OR (SELECT id FROM jobs
              WHERE workspace = $3 AND owner = $4 AND runner_id IS NULL AND state = 'parked'
+               AND job_claim_class(required_capabilities, source_key) = 0
+             ORDER BY priority DESC, id LIMIT 1) IS NOT NULL
+        OR (SELECT id FROM jobs
+             WHERE workspace = $3 AND owner = $4 AND runner_id IS NULL AND state = 'parked'
+               AND job_claim_class(required_capabilities, source_key) = 1
              ORDER BY priority DESC, id LIMIT 1) IS NOT NULL
         OR ($4 LIKE 'ws:%'
-            AND (SELECT id FROM jobs WHERE workspace = $3 AND pool = 'any' AND state = 'parked'
-                  ORDER BY priority DESC, id LIMIT 1) IS NOT NULL)) AS parked
+            AND ((SELECT id FROM jobs WHERE workspace = $3 AND pool = 'any' AND state = 'parked'
+                    AND job_claim_class(required_capabilities, source_key) = 0
+                  ORDER BY priority DESC, id LIMIT 1) IS NOT NULL
+                 OR (SELECT id FROM jobs WHERE workspace = $3 AND pool = 'any' AND state = 'parked'
+                       AND job_claim_class(required_capabilities, source_key) = 1
+                     ORDER BY priority DESC, id LIMIT 1) IS NOT NULL))) AS parked
   FROM runners r
  WHERE r.token_hash = $1 AND r.id = $2 AND r.revoked_at IS NULL
    AND NOT (r.ephemeral AND runner_spent(r.ephemeral, r.ephemeral_job))

@@ -730,6 +730,45 @@ async fn a_canary_runner_skips_untagged_pool_jobs_and_rejects_untagged_named_one
     assert_eq!(lease(&ordinary, 0, 1).await[0].id, untagged.id);
 }
 
+/// The claim reads plain and constrained pool jobs by separate scans (migration 0012): a runner
+/// that can run both still takes them in one order, highest priority first, FIFO by id across
+/// both, and passes by a job it cannot run without taking or touching it.
+#[tokio::test]
+async fn plain_and_constrained_pool_jobs_are_taken_in_one_priority_order() {
+    let app = TestApp::spawn().await;
+    let admin = app.operator("acme", "root", true).await;
+    let job = |caps: &[&str], priority: i64, tag: &str| {
+        let mut d = wire::Dispatch::new(workspace_pool(), json!(tag));
+        d.required_capabilities = Some(caps.iter().map(|c| c.to_string()).collect());
+        d.priority = Some(priority);
+        d
+    };
+    let mut ids = Vec::new();
+    for d in [
+        job(&["gpu"], 9, "unfit"),
+        job(&[], 0, "plain low"),
+        job(&["linux"], 0, "linux low"),
+        job(&[], 5, "plain high"),
+        job(&["linux"], 5, "linux high"),
+    ] {
+        ids.push(admin.dispatch(&d).await.unwrap().id);
+    }
+    let (_, runner) = pair(&admin, Tier::Workspace, &["linux"], 4).await;
+    let mut order = Vec::new();
+    for _ in 0..4 {
+        let got = lease(&runner, 0, 1).await;
+        assert_eq!(got.len(), 1);
+        order.push(got[0].id);
+    }
+    assert_eq!(order, [ids[3], ids[4], ids[1], ids[2]]);
+    assert!(
+        lease(&runner, 0, 1).await.is_empty(),
+        "the gpu job is not taken"
+    );
+    let unfit = admin.job(ids[0]).await.unwrap();
+    assert_eq!((unfit.state.as_str(), unfit.attempts), ("parked", 0));
+}
+
 const REPO: &str = "https://git.example.com/acme/app.git";
 const SHA: &str = "0123456789abcdef0123456789abcdef01234567";
 

@@ -224,3 +224,88 @@ async fn check_hot_plans(app: &TestApp) {
         &["Seq Scan"],
     );
 }
+
+/// Issue 19: a head of pool jobs the runner cannot run costs it nothing. 5,000 parked jobs
+/// requiring `gpu` sit ahead (same priority, lower ids) of runnable ones; a workspace runner
+/// without capabilities runs the claim's generic plan (as a replica's pool connection does)
+/// and leases the first runnable job. Its claim must not have read and filtered the unfit head:
+/// no plan node discards rows by its filter, and the constrained class is never scanned.
+#[tokio::test]
+async fn a_claim_behind_an_unfit_head_reads_none_of_it() {
+    let app = TestApp::spawn().await;
+    realistic_table(&app.database_url).await;
+    let mut db = connect(&app.database_url).await;
+    db.batch_execute(
+        "INSERT INTO jobs (id, workspace, owner, pool, state, kind, payload, max_attempts,
+                           required_capabilities, no_runner_timeout_ms, no_runner_check_at)
+         SELECT ('00000000-0000-7000-8000-' || lpad(to_hex(g), 12, '0'))::uuid, 'acme',
+                'ws:acme', 'workspace', 'parked', 'command', '{}', 3, '{gpu}', 300000,
+                now() + interval '5 minutes'
+           FROM generate_series(1, 5000) g;
+         ANALYZE jobs;",
+    )
+    .await
+    .unwrap();
+    // A runner that holds none of the table's leases, and its token.
+    let row = db
+        .query_one(
+            "SELECT id, 'token' || substr(label, 2) FROM runners
+              WHERE id NOT IN (SELECT leased_by FROM jobs WHERE leased_by IS NOT NULL)
+              LIMIT 1",
+            &[],
+        )
+        .await
+        .unwrap();
+    let (runner, token): (uuid::Uuid, String) = (row.get(0), row.get(1));
+    let tx = db.transaction().await.unwrap();
+    tx.batch_execute(
+        "SET LOCAL plan_cache_mode = force_generic_plan; SET LOCAL enable_seqscan = off",
+    )
+    .await
+    .unwrap();
+    tx.batch_execute(&format!("PREPARE claim AS {}", sql::LEASE_CLAIM))
+        .await
+        .unwrap();
+    let plan: Vec<String> = tx
+        .simple_query(&format!(
+            "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) EXECUTE claim(sha256('{token}'::bytea), \
+             '{runner}', 'acme', 'ws:acme', 1, 120000, true)"
+        ))
+        .await
+        .unwrap()
+        .iter()
+        .filter_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0).map(str::to_owned),
+            _ => None,
+        })
+        .collect();
+    let plan = plan.join("\n");
+    let leased: Vec<String> = tx
+        .simple_query(&format!(
+            "SELECT required_capabilities::text FROM jobs \
+             WHERE leased_by = '{runner}' AND state = 'leased'"
+        ))
+        .await
+        .unwrap()
+        .iter()
+        .filter_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0).map(str::to_owned),
+            _ => None,
+        })
+        .collect();
+    tx.rollback().await.unwrap();
+    assert_eq!(
+        leased,
+        vec!["{}".to_owned()],
+        "one runnable job leased:\n{plan}"
+    );
+    let removed: u64 = plan
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("Rows Removed by Filter: "))
+        .map(|n| n.parse::<u64>().unwrap())
+        .sum();
+    assert!(
+        removed < 100,
+        "the claim read and discarded {removed} rows:\n{plan}"
+    );
+}
