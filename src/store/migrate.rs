@@ -236,6 +236,18 @@ mod tests {
             "0009_traceparent.sql",
             "51de8183c0640449590bf5353397ced5039f577cbdcf2167f4e33f530d6e6f73",
         ),
+        (
+            "0010_repo_target_cap.sql",
+            "c63cf1cb006d68912f53c72aef3c767fbae067ff2155bb959147a5f278f2a070",
+        ),
+        (
+            "0011_secret_scope.sql",
+            "b6ddc71bd896890501428df3e6c7922eb8160a9663260100fef7338666e7115e",
+        ),
+        (
+            "0012_claim_class.sql",
+            "1bb2d0770c7d5fe3185ac7b26cbecd93be81eccbc91e85dc2151fbf388768c58",
+        ),
     ];
 
     #[test]
