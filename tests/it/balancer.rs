@@ -276,15 +276,7 @@ async fn has_states(socket: &Path, want: &[(&str, &str)]) -> bool {
 #[tokio::test]
 async fn haproxy_in_front_of_two_replicas_keeps_clients_apart_holds_long_polls_and_drops_a_dead_replica(
 ) {
-    let Some(haproxy) = ["/usr/sbin/haproxy", "/usr/local/sbin/haproxy"]
-        .into_iter()
-        .find(|p| Path::new(p).exists())
-    else {
-        let why = "haproxy is not installed (apt-get install haproxy; .ci/run does)";
-        assert!(!crate::support::require(
-            "haproxy_in_front",
-            Some(why.to_owned())
-        ));
+    let Some(haproxy) = crate::support::haproxy("haproxy_in_front") else {
         return;
     };
     // The shipped timeouts outlast the longest long-poll the contract allows.

@@ -397,3 +397,15 @@ pub fn require(test: &str, missing: Option<String>) -> bool {
     eprintln!("SKIPPED {test}: {why}");
     false
 }
+
+/// Debian's HAProxy binary, for the balancer tests; `None` (see [`require`]) when it is missing.
+pub fn haproxy(test: &str) -> Option<&'static str> {
+    let found = ["/usr/sbin/haproxy", "/usr/local/sbin/haproxy"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).exists());
+    if found.is_none() {
+        let why = "haproxy is not installed (apt-get install haproxy; .ci/run does)";
+        assert!(!require(test, Some(why.to_owned())));
+    }
+    found
+}

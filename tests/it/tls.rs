@@ -580,15 +580,7 @@ fn haproxy_tls_config(port: u16, pem: &Path, replica: &str) -> String {
 /// it, trusting the balancer's private CA.
 #[tokio::test]
 async fn haproxy_terminating_tls_serves_the_cli_and_a_runner() {
-    let Some(haproxy) = ["/usr/sbin/haproxy", "/usr/local/sbin/haproxy"]
-        .into_iter()
-        .find(|p| Path::new(p).exists())
-    else {
-        let why = "haproxy is not installed (apt-get install haproxy; .ci/run does)";
-        assert!(!crate::support::require(
-            "haproxy_terminating_tls",
-            Some(why.to_owned())
-        ));
+    let Some(haproxy) = crate::support::haproxy("haproxy_terminating_tls") else {
         return;
     };
     let dir = TempDir::new("haproxy-tls");
