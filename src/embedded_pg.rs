@@ -457,15 +457,7 @@ impl EmbeddedPg {
              if [ -n \"$pid\" ]; then kill -INT \"$pid\" 2>/dev/null; \
                while kill -0 \"$pid\" 2>/dev/null; do sleep 0.2; done; fi; {cleanup}"
         );
-        self.watchdog = Some(
-            Command::new("sh")
-                .arg("-c")
-                .arg(script)
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()?,
-        );
+        self.watchdog = Some(spawn_watchdog(&script)?);
         self.temporary = temporary;
         Ok(())
     }
@@ -629,4 +621,19 @@ impl Drop for EmbeddedPg {
 /// There is no such user.
 pub fn postgres_owner() -> anyhow::Result<(u32, u32)> {
     postgres_ids()
+}
+
+/// Start a detached `sh -c script` that outlives this process: the watchdog that stops a
+/// private server (or cluster) once its owner is gone, however it died.
+///
+/// # Errors
+/// `sh` could not be started.
+pub fn spawn_watchdog(script: &str) -> std::io::Result<Child> {
+    Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
 }

@@ -359,15 +359,7 @@ impl PatroniCluster {
                p=$(head -n 1 \"$f\" 2>/dev/null); [ -n \"$p\" ] && kill -QUIT \"$p\" 2>/dev/null; done; \
              sleep 2; rm -rf '{root}'"
         );
-        self.watchdog = Some(
-            Command::new("sh")
-                .arg("-c")
-                .arg(script)
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()?,
-        );
+        self.watchdog = Some(crate::embedded_pg::spawn_watchdog(&script)?);
         Ok(())
     }
 
