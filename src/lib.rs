@@ -43,21 +43,16 @@
 //! back-off and "is this failure transient" in [`client`]).
 #![forbid(unsafe_code)]
 
-pub mod admin;
 pub mod api;
-pub mod bench;
 pub mod cli;
 pub mod client;
+pub mod commands;
 pub mod config;
-pub mod dev;
 pub mod domain;
-pub mod drill;
 pub mod embedded_pg;
 pub mod hub;
 pub mod launch;
-pub mod openapi;
 pub mod runner;
-pub mod serve;
 pub mod server;
 pub mod store;
 pub mod telemetry;

@@ -3,8 +3,9 @@
 
 use clap::{Parser, Subcommand};
 
+use leasehold::commands::{admin, dev, serve};
 use leasehold::config::Config;
-use leasehold::{admin, cli, dev, runner, serve};
+use leasehold::{cli, runner};
 
 #[derive(Parser)]
 #[command(
@@ -25,12 +26,12 @@ enum Command {
     /// local runner.
     Dev(dev::DevArgs),
     /// Measure a real deployment against the raw-SQL limit (starts its own by default).
-    Bench(leasehold::bench::BenchArgs),
+    Bench(leasehold::commands::bench::BenchArgs),
     /// Run a deployment under faults and prove nothing is lost (starts its own by default).
-    Drill(leasehold::drill::DrillArgs),
+    Drill(leasehold::commands::drill::DrillArgs),
     /// One drill runner process (started by `leasehold drill`).
     #[command(hide = true)]
-    DrillWorker(leasehold::drill::worker::WorkerArgs),
+    DrillWorker(leasehold::commands::drill::worker::WorkerArgs),
     /// Operator tasks straight against the database.
     Admin {
         #[command(subcommand)]
@@ -106,10 +107,10 @@ async fn run(command: Command) -> anyhow::Result<i32> {
         Command::Runner { command } => runner::cli::run(command).await,
         Command::Serve(config) => serve::run(config).await.map(|()| 0),
         Command::Dev(args) => dev::run(args).await.map(|()| 0),
-        Command::Bench(args) => leasehold::bench::run(args).await.map(|()| 0),
-        Command::Openapi => leasehold::openapi::run().map(|()| 0),
-        Command::Drill(args) => leasehold::drill::run(args).await,
-        Command::DrillWorker(args) => leasehold::drill::worker::run(args).await,
+        Command::Bench(args) => leasehold::commands::bench::run(args).await.map(|()| 0),
+        Command::Openapi => leasehold::commands::openapi::run().map(|()| 0),
+        Command::Drill(args) => leasehold::commands::drill::run(args).await,
+        Command::DrillWorker(args) => leasehold::commands::drill::worker::run(args).await,
         Command::Admin { command } => admin::run(command).await,
     }
 }

@@ -11,9 +11,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use leasehold::client::Client;
-use leasehold::drill::check::{self, Event, Outcome};
-use leasehold::drill::cluster::Cluster;
-use leasehold::drill::history::Recorder;
+use leasehold::commands::drill::check::{self, Event, Outcome};
+use leasehold::commands::drill::cluster::Cluster;
+use leasehold::commands::drill::history::Recorder;
 use leasehold::wire::{self, Tier};
 use serde_json::json;
 

@@ -48,7 +48,7 @@ async fn a_database_error_is_logged_by_sqlstate_and_statement_never_with_the_pay
     // A token in a job's env, followed by a NUL that PostgreSQL's jsonb refuses: the
     // database's error context quotes the JSON around it.
     let secret = "ghp_LeakCanary0123456789abcdefABCDEF";
-    let key = leasehold::admin::mint_key(&store, "acme", "alice", false)
+    let key = leasehold::commands::admin::mint_key(&store, "acme", "alice", false)
         .await
         .unwrap();
     let job = NewJob {

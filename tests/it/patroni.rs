@@ -19,9 +19,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use leasehold::client::Client;
-use leasehold::drill::check::{Event, READY_WITHIN_MS};
-use leasehold::drill::history::Recorder;
-use leasehold::drill::patroni::{missing_tools, PatroniCluster, Timings};
+use leasehold::commands::drill::check::{Event, READY_WITHIN_MS};
+use leasehold::commands::drill::history::Recorder;
+use leasehold::commands::drill::patroni::{missing_tools, PatroniCluster, Timings};
 use leasehold::wire::Tier;
 
 use crate::failover::{dispatch_loop, judge_when_settled, leases_after, work};

@@ -153,7 +153,7 @@ impl TestApp {
 
     /// An API key minted straight in the store (as `leasehold admin create-key` does).
     pub async fn key(&self, workspace: &str, subject: &str, admin: bool) -> String {
-        leasehold::admin::mint_key(&self.store, workspace, subject, admin)
+        leasehold::commands::admin::mint_key(&self.store, workspace, subject, admin)
             .await
             .expect("mint a key")
     }
@@ -288,7 +288,7 @@ pub fn code<T: std::fmt::Debug>(r: Result<T, leasehold::client::ClientError>) ->
 /// The one way to mint an API key outside a [`TestApp`] (whose [`TestApp::key`] uses its
 /// store): as `leasehold admin create-key` does, against `database_url`.
 pub async fn key_in(database_url: &str, workspace: &str, subject: &str, admin: bool) -> String {
-    leasehold::admin::create_key(database_url, workspace, subject, admin)
+    leasehold::commands::admin::create_key(database_url, workspace, subject, admin)
         .await
         .expect("mint a key")
 }

@@ -198,7 +198,7 @@ pub async fn park(db: &tokio_postgres::Client, n: i64) -> anyhow::Result<()> {
 /// # Errors
 /// The database refused.
 pub async fn api_key(database_url: &str, workspace: &str, subject: &str) -> anyhow::Result<String> {
-    crate::admin::create_key(database_url, workspace, subject, true).await
+    crate::commands::admin::create_key(database_url, workspace, subject, true).await
 }
 
 /// Pair `n` workspace-tier runners through `operator`, each with `capacity`.

@@ -29,9 +29,9 @@ use tokio::net::{TcpListener, TcpStream};
 use uuid::Uuid;
 
 /// The shipped node configuration, a template filled in per node.
-pub const PATRONI_TEMPLATE: &str = include_str!("../../deploy/patroni.yml");
+pub const PATRONI_TEMPLATE: &str = include_str!("../../../deploy/patroni.yml");
 /// The shipped HAProxy configuration; its bind and server lines are rewritten for this machine.
-pub const HAPROXY_TEMPLATE: &str = include_str!("../../deploy/haproxy-patroni.cfg");
+pub const HAPROXY_TEMPLATE: &str = include_str!("../../../deploy/haproxy-patroni.cfg");
 
 /// Timings of a test or drill cluster: short, so a failover takes seconds, but with room for a
 /// loaded two-core machine (an HA loop that overruns `ttl` would flap the leader).

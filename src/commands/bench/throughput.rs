@@ -25,8 +25,8 @@ use crate::store::lease::Advertised;
 use crate::store::{NewJob, Report as JobReport, Store};
 use crate::wire;
 
-const CYCLE_SQL: &str = include_str!("../../bench/cycle.sql");
-const CYCLE_SCHEMA: &str = include_str!("../../bench/schema.sql");
+const CYCLE_SQL: &str = include_str!("../../../bench/cycle.sql");
+const CYCLE_SCHEMA: &str = include_str!("../../../bench/schema.sql");
 
 pub async fn run(dep: &Deployment, args: &BenchArgs, report: &mut Report) -> anyhow::Result<()> {
     let Report { json: out, table } = report;

@@ -17,13 +17,13 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 
-use crate::admin::create_key;
 use crate::client::{Client, Trust};
+use crate::commands::admin::create_key;
+use crate::commands::serve::stop_on_signal_then;
 use crate::config::Config;
 use crate::domain::sealing::SealKey;
 use crate::embedded_pg::EmbeddedPg;
 use crate::runner::{self, Stopper};
-use crate::serve::stop_on_signal_then;
 use crate::server;
 use crate::wire;
 

@@ -94,7 +94,7 @@ pub(super) async fn run_hook(
     kind: FaultKind,
     command: &str,
     env: &[(String, String)],
-    patroni: Option<&crate::drill::patroni::PatroniCluster>,
+    patroni: Option<&crate::commands::drill::patroni::PatroniCluster>,
     logs: &std::path::Path,
     history: &Recorder,
 ) -> anyhow::Result<(String, u64)> {
@@ -147,7 +147,7 @@ async fn run_command(
 /// healthy, the cut is healed). Returns once every standby streams again.
 async fn inject_patroni(
     kind: FaultKind,
-    cluster: &mut crate::drill::patroni::PatroniCluster,
+    cluster: &mut crate::commands::drill::patroni::PatroniCluster,
     history: &Recorder,
 ) -> anyhow::Result<(String, u64)> {
     let (target, healed) = match kind {

@@ -1,0 +1,12 @@
+//! The binary's operator subcommands, one module each: [`serve`] (one replica), [`dev`]
+//! (everything on one machine), [`admin`] (straight against the database), [`bench`] (the
+//! benchmark), [`drill`] (faults and the invariant checker) and [`openapi`] (the API's document).
+//! `main.rs` parses the command line and dispatches here; the people's HTTP commands stay in
+//! [`crate::cli`] and the runner's in [`crate::runner::cli`].
+
+pub mod admin;
+pub mod bench;
+pub mod dev;
+pub mod drill;
+pub mod openapi;
+pub mod serve;
