@@ -10,7 +10,7 @@ use uuid::Uuid;
 
 use crate::domain::credentials::{Kind, Secret};
 use crate::domain::sealing::{SealKey, Sealer};
-use crate::server;
+use crate::replica;
 use crate::store::Store;
 
 #[derive(Subcommand)]
@@ -49,7 +49,7 @@ pub async fn run(command: AdminCommand) -> anyhow::Result<i32> {
             secrets_key,
             secrets_old_key,
         } => {
-            server::migrate_with_patience(&database_url, Duration::from_secs(10)).await?;
+            replica::migrate_with_patience(&database_url, Duration::from_secs(10)).await?;
             let n = reseal_secrets(&database_url, &secrets_key, secrets_old_key.as_ref()).await?;
             println!("{n} secret(s) re-sealed with the current key");
             Ok(0)
@@ -60,7 +60,7 @@ pub async fn run(command: AdminCommand) -> anyhow::Result<i32> {
             subject,
             role,
         } => {
-            server::migrate_with_patience(&database_url, Duration::from_secs(10)).await?;
+            replica::migrate_with_patience(&database_url, Duration::from_secs(10)).await?;
             let key = create_key(&database_url, &workspace, &subject, role == "admin").await?;
             println!("{key}");
             Ok(0)

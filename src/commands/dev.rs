@@ -23,8 +23,8 @@ use crate::commands::serve::stop_on_signal_then;
 use crate::config::Config;
 use crate::domain::sealing::SealKey;
 use crate::embedded_pg::EmbeddedPg;
+use crate::replica;
 use crate::runner::{self, Stopper};
-use crate::server;
 use crate::wire;
 
 /// `leasehold dev`'s arguments.
@@ -86,7 +86,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     let base = format!("{scheme}://{}", listener.local_addr()?);
     // Join codes come with a pasted connect payload for this address.
     config.public_url = vec![base.clone()];
-    let replica = server::start(config, listener).await?;
+    let replica = replica::start(config, listener).await?;
     let key = create_key(&url, &workspace, "admin", true).await?;
     let pin = replica
         .certificates

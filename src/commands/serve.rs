@@ -8,7 +8,7 @@ use anyhow::Context;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
-use crate::server;
+use crate::replica;
 
 /// Run a replica until SIGTERM or Ctrl-C, then drain within 10 s.
 ///
@@ -18,7 +18,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("binding {}", config.listen))?;
-    let replica = server::start(config, listener).await?;
+    let replica = replica::start(config, listener).await?;
     // Installed before the first line, so a SIGHUP sent once it is read never kills the process
     // (without TLS there is nothing to re-read, and SIGHUP is only logged).
     let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())

@@ -9,7 +9,7 @@ use leasehold::client::Client;
 use leasehold::config::Config;
 use leasehold::embedded_pg::EmbeddedPg;
 pub use leasehold::launch::ServeProcess;
-use leasehold::server::{self, Replica};
+use leasehold::replica::{self, Replica};
 use leasehold::store::Store;
 use leasehold::wire;
 use tokio::net::TcpListener;
@@ -166,7 +166,7 @@ impl TestApp {
 
 pub async fn start_replica(config: Config) -> Replica {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    server::start(config, listener)
+    replica::start(config, listener)
         .await
         .expect("replica starts")
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use leasehold::client::{Client, Pin, Trust};
 use leasehold::launch::ServeProcess;
-use leasehold::server::{self, Replica};
+use leasehold::replica::{self, Replica};
 use leasehold::wire::{self, connect::Connect};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
@@ -110,7 +110,7 @@ async fn tls_replica(database_url: &str, pair: &Pair, public: bool) -> (Replica,
     if public {
         config.public_url = vec![url.clone()];
     }
-    let replica = server::start(config, listener)
+    let replica = replica::start(config, listener)
         .await
         .expect("replica starts");
     assert_eq!(replica.url(), url);

@@ -521,7 +521,7 @@ where
 
 /// An admin key of `workspace`, minted straight in the database (as `admin create-key` does).
 async fn mint_key(database_url: &str, workspace: &str) -> anyhow::Result<String> {
-    crate::server::migrate_with_patience(database_url, Duration::from_secs(30)).await?;
+    crate::replica::migrate_with_patience(database_url, Duration::from_secs(30)).await?;
     crate::commands::admin::create_key(database_url, workspace, "drill", true)
         .await
         .context("minting the drill's API key")
