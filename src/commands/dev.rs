@@ -22,9 +22,9 @@ use crate::commands::admin::create_key;
 use crate::commands::serve::stop_on_signal_then;
 use crate::config::Config;
 use crate::domain::sealing::SealKey;
-use crate::embedded_pg::EmbeddedPg;
 use crate::replica;
 use crate::runner::{self, Stopper};
+use crate::tooling::private_pg::EmbeddedPg;
 use crate::wire;
 
 /// `leasehold dev`'s arguments.

@@ -9,6 +9,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::replica;
+use crate::tooling::serve_process;
 
 /// Run a replica until SIGTERM or Ctrl-C, then drain within 10 s.
 ///
@@ -35,7 +36,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         }
     });
     // Scripts and tests read the bound URL from this line.
-    println!("{}{}", crate::launch::LISTENING, replica.url());
+    println!("{}{}", serve_process::LISTENING, replica.url());
     let token = replica.shutdown_token();
     tokio::spawn(stop_on_signal(token));
     replica.stop_after_shutdown(Duration::from_secs(9)).await;

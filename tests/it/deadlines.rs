@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use leasehold::client::Client;
-use leasehold::embedded_pg::EmbeddedPg;
+use leasehold::tooling::private_pg::EmbeddedPg;
 use leasehold::wire::{self, Tier};
 use serde_json::json;
 

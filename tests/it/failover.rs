@@ -98,7 +98,7 @@ pub(crate) fn leases_after(history: &Recorder, t: u64) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_primary_failover_loses_nothing_acknowledged_and_replicas_recover() {
-    let missing = leasehold::embedded_pg::find_tool("pg_basebackup")
+    let missing = leasehold::tooling::private_pg::find_tool("pg_basebackup")
         .is_none()
         .then(|| "pg_basebackup (PostgreSQL client tools) is not installed".to_owned());
     if !crate::support::require("a_primary_failover", missing) {

@@ -8,7 +8,7 @@
 use std::time::{Duration, Instant};
 
 use leasehold::client::Client;
-use leasehold::embedded_pg::EmbeddedPg;
+use leasehold::tooling::private_pg::EmbeddedPg;
 use leasehold::wire::{self, Tier};
 use serde_json::json;
 

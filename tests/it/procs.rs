@@ -9,7 +9,7 @@ use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
 use leasehold::client::Client;
-use leasehold::launch::ServeProcess;
+use leasehold::tooling::serve_process::ServeProcess;
 use leasehold::wire;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;

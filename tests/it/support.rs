@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use leasehold::client::Client;
 use leasehold::config::Config;
-use leasehold::embedded_pg::EmbeddedPg;
-pub use leasehold::launch::ServeProcess;
 use leasehold::replica::{self, Replica};
 use leasehold::store::Store;
+use leasehold::tooling::private_pg::EmbeddedPg;
+pub use leasehold::tooling::serve_process::ServeProcess;
 use leasehold::wire;
 use tokio::net::TcpListener;
 use uuid::Uuid;
@@ -328,7 +328,7 @@ pub async fn readiness(url: &str, want: u16, within: Duration) {
 /// `pg_dump --data-only` of `database_url`: every row, as text, to search for what must not be
 /// stored in plain text.
 pub fn data_dump(database_url: &str) -> String {
-    let pg_dump = leasehold::embedded_pg::find_tool("pg_dump")
+    let pg_dump = leasehold::tooling::private_pg::find_tool("pg_dump")
         .expect("pg_dump installed with the server binaries");
     let out = std::process::Command::new(pg_dump)
         .arg("--data-only")

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use leasehold::client::{Client, Pin, Trust};
-use leasehold::launch::ServeProcess;
 use leasehold::replica::{self, Replica};
+use leasehold::tooling::serve_process::ServeProcess;
 use leasehold::wire::{self, connect::Connect};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;

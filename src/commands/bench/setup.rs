@@ -10,8 +10,8 @@ use serde_json::{json, Value};
 use uuid::Uuid;
 
 use crate::client::Client;
-use crate::embedded_pg::EmbeddedPg;
-use crate::launch::ServeProcess;
+use crate::tooling::private_pg::EmbeddedPg;
+use crate::tooling::serve_process::ServeProcess;
 use crate::wire;
 
 pub struct Deployment {

@@ -165,7 +165,7 @@ async fn pgbench_cycle(dep: &Deployment, args: &BenchArgs) -> anyhow::Result<(f6
         .await?;
     let script = std::env::temp_dir().join(format!("leasehold-cycle-{}.sql", Uuid::now_v7()));
     std::fs::write(&script, CYCLE_SQL)?;
-    let pgbench = crate::embedded_pg::find_tool("pgbench")
+    let pgbench = crate::tooling::private_pg::find_tool("pgbench")
         .context("pgbench (PostgreSQL's client tools) not found")?;
     let pg_before = setup::pg_time_ms(dep, name).await;
     let output = tokio::process::Command::new(pgbench)

@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use uuid::Uuid;
 
-use crate::embedded_pg::EmbeddedPg;
+use crate::tooling::private_pg::EmbeddedPg;
 
 /// The name every standby reports (`application_name` in its `primary_conninfo`).
 pub const STANDBY_NAME: &str = "leasehold_standby";
@@ -45,7 +45,7 @@ impl Cluster {
     /// # Errors
     /// PostgreSQL or `pg_basebackup` is missing or failed.
     pub fn start(durable: bool) -> anyhow::Result<Self> {
-        crate::embedded_pg::find_tool("pg_basebackup")
+        crate::tooling::private_pg::find_tool("pg_basebackup")
             .context("pg_basebackup (PostgreSQL client tools) not found")?;
         // Short paths: the server's Unix socket lives in its data directory (107 bytes at most).
         let root =

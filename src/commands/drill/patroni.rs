@@ -80,7 +80,7 @@ fn bin_dir() -> anyhow::Result<PathBuf> {
     if fifteen.join("postgres").is_file() {
         return Ok(fifteen);
     }
-    crate::embedded_pg::find_bin_dir()
+    crate::tooling::private_pg::find_bin_dir()
 }
 
 fn free_port() -> anyhow::Result<u16> {
@@ -175,7 +175,7 @@ impl PatroniCluster {
         let missing = missing_tools();
         anyhow::ensure!(missing.is_empty(), "not installed: {}", missing.join(", "));
         let bin = bin_dir()?;
-        let (uid, gid) = crate::embedded_pg::postgres_owner()?;
+        let (uid, gid) = crate::tooling::private_pg::postgres_owner()?;
         let root = std::env::temp_dir().join(format!(
             "lhp-{}",
             &Uuid::new_v4().simple().to_string()[..10]
@@ -359,7 +359,7 @@ impl PatroniCluster {
                p=$(head -n 1 \"$f\" 2>/dev/null); [ -n \"$p\" ] && kill -QUIT \"$p\" 2>/dev/null; done; \
              sleep 2; rm -rf '{root}'"
         );
-        self.watchdog = Some(crate::embedded_pg::spawn_watchdog(&script)?);
+        self.watchdog = Some(crate::tooling::private_pg::spawn_watchdog(&script)?);
         Ok(())
     }
 

@@ -17,7 +17,7 @@ use super::check::{Event, Outcome};
 use super::cluster::Cluster;
 use super::history::Recorder;
 use super::patroni::PatroniCluster;
-use crate::launch::ServeProcess;
+use crate::tooling::serve_process::ServeProcess;
 
 /// Lease TTL of the drill's own replicas: short, so a frozen runner's lease lapses quickly.
 pub(super) const OWN_LEASE_TTL_MS: u64 = 2_000;

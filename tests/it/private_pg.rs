@@ -7,7 +7,7 @@
 
 use std::os::unix::fs::PermissionsExt;
 
-use leasehold::embedded_pg::EmbeddedPg;
+use leasehold::tooling::private_pg::EmbeddedPg;
 use uuid::Uuid;
 
 async fn start(dir: std::path::PathBuf) -> EmbeddedPg {

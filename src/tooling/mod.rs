@@ -1,0 +1,7 @@
+//! Development and test tooling, never for production: local processes that `leasehold dev`,
+//! the tests, the benchmark and the drill start and own. [`private_pg`] is a private
+//! PostgreSQL from the installed server binaries; [`serve_process`] is `leasehold serve` as a
+//! child process. Each stops what it started when its handle drops (or its parent dies).
+
+pub mod private_pg;
+pub mod serve_process;
