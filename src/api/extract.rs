@@ -17,7 +17,7 @@ use super::error::ApiError;
 use super::AppState;
 use crate::config::TrustedProxies;
 use crate::domain::credentials::{self, Kind};
-use crate::domain::records::{ApiKey, RunnerIdentity};
+use crate::store::records::{ApiKey, RunnerIdentity};
 
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 

@@ -17,8 +17,8 @@ use super::validate;
 use super::views;
 use super::AppState;
 use crate::domain::owner;
-use crate::domain::records::{ApiKey, Runner};
 use crate::domain::state::JobState;
+use crate::store::records::{ApiKey, Runner};
 use crate::store::{NewJob, SecretScope};
 use crate::wire;
 
@@ -151,7 +151,7 @@ fn new_job(
 
 /// A named runner's 422: it cannot run a job with these requirements (a capability it lacks,
 /// an exclusive name the job does not require, no approved target for the job's source).
-fn named_mismatch(r: &crate::domain::records::Runner, c: &Checked) -> ApiResult<()> {
+fn named_mismatch(r: &crate::store::records::Runner, c: &Checked) -> ApiResult<()> {
     if let Some(missing) = c.required.iter().find(|cap| !r.capabilities.contains(cap)) {
         return Err(ApiError::CapabilityMismatch(format!(
             "runner {} does not advertise required capability '{missing}'",
@@ -388,7 +388,7 @@ pub async fn dispatch_batch(
         .existing_secrets(&caller.workspace, &names)
         .await?;
     let mut jobs = Vec::with_capacity(checked.len());
-    let mut resolved: std::collections::HashMap<Uuid, crate::domain::records::Runner> =
+    let mut resolved: std::collections::HashMap<Uuid, crate::store::records::Runner> =
         std::collections::HashMap::new();
     for (i, (c, idempotency_key)) in checked.into_iter().enumerate() {
         let runner = match &c.target {

@@ -14,8 +14,8 @@ use super::validate;
 use super::views;
 use super::AppState;
 use crate::domain::credentials::{Kind, Secret};
-use crate::domain::records::JoinGrant;
 use crate::domain::{owner, version};
+use crate::store::records::JoinGrant;
 use crate::store::NewRunner;
 use crate::wire::{self, CreateRunner, Role, Target, Tier};
 
@@ -40,7 +40,7 @@ pub async fn create_workspace_runner(
 
 async fn pair(
     st: &AppState,
-    key: &crate::domain::records::ApiKey,
+    key: &crate::store::records::ApiKey,
     owner: String,
     req: CreateRunner,
 ) -> ApiResult<(StatusCode, Json<wire::RunnerWithToken>)> {
@@ -270,9 +270,9 @@ pub async fn pool(
 /// (another workspace's, or another subject's personal runner) is 404.
 pub(crate) async fn resolve_target(
     st: &AppState,
-    key: &crate::domain::records::ApiKey,
+    key: &crate::store::records::ApiKey,
     target: &Target,
-) -> ApiResult<Option<crate::domain::records::Runner>> {
+) -> ApiResult<Option<crate::store::records::Runner>> {
     match target {
         Target::Pool { .. } => Ok(None),
         Target::Runner { runner_id } => {

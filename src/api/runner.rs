@@ -177,9 +177,9 @@ pub async fn lease(
 async fn hand_over(
     st: &AppState,
     token: &RunnerToken,
-    jobs: Vec<crate::domain::records::Claimed>,
+    jobs: Vec<crate::store::records::Claimed>,
 ) -> ApiResult<Vec<wire::LeasedJob>> {
-    let credential_of = |c: &crate::domain::records::Claimed| {
+    let credential_of = |c: &crate::store::records::Claimed| {
         c.source
             .as_ref()
             .and_then(|s| s.get("credential_secret"))

@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use crate::config::Config;
-use crate::domain::records::{Claimed, Event, Job, RepoTarget, Runner, SecretInfo};
 use crate::domain::state::JobState;
+use crate::store::records::{Claimed, Event, Job, RepoTarget, Runner, SecretInfo};
 use crate::wire;
 
 /// The wire's name of a domain job state.

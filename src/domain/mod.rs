@@ -4,7 +4,6 @@
 pub mod capabilities;
 pub mod credentials;
 pub mod owner;
-pub mod records;
 pub mod sealing;
 pub mod state;
 pub mod version;

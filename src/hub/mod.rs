@@ -25,11 +25,11 @@ pub use notifier::Notifier;
 pub use waiters::{Key, Waiters};
 
 use crate::config::Config;
-use crate::domain::records::{Claimed, LeaseIdentity, Moved, Queue};
 use crate::domain::state::JobState;
 use crate::store::lease::{Advertised, Probe};
 use crate::store::listener::ListenerEvent;
-use crate::store::pool::ParkedQueue;
+use crate::store::queues::ParkedQueue;
+use crate::store::records::{Claimed, LeaseIdentity, Moved, Queue};
 use crate::store::{Result, Store};
 use crate::telemetry::metrics::{self, Metrics};
 use crate::telemetry::traces;

@@ -11,8 +11,8 @@
 use uuid::Uuid;
 
 use super::Hub;
-use crate::domain::records::{Job, Moved};
 use crate::store::jobs::Fenced;
+use crate::store::records::{Job, Moved};
 use crate::store::{NewJob, Report, Result};
 
 impl Hub {

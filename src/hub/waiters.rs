@@ -20,8 +20,8 @@ use parking_lot::Mutex;
 use tokio::sync::Notify;
 use uuid::Uuid;
 
-use crate::domain::records::{LeaseIdentity, Queue};
-use crate::store::pool::WaitedQueues;
+use crate::store::queues::WaitedQueues;
+use crate::store::records::{LeaseIdentity, Queue};
 
 /// What a waiter waits for.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -14,8 +14,8 @@ use uuid::Uuid;
 
 use super::combine::Combiner;
 use super::{rows, sql, Result, Store};
-use crate::domain::records::{Event, Job};
 use crate::domain::state::JobState;
+use crate::store::records::{Event, Job};
 use crate::telemetry::traces;
 
 /// Most dispatches or reports one coalesced statement carries, and how many such statements

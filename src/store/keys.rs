@@ -5,7 +5,7 @@
 use uuid::Uuid;
 
 use super::{sql, Result, Store};
-use crate::domain::records::{ApiKey, JoinGrant};
+use crate::store::records::{ApiKey, JoinGrant};
 
 impl Store {
     pub async fn insert_key(

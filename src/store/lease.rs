@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use tokio_postgres::types::ToSql;
 
 use super::{rows, sql, Result, Store, StoreError};
-use crate::domain::records::{Claimed, LeaseIdentity};
+use crate::store::records::{Claimed, LeaseIdentity};
 
 /// What a runner advertises on a lease call; `None` keeps what is recorded.
 #[derive(Debug, Default, Clone)]

@@ -27,7 +27,8 @@ pub mod lease;
 pub mod listener;
 pub mod migrate;
 mod placement;
-pub mod pool;
+pub mod queues;
+pub mod records;
 pub mod rows;
 pub mod runners;
 mod secrets;
@@ -52,7 +53,7 @@ pub use placement::{AdvertisedTargets, LeaseCaller};
 pub use runners::NewRunner;
 pub use secrets::SecretScope;
 
-use crate::domain::records::Job;
+use crate::store::records::Job;
 use crate::telemetry::traces;
 
 pub type Result<T> = std::result::Result<T, StoreError>;

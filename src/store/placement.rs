@@ -10,7 +10,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use super::{rows, sql, At, Result, Store};
-use crate::domain::records::{Moved, RepoTarget};
+use crate::store::records::{Moved, RepoTarget};
 
 /// Repository targets as a runner advertises them, ready to record.
 #[derive(Debug, Clone, Default)]

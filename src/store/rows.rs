@@ -141,8 +141,8 @@ pub const MAPPED: &[(&str, &[&str])] = &[
 ];
 
 use super::{Result, StoreError};
-use crate::domain::records::{Claimed, Job, Moved, Queue, Runner};
 use crate::domain::state::JobState;
+use crate::store::records::{Claimed, Job, Moved, Queue, Runner};
 
 /// A job state read from the database. The CHECK constraint admits only the six states, so
 /// anything else is an error, never a guess.
@@ -170,6 +170,6 @@ pub fn moved(r: &Row) -> Result<Moved> {
 }
 
 /// A runner's repository targets, aggregated as JSON by the statement.
-fn repo_targets(r: &Row, column: &str) -> Vec<crate::domain::records::RepoTarget> {
+fn repo_targets(r: &Row, column: &str) -> Vec<crate::store::records::RepoTarget> {
     super::placement::repo_targets(&r.get(column))
 }

@@ -7,7 +7,7 @@ use uuid::Uuid;
 
 use super::placement::AdvertisedTargets;
 use super::{rows, sql, At, Result, Store};
-use crate::domain::records::{JoinGrant, Moved, Runner, RunnerIdentity};
+use crate::store::records::{JoinGrant, Moved, Runner, RunnerIdentity};
 
 /// A new runner, paired by a key or enrolled with a join code.
 #[derive(Debug, Clone)]

@@ -4,8 +4,8 @@
 //! with the replica's key ([`crate::domain::sealing`]), so no plaintext ever reaches a statement.
 
 use super::{sql, Result, Store};
-use crate::domain::records::SecretInfo;
 use crate::domain::sealing::Sealed;
+use crate::store::records::SecretInfo;
 
 /// A secret's scope, as a dispatch checks it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -4,7 +4,7 @@
 //! number of replicas may run them at once; each returns the jobs it moved, for wake-ups.
 
 use super::{rows, sql, Params, Result, Store};
-use crate::domain::records::Moved;
+use crate::store::records::Moved;
 
 impl Store {
     async fn sweep(&self, sql: &'static str, params: &Params<'_>) -> Result<Vec<Moved>> {

@@ -4,7 +4,7 @@
 use uuid::Uuid;
 
 use super::{sql, Result, Store};
-use crate::domain::records::PoolCounts;
+use crate::store::records::PoolCounts;
 
 /// Queues a replica has waiters on, for [`Store::parked_queues`].
 /// What preflight counts over a target's runners.

@@ -4,7 +4,7 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 use uuid::Uuid;
 
-use super::state::JobState;
+use crate::domain::state::JobState;
 
 /// An authenticated API key.
 #[derive(Debug, Clone)]
