@@ -10,29 +10,29 @@
 //! - [`wire`]: the HTTP contract's request and response types (`shared/PROTOCOL.md`), shared by
 //!   the server, the client, the runner and the tests.
 //! - [`domain`]: pure rules, no I/O: credentials, owners, capabilities, job states.
-//! - [`store`]: PostgreSQL: the pool, one function per statement in `sql/`, migrations, the
-//!   LISTEN connection.
+//! - [`store`]: PostgreSQL: the pool, one function per statement in `sql/`, the records its
+//!   rows become, migrations, the LISTEN connection.
 //! - [`hub`]: long-poll waiters and their wake-up, job transitions with the wake each owes,
 //!   the notifier, the sweeper.
 //! - [`api`]: the axum router, authentication, the error type and its JSON mapping.
-//! - [`server`]: wires store, hub and api into one replica with an ordered shutdown.
+//! - [`replica`]: wires store, hub and api into one replica with an ordered shutdown, and
+//!   accepts its connections (PROXY header, TLS handshake).
 //! - [`client`]: a typed HTTP client over [`wire`] (runner, CLI, bench and tests use it).
 //! - [`tls`]: what both ends of HTTPS share: PEM files, key pins, the client's trust.
 //! - [`runner`]: the reference runner: enrolment, lease loop, executor, sandbox, drain, and
 //!   its command line (`leasehold runner connect|run`).
 //! - [`cli`]: the human command line (`leasehold job|runners|join-code|pool|preflight|secrets`).
-//! - [`serve`], [`dev`], [`admin`]: `leasehold serve`, `leasehold dev` (a private PostgreSQL,
-//!   a replica and a local runner on one machine), `leasehold admin` (straight against the
-//!   database). Like [`bench`] and [`openapi`], operator commands live beside [`cli`], which
-//!   stays the people's HTTP commands; `main.rs` only parses and dispatches.
-//! - [`openapi`]: `leasehold openapi`, the API's OpenAPI document on standard output.
-//! - [`launch`]: `leasehold serve` as a child process, for the tests, the bench and the drill.
-//! - [`embedded_pg`]: a private PostgreSQL from the installed binaries (`leasehold dev`, tests,
-//!   bench).
+//! - [`commands`]: the operator subcommands, beside [`cli`], which stays the people's HTTP
+//!   commands: `leasehold serve`, `leasehold dev` (a private PostgreSQL, a replica and a local
+//!   runner on one machine), `leasehold admin` (straight against the database), `leasehold
+//!   bench` (the benchmark against a raw-SQL baseline), `leasehold drill` (faults on a schedule
+//!   and a checker of the invariants) and `leasehold openapi` (the API's OpenAPI document on
+//!   standard output); `main.rs` only parses and dispatches.
+//! - [`tooling`]: dev and test tooling, never production: a private PostgreSQL from the
+//!   installed binaries ([`tooling::private_pg`]) and `leasehold serve` as a child process
+//!   ([`tooling::serve_process`]), for `leasehold dev`, the tests, the bench and the drill.
 //! - [`config`]: the typed configuration of a replica.
 //! - [`telemetry`]: Prometheus metrics of a replica and its OpenTelemetry traces.
-//! - [`bench`]: `leasehold bench`, the benchmark against a raw-SQL baseline.
-//! - [`drill`]: `leasehold drill`, faults on a schedule and a checker of the invariants.
 //!
 //! Imports run one way: `domain` imports nothing of ours; `store` imports `domain`; `hub`
 //! imports `store`, `domain` and `config`; `api` imports `hub`, `store`, `domain`, `config`,

@@ -1,5 +1,5 @@
 //! `leasehold serve`: one replica until SIGTERM or Ctrl-C, then an ordered drain (see
-//! [`crate::server`]); SIGHUP re-reads the TLS certificate (and never stops it). Scripts and
+//! [`crate::replica`]); SIGHUP re-reads the TLS certificate (and never stops it). Scripts and
 //! tests read the bound URL from the first line it prints.
 
 use std::time::Duration;

@@ -1,5 +1,5 @@
 //! Pure rules of leasehold, with no I/O: credentials, owners and tenancy, capability names,
-//! job states, runner versions, sealing of secrets and the records the store hands back.
+//! job states, runner versions and sealing of secrets.
 
 pub mod capabilities;
 pub mod credentials;

@@ -6,10 +6,10 @@
 //!   and friends), which counts it for `/metrics`;
 //! - [`keys`]: API keys and join codes; [`runners`]: pairing, enrolment, heartbeats,
 //!   revocation; [`lease`]: the lease transaction; [`jobs`]: parking, reading and the fenced
-//!   runner transitions; [`pool`]: pool counts, preflight and the wake-up safety net;
-//!   [`sweep`]: maintenance; [`rows`]: rows to records; [`combine`]: coalescing concurrent
-//!   calls into one statement; [`conn`]: a checked-out connection and the deadlines every
-//!   operation runs under.
+//!   runner transitions; [`queues`]: pool counts, preflight and the wake-up safety net;
+//!   [`sweep`]: maintenance; [`records`]: what the store hands back; [`rows`]: rows to
+//!   records; [`combine`]: coalescing concurrent calls into one statement; [`conn`]: a
+//!   checked-out connection and the deadlines every operation runs under.
 //!
 //! Invariants: every job transition is one fenced statement that also authenticates its caller
 //! (or, for the lease and revocation, one short transaction that locks the runner row first);

@@ -91,7 +91,7 @@ fn spawn(args: &[&str], envs: &[(&str, &str)], log: PathBuf, stdout: Stdio) -> P
     Proc { child, log }
 }
 
-/// `leasehold serve` on port 0 against `database_url` (started by [`leasehold::launch`]), its
+/// `leasehold serve` on port 0 against `database_url` (started by [`ServeProcess`]), its
 /// stderr in a log under `dir`; returns it and its base URL.
 pub async fn serve(database_url: &str, dir: &TempDir, envs: &[(&str, &str)]) -> (Proc, String) {
     let mut all = vec![

@@ -293,7 +293,7 @@ pub async fn key_in(database_url: &str, workspace: &str, subject: &str, admin: b
         .expect("mint a key")
 }
 
-/// A real `leasehold serve` process (see [`leasehold::launch`]) with the test's sweep interval,
+/// A real `leasehold serve` process (see [`ServeProcess`]) with the test's sweep interval,
 /// its stderr on the test's, for tests that kill or signal a replica.
 pub async fn serve_process(database_url: &str, env: &[(&str, &str)]) -> ServeProcess {
     let env = [("LEASEHOLD_SWEEP_INTERVAL_MS", "100")]

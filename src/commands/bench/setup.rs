@@ -123,8 +123,8 @@ pub async fn connect(url: &str) -> anyhow::Result<tokio_postgres::Client> {
     Ok(client)
 }
 
-/// A `leasehold serve` process of this binary, started by [`crate::launch`] with the bench's
-/// settings (authentication never rate limited).
+/// A `leasehold serve` process of this binary, started by [`crate::tooling::serve_process`]
+/// with the bench's settings (authentication never rate limited).
 pub struct ReplicaProcess(ServeProcess);
 
 impl ReplicaProcess {
