@@ -9,9 +9,10 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
 use uuid::Uuid;
 
+use super::auth::{ApiKeyHash, Operator};
 use super::deadline::LongPoll;
 use super::error::{ApiError, ApiResult};
-use super::extract::{ApiKeyHash, Body, Operator, PathId, QueryMap};
+use super::extract::{Body, PathId, QueryMap};
 use super::operators::resolve_target;
 use super::validate;
 use super::views;

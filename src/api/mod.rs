@@ -2,6 +2,8 @@
 //! and the error mapping. Handlers validate, call the store, and tell the hub what changed after
 //! the change committed.
 
+pub mod auth;
+pub mod client_address;
 pub mod deadline;
 pub mod error;
 pub mod extract;

@@ -8,8 +8,9 @@ use axum::http::StatusCode;
 use axum::Json;
 use uuid::Uuid;
 
+use super::auth::Operator;
 use super::error::{ApiError, ApiResult};
-use super::extract::{Body, Operator, PathId};
+use super::extract::{Body, PathId};
 use super::validate;
 use super::views;
 use super::AppState;

@@ -12,8 +12,8 @@ use axum::extract::{Path, State};
 use axum::Json;
 use uuid::Uuid;
 
+use super::auth::Operator;
 use super::error::{ApiError, ApiResult};
-use super::extract::Operator;
 use super::views;
 use super::AppState;
 use crate::domain::owner;

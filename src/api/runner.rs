@@ -12,9 +12,11 @@ use axum::Json;
 use serde_json::Value;
 use uuid::Uuid;
 
+use super::auth::{RunnerCaller, RunnerToken};
+use super::client_address::ClientIp;
 use super::deadline::LongPoll;
 use super::error::{ApiError, ApiResult};
-use super::extract::{Body, ClientIp, PathId, RunnerCaller, RunnerToken};
+use super::extract::{Body, PathId};
 use super::secrets;
 use super::validate;
 use super::views;

@@ -13,8 +13,9 @@ use axum::http::StatusCode;
 use axum::Json;
 use std::collections::BTreeMap;
 
+use super::auth::Operator;
 use super::error::{ApiError, ApiResult};
-use super::extract::{Body, Operator};
+use super::extract::Body;
 use super::views;
 use super::AppState;
 use crate::domain::sealing::{self, Sealer, MAX_VALUE_BYTES};
