@@ -17,6 +17,7 @@
 //! - [`contain`]: nothing a job started outlives it (a cgroup per job, a uid per job with a
 //!   range, the sweep, the subreaper).
 //! - [`workdir`]: one locked directory per runner, one fresh directory per job.
+//! - [`startup`]: what a runner checks and sets up before its first lease.
 //!
 //! # Invariants
 //!
@@ -34,14 +35,15 @@ pub mod output;
 pub mod sandbox;
 pub mod servers;
 pub mod source;
+mod startup;
 pub mod workdir;
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use anyhow::{bail, Context};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -53,6 +55,7 @@ pub use config::RunnerConfig;
 use job::JobEnd;
 pub use sandbox::Sandbox;
 use servers::{CallError, Servers};
+pub use startup::REFUSE_UNCONFINED;
 use workdir::WorkRoot;
 
 /// How often the runner reports itself (and the jobs it holds) when nothing else is said.
@@ -195,64 +198,6 @@ pub(crate) enum Users {
     Pool(contain::UidPool),
 }
 
-/// Why a root runner with nothing to confine its jobs refuses to start.
-pub const REFUSE_UNCONFINED: &str = "refusing to start: this runner runs as root and nothing \
-     would confine its jobs (they would run as root: read this runner's token and environment, \
-     every file, every process); run them with --sandbox bubblewrap, --job-user USER or \
-     --job-user-range FIRST-LAST, or pass --unconfined to run them as root anyway";
-
-/// What a job can reach where containment does not hold, one warning line each, for the
-/// start; empty where it holds.
-fn exposure(
-    root: bool,
-    sandboxed: bool,
-    users: &Users,
-    capacity: i64,
-    cgroups: bool,
-) -> Vec<String> {
-    let mut said = Vec::new();
-    match users {
-        _ if sandboxed => {}
-        Users::Runner if root => said.push(
-            "UNCONFINED: jobs run as root with every capability: a job can read this runner's \
-             token and configuration, every file on this machine, the environment (secrets) of \
-             every process including other jobs, write anywhere, move itself out of its \
-             cgroup, kill anything and sniff local traffic"
-                .to_owned(),
-        ),
-        Users::Runner => said.push(format!(
-            "jobs run as this runner's own user (uid {}) without a sandbox: a job can read this \
-             runner's token and configuration and every file that user can, the environment \
-             (secrets) of the runner's other jobs, write their directories, signal them, and \
-             move its processes out of its cgroup where that user may write the runner's \
-             cgroup; use --sandbox bubblewrap, or run the runner as root with --job-user-range",
-            nix::unistd::Uid::effective()
-        )),
-        Users::Shared(u) if capacity > 1 => said.push(format!(
-            "jobs share the uid of --job-user {} ({}) and up to {capacity} run at once: a job \
-             can read the environment (secrets) of another job running at the same time (and \
-             of any other process of that user, other runners' jobs included), signal it and \
-             write its directory; use --job-user-range for a uid per job",
-            u.name, u.uid
-        )),
-        Users::Shared(u) => said.push(format!(
-            "jobs run as --job-user {} ({}), shared with anything else running as that user \
-             (other runners' jobs included): a job can read their environment and signal \
-             them; use --job-user-range for uids of this runner's alone",
-            u.name, u.uid
-        )),
-        Users::Pool(_) => {}
-    }
-    if !cgroups && !sandboxed && !matches!(users, Users::Pool(_)) {
-        said.push(
-            "cgroup v2 is not writable here: a process a job detaches (setsid) with a cleared \
-             environment outlives the job"
-                .to_owned(),
-        );
-    }
-    said
-}
-
 /// Jobs by how they ended, for the log line at exit.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Summary {
@@ -375,141 +320,42 @@ pub async fn run(opts: Options, stopper: Stopper) -> anyhow::Result<Summary> {
         &config.trust,
     )?);
 
-    let root = nix::unistd::Uid::effective().is_root();
-    let sandboxed = opts.sandbox != Sandbox::None;
-    // As root, a sandboxed job still runs as an unprivileged uid: uid 0 in the sandbox's
-    // namespace is root outside, owner of every root-owned file.
-    let job_users = match &opts.job_users {
-        workdir::JobUsers::Runner if root && sandboxed => {
-            workdir::JobUsers::Shared(workdir::JobUser::lookup("nobody").context(
-                "as root, --sandbox bubblewrap runs jobs as an unprivileged user and there is \
-                 no `nobody`: name one with --job-user or --job-user-range",
-            )?)
-        }
-        other => other.clone(),
-    };
-    if root && !sandboxed && job_users == workdir::JobUsers::Runner && !opts.unconfined {
-        bail!(REFUSE_UNCONFINED);
-    }
-    anyhow::ensure!(
-        root || job_users == workdir::JobUsers::Runner,
-        "--job-user and --job-user-range need the runner to run as root (to start jobs as \
-         another user)"
-    );
-    let users = match job_users {
-        workdir::JobUsers::Runner => Users::Runner,
-        workdir::JobUsers::Shared(u) => Users::Shared(u),
-        workdir::JobUsers::Range { first, last } => Users::Pool(contain::UidPool::open(
-            first,
-            last,
-            capacity as usize,
-            std::path::Path::new(contain::UID_LOCKS),
-        )?),
-    };
-    // The user the probes run as: the one jobs run as.
-    let probe_user = match &users {
-        Users::Runner => None,
-        Users::Shared(u) => Some(u.clone()),
-        Users::Pool(p) => Some(workdir::JobUser::of_uid(p.uids()[0])),
-    };
-    if let Users::Pool(pool) = &users {
-        // Nothing may run as a uid before a job gets it (a crashed run's leftovers).
-        for &uid in pool.uids() {
-            contain::kill_uid(uid).await;
-        }
-    }
-
-    let work = WorkRoot::open(&opts.work_dir, config.runner_id, probe_user.is_some())?;
-    let hidden = opts
-        .config_path
-        .as_ref()
-        .and_then(|p| std::fs::canonicalize(p).ok());
-    let sandbox = opts.sandbox.clone().hiding(hidden.clone());
-    sandbox
-        .check(&work, hidden.as_deref(), probe_user.as_ref())
-        .await
-        .context("refusing to start")?;
-    if let Some(user) = &probe_user {
-        workdir::check_job_user(&work, user, hidden.as_deref())
-            .await
-            .context("refusing to start")?;
-    }
-
-    let cgroups = contain::Cgroups::open(&config.runner_id.to_string());
-    for line in exposure(root, sandboxed, &users, capacity, cgroups.is_some()) {
-        tracing::warn!("{line}");
-    }
-    let containment = match (&cgroups, &users) {
-        (Some(c), Users::Pool(p)) => format!(
-            "a cgroup per job, in {}, and a uid per job ({} held)",
-            c.path().display(),
-            p.uids().len()
-        ),
-        (Some(c), _) => format!("a cgroup per job, in {}", c.path().display()),
-        (None, Users::Pool(p)) => format!(
-            "cgroup v2 not writable: a uid per job ({} held), killed whole at its end",
-            p.uids().len()
-        ),
-        (None, _) if opts.subreaper => {
-            "cgroup v2 not writable: process group, subreaper and LEASEHOLD_JOB_ID sweep".into()
-        }
-        (None, _) => "cgroup v2 not writable: process group and LEASEHOLD_JOB_ID sweep".into(),
-    };
+    let confined = startup::confine(&opts, capacity).await?;
     // After the probes: the reaper leaves alone only the children spawned by the executor.
     let _reaper = if opts.subreaper {
-        contain::become_subreaper().context("becoming the subreaper of the jobs' processes")?;
-        Some(AbortOnDropHandle::new(tokio::spawn(async {
-            let mut tick = tokio::time::interval(Duration::from_secs(2));
-            loop {
-                tick.tick().await;
-                let _ = tokio::task::spawn_blocking(contain::reap_orphans).await;
-            }
-        })))
+        Some(startup::reap_orphans()?)
     } else {
         None
     };
-
-    // Say who we are (version, capabilities, capacity) and prove the token works.
-    let hello = heartbeat_body(&opts, capacity);
-    let announced = servers
-        .call(
-            Instant::now() + Duration::from_secs(60),
-            Duration::from_secs(10),
-            |c| {
-                let hello = hello.clone();
-                async move { c.runner_heartbeat(&hello).await }
-            },
-        )
-        .await;
-    match announced {
-        Ok(reply) => tracing::info!(
-            runner = %reply.runner.id, label = %reply.runner.label, owner = %reply.runner.owner,
-            capacity, sandbox = ?opts.sandbox, %containment, once, work_dir = %work.path().display(),
-            "runner connected"
-        ),
-        Err(e) if e.is_unauthorized() => bail!(
-            "the service refused this runner's token: it was revoked, or it is an ephemeral \
-             runner whose job has settled; enrol again with `leasehold runner connect`"
-        ),
-        Err(e) => bail!("cannot reach the service: {e}"),
-    }
+    startup::announce(&servers, &opts, capacity, once, &confined).await?;
 
     let shared = Arc::new(Shared {
         servers: servers.clone(),
-        work,
-        sandbox,
-        cgroups,
-        users,
+        work: confined.work,
+        sandbox: confined.sandbox,
+        cgroups: confined.cgroups,
+        users: confined.users,
         runner_id: config.runner_id,
         git_credential_hosts: opts.git_credential_hosts.clone(),
         running: Mutex::new(HashMap::new()),
     });
     let _presence = AbortOnDropHandle::new(tokio::spawn(runner_heartbeat(shared.clone())));
+    let _deadline = release_at_drain_deadline(&stopper, opts.drain_timeout);
 
-    // After a drain starts, the drain deadline escalates it to a release.
-    let _deadline = AbortOnDropHandle::new(tokio::spawn({
+    let mut jobs = JobTasks::default();
+    let result = lease_until_stopped(
+        &opts, capacity, once, &servers, &shared, &stopper, &mut jobs,
+    )
+    .await;
+    let summary = jobs.wait_all().await;
+    tracing::info!(?summary, "runner stopped");
+    result.map(|()| summary)
+}
+
+/// After a drain starts, the drain deadline escalates it to a release.
+fn release_at_drain_deadline(stopper: &Stopper, timeout: Duration) -> AbortOnDropHandle<()> {
+    AbortOnDropHandle::new(tokio::spawn({
         let stopper = stopper.clone();
-        let timeout = opts.drain_timeout;
         async move {
             stopper.drain.cancelled().await;
             tokio::select! {
@@ -520,27 +366,31 @@ pub async fn run(opts: Options, stopper: Stopper) -> anyhow::Result<Summary> {
                 _ = stopper.release.cancelled() => {}
             }
         }
-    }));
+    }))
+}
 
-    let mut jobs: JoinSet<JobEnd> = JoinSet::new();
-    let mut tasks = Tasks::new();
-    let mut summary = Summary::default();
+/// Lease jobs and start a task for each, up to `capacity` at once, until a drain starts (or,
+/// with `once`, one job was taken); errors pause with back-off, and a refused token ends it.
+async fn lease_until_stopped(
+    opts: &Options,
+    capacity: i64,
+    once: bool,
+    servers: &Servers,
+    shared: &Arc<Shared>,
+    stopper: &Stopper,
+    jobs: &mut JobTasks,
+) -> anyhow::Result<()> {
     let mut taken = 0usize;
     let mut failures = 0u32;
     let poll_wait_ms = opts.poll_wait.as_millis().min(60_000) as i64;
-    let result = loop {
-        while let Some(done) = jobs.try_join_next_with_id() {
-            summary.add(job_end(done, &mut tasks));
-        }
+    loop {
+        jobs.collect_finished();
         if stopper.drain.is_cancelled() || (once && taken > 0) {
-            break Ok(());
+            return Ok(());
         }
         let free = capacity - jobs.len() as i64;
         if free <= 0 {
-            tokio::select! {
-                Some(done) = jobs.join_next_with_id() => summary.add(job_end(done, &mut tasks)),
-                _ = stopper.drain.cancelled() => {}
-            }
+            jobs.one_ends_or(&stopper.drain).await;
             continue;
         }
         let req = wire::Lease {
@@ -554,7 +404,7 @@ pub async fn run(opts: Options, stopper: Stopper) -> anyhow::Result<Summary> {
         let leased = tokio::select! {
             // A job leased in the instant this poll is abandoned is re-delivered after its
             // lease lapses; the epoch fences it.
-            _ = stopper.drain.cancelled() => break Ok(()),
+            _ = stopper.drain.cancelled() => return Ok(()),
             r = servers.call(
                 Instant::now() + opts.poll_wait + Duration::from_secs(60),
                 opts.poll_wait + Duration::from_secs(15),
@@ -571,12 +421,11 @@ pub async fn run(opts: Options, stopper: Stopper) -> anyhow::Result<Summary> {
                     tracing::info!(job = %j.id, epoch = j.epoch, attempt = j.attempt, kind = %j.kind, "leased");
                     taken += 1;
                     let id = j.id;
-                    let task = jobs.spawn(job::run(shared.clone(), j, stopper.clone()));
-                    tasks.insert(task.id(), id);
+                    jobs.spawn(id, job::run(shared.clone(), j, stopper.clone()));
                 }
             }
             Err(e) if e.is_unauthorized() => {
-                break Err(anyhow::anyhow!(
+                return Err(anyhow::anyhow!(
                     "the service refused this runner's token (revoked?); stopping"
                 ));
             }
@@ -604,16 +453,54 @@ pub async fn run(opts: Options, stopper: Stopper) -> anyhow::Result<Summary> {
                 }
             }
         }
-    };
+    }
+}
 
-    if !jobs.is_empty() {
-        tracing::info!(running = jobs.len(), "waiting for running jobs");
+/// The job tasks of a run, the job each is for, and how the finished ones ended.
+#[derive(Default)]
+struct JobTasks {
+    set: JoinSet<JobEnd>,
+    tasks: Tasks,
+    summary: Summary,
+}
+
+impl JobTasks {
+    fn len(&self) -> usize {
+        self.set.len()
     }
-    while let Some(done) = jobs.join_next_with_id().await {
-        summary.add(job_end(done, &mut tasks));
+
+    fn spawn(&mut self, id: Uuid, job: impl Future<Output = JobEnd> + Send + 'static) {
+        let task = self.set.spawn(job);
+        self.tasks.insert(task.id(), id);
     }
-    tracing::info!(?summary, "runner stopped");
-    result.map(|()| summary)
+
+    /// Count the tasks that have ended, without waiting.
+    fn collect_finished(&mut self) {
+        while let Some(done) = self.set.try_join_next_with_id() {
+            self.summary.add(job_end(done, &mut self.tasks));
+        }
+    }
+
+    /// Wait until one task ends or `drain` fires.
+    async fn one_ends_or(&mut self, drain: &CancellationToken) {
+        tokio::select! {
+            Some(done) = self.set.join_next_with_id() => {
+                self.summary.add(job_end(done, &mut self.tasks));
+            }
+            _ = drain.cancelled() => {}
+        }
+    }
+
+    /// Wait for every task, and say how their jobs ended.
+    async fn wait_all(mut self) -> Summary {
+        if !self.set.is_empty() {
+            tracing::info!(running = self.set.len(), "waiting for running jobs");
+        }
+        while let Some(done) = self.set.join_next_with_id().await {
+            self.summary.add(job_end(done, &mut self.tasks));
+        }
+        self.summary
+    }
 }
 
 /// Enrol with a join code through the first replica that answers, checking certificates with
