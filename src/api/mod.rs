@@ -60,6 +60,8 @@ pub struct AppState {
     /// The certificate this replica serves HTTPS with, when it does (its pin goes into join
     /// codes' connect payloads).
     pub certificates: Option<Arc<crate::tls::certificates::Certificates>>,
+    /// The OpenAPI document of the route table, as JSON text (`GET /openapi.json`).
+    pub openapi: &'static str,
 }
 
 /// The version last recorded through this replica per runner token hash. Only ever a shortcut:
@@ -98,6 +100,7 @@ impl AppState {
             versions: RecordedVersions::default(),
             polls: poll_limit::PollSlots::new(config.max_polls_per_runner),
             certificates: None,
+            openapi: openapi::text(),
             hub,
             shutdown,
         }

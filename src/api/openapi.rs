@@ -9,8 +9,6 @@
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
-use axum::http::header;
-use axum::response::IntoResponse;
 use serde_json::{json, Map, Value};
 use utoipa::openapi::{RefOr, Schema};
 
@@ -253,11 +251,11 @@ fn build() -> Value {
     })
 }
 
-/// `GET /openapi.json`, no credential.
-pub async fn serve() -> impl IntoResponse {
+/// The document as JSON text, built once per process: what `GET /openapi.json` answers
+/// (through [`super::AppState::openapi`], so the route table never imports this module).
+pub fn text() -> &'static str {
     static TEXT: OnceLock<String> = OnceLock::new();
-    let text: &'static str = TEXT.get_or_init(|| document().to_string());
-    ([(header::CONTENT_TYPE, "application/json")], text)
+    TEXT.get_or_init(|| document().to_string())
 }
 
 #[cfg(test)]

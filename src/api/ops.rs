@@ -1,6 +1,6 @@
 //! Operations endpoints: liveness, readiness, Prometheus metrics (kept in
-//! [`crate::telemetry::metrics`]). Never authenticated or
-//! rate limited.
+//! [`crate::telemetry::metrics`]), the OpenAPI document (built by [`super::openapi`]). Never
+//! authenticated or rate limited.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -29,6 +29,11 @@ pub async fn readyz(State(st): State<Arc<AppState>>) -> ApiResult<Json<serde_jso
         Ok(Ok(())) => Ok(Json(json!({"status": "ready"}))),
         _ => Err(ApiError::Unavailable),
     }
+}
+
+/// `GET /openapi.json`, no credential: the document of the route table this API was built from.
+pub async fn openapi(State(st): State<Arc<AppState>>) -> impl IntoResponse {
+    ([(header::CONTENT_TYPE, "application/json")], st.openapi)
 }
 
 pub async fn metrics(State(st): State<Arc<AppState>>) -> impl IntoResponse {

@@ -3,7 +3,9 @@
 //! Invariant: the router ([`super::router`]) and `/openapi.json` ([`super::openapi`]) are both
 //! built from [`table`], so a route cannot be served undocumented or documented unserved. A
 //! route of the contract whose handler is not written yet carries no handler: it is documented
-//! and answers the router's 404 until one is added here.
+//! and answers the router's 404 until one is added here. Imports run one way: the document
+//! reads this table, never the reverse (the document's own route answers the text
+//! [`AppState::openapi`] holds).
 
 use std::sync::Arc;
 
@@ -161,7 +163,7 @@ pub fn table() -> Vec<Route> {
         route(M::GET, "/healthz", get(ops::healthz), Doc::new("Liveness: 200 while the process runs", Open).media("application/json")),
         route(M::GET, "/readyz", get(ops::readyz), Doc::new("Readiness: 200 while the database answers and LISTEN is up, else 503", Open).media("application/json")),
         route(M::GET, "/metrics", get(ops::metrics), Doc::new("Prometheus metrics (OpenMetrics text); see docs/operations.md", Open).media("application/openmetrics-text")),
-        route(M::GET, "/openapi.json", get(super::openapi::serve), Doc::new("This document", Open).media("application/json")),
+        route(M::GET, "/openapi.json", get(ops::openapi), Doc::new("This document", Open).media("application/json")),
         route(M::GET, "/ui", get(ui::index), Doc::new("The runners page", Open).media("text/html")),
         route(M::GET, "/ui/{file}", get(ui::asset), Doc::new("A static file of the runners page", Open).media("text/css, text/javascript, image/svg+xml")),
         // ---- operators and dispatchers
