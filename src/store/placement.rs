@@ -6,7 +6,6 @@
 //! operator's call, changes one. A runner reaped past the dormancy ceiling is revoked with
 //! `runner_revoke_jobs` in the same transaction, exactly as an operator's revocation.
 
-use serde_json::Value;
 use uuid::Uuid;
 
 use super::{rows, sql, At, Result, Store};
@@ -39,27 +38,6 @@ impl AdvertisedTargets {
 pub struct LeaseCaller {
     pub runner_id: Uuid,
     pub outdated: bool,
-}
-
-/// The `repo_targets` column of a runner row (a JSON array, ordered by id).
-pub(super) fn repo_targets(v: &Value) -> Vec<RepoTarget> {
-    let text = |t: &Value, k: &str| t.get(k).and_then(Value::as_str).map(str::to_owned);
-    v.as_array()
-        .map(|items| {
-            items
-                .iter()
-                .filter_map(|t| {
-                    Some(RepoTarget {
-                        id: text(t, "id")?.parse().ok()?,
-                        provider: text(t, "provider")?,
-                        repository: text(t, "repository")?,
-                        label: text(t, "label"),
-                        status: text(t, "status")?,
-                    })
-                })
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 /// Rows of `repo_targets_advertise.sql` as targets, ordered by id.

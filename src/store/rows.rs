@@ -7,6 +7,7 @@
 //! the record with a struct literal, so a field the mapping forgets does not compile and a
 //! column it reads is always in the list the schema test checks.
 
+use serde_json::Value;
 use tokio_postgres::Row;
 
 /// `mapping!(COLUMNS, name -> Record { field: "column" [=> reader], ... })` defines
@@ -142,7 +143,7 @@ pub const MAPPED: &[(&str, &[&str])] = &[
 
 use super::{Result, StoreError};
 use crate::domain::state::JobState;
-use crate::store::records::{Claimed, Job, Moved, Queue, Runner};
+use crate::store::records::{Claimed, Job, Moved, Queue, RepoTarget, Runner};
 
 /// A job state read from the database. The CHECK constraint admits only the six states, so
 /// anything else is an error, never a guess.
@@ -170,6 +171,27 @@ pub fn moved(r: &Row) -> Result<Moved> {
 }
 
 /// A runner's repository targets, aggregated as JSON by the statement.
-fn repo_targets(r: &Row, column: &str) -> Vec<crate::store::records::RepoTarget> {
-    super::placement::repo_targets(&r.get(column))
+fn repo_targets(r: &Row, column: &str) -> Vec<RepoTarget> {
+    repo_targets_json(&r.get(column))
+}
+
+/// The `repo_targets` column of a runner row (a JSON array, ordered by id).
+fn repo_targets_json(v: &Value) -> Vec<RepoTarget> {
+    let text = |t: &Value, k: &str| t.get(k).and_then(Value::as_str).map(str::to_owned);
+    v.as_array()
+        .map(|items| {
+            items
+                .iter()
+                .filter_map(|t| {
+                    Some(RepoTarget {
+                        id: text(t, "id")?.parse().ok()?,
+                        provider: text(t, "provider")?,
+                        repository: text(t, "repository")?,
+                        label: text(t, "label"),
+                        status: text(t, "status")?,
+                    })
+                })
+                .collect()
+        })
+        .unwrap_or_default()
 }
