@@ -257,21 +257,6 @@ pub async fn materialise(
     Ok(())
 }
 
-/// Give a checkout to the job's user (`--job-user`): the runner fetched it as itself, the
-/// command runs as that user and must be able to write there.
-///
-/// # Errors
-/// A file could not be handed over.
-pub fn hand_to(dir: &Path, uid: u32, gid: u32) -> std::io::Result<()> {
-    std::os::unix::fs::lchown(dir, Some(uid), Some(gid))?;
-    if std::fs::symlink_metadata(dir)?.is_dir() {
-        for entry in std::fs::read_dir(dir)? {
-            hand_to(&entry?.path(), uid, gid)?;
-        }
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -292,38 +277,6 @@ mod tests {
         assert_eq!(host, "evil.example.com");
         assert!(http_origin("file:///srv/repo.git").is_none());
         assert!(http_origin("ssh://git.example.com/r").is_none());
-    }
-
-    #[test]
-    fn a_checkout_is_handed_to_the_job_user_whole() {
-        use std::os::unix::fs::MetadataExt;
-        if !nix::unistd::geteuid().is_root() {
-            eprintln!("skipping: handing files to another user needs root");
-            return;
-        }
-        let dir = std::env::temp_dir().join(format!("lh-hand-{}", uuid::Uuid::now_v7()));
-        std::fs::create_dir_all(dir.join(".git/objects")).unwrap();
-        std::fs::write(dir.join(".git/objects/x"), "x").unwrap();
-        std::os::unix::fs::symlink("/etc/passwd", dir.join("link")).unwrap();
-        hand_to(&dir, 65534, 65534).unwrap();
-        for p in [dir.clone(), dir.join(".git/objects/x")] {
-            assert_eq!(
-                std::fs::metadata(&p).unwrap().uid(),
-                65534,
-                "{}",
-                p.display()
-            );
-        }
-        assert_eq!(
-            std::fs::symlink_metadata(dir.join("link")).unwrap().uid(),
-            65534
-        );
-        assert_eq!(
-            std::fs::metadata("/etc/passwd").unwrap().uid(),
-            0,
-            "links not followed"
-        );
-        std::fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]

@@ -6,14 +6,16 @@
 //! with nothing to confine them needs `--unconfined`), and it never leases before the service
 //! has accepted its token.
 
+use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
 use tokio::time::Instant;
 use tokio_util::task::AbortOnDropHandle;
 
+use super::sandbox::DEFAULT_PATH;
 use super::servers::Servers;
-use super::workdir::{self, WorkRoot};
+use super::workdir::{self, JobUser, WorkRoot};
 use super::{contain, heartbeat_body, Options, Sandbox, Users};
 
 /// Why a root runner with nothing to confine its jobs refuses to start.
@@ -147,7 +149,7 @@ pub(super) async fn confine(opts: &Options, capacity: i64) -> anyhow::Result<Con
         .await
         .context("refusing to start")?;
     if let Some(user) = &probe_user {
-        workdir::check_job_user(&work, user, hidden.as_deref())
+        check_job_user(&work, user, hidden.as_deref())
             .await
             .context("refusing to start")?;
     }
@@ -231,6 +233,48 @@ pub(super) async fn announce(
              runner whose job has settled; enrol again with `leasehold runner connect`"
         ),
         Err(e) => bail!("cannot reach the service: {e}"),
+    }
+    Ok(())
+}
+
+/// Run a probe job as `user`: it must write its work directory and `HOME` and must not be
+/// able to read `config` (the runner's token).
+///
+/// # Errors
+/// The job user cannot reach its directory, or can read the configuration.
+async fn check_job_user(
+    root: &WorkRoot,
+    user: &JobUser,
+    config: Option<&Path>,
+) -> anyhow::Result<()> {
+    let dir = root.job_dir("job-user-probe")?;
+    dir.hand_to(Some(user)).await?;
+    let script = r#"
+[ -z "$1" ] || ! cat "$1" >/dev/null 2>&1 || { echo "it can read the runner's configuration $1" >&2; exit 3; }
+echo ok > probe && echo ok > "$2/h" || { echo "it cannot write its work directory" >&2; exit 3; }
+"#;
+    let out = tokio::process::Command::new("/bin/sh")
+        .args(["-c", script, "probe"])
+        .arg(config.map(Path::as_os_str).unwrap_or_default())
+        .arg(&dir.home)
+        .current_dir(&dir.work)
+        .env_clear()
+        .env("PATH", DEFAULT_PATH)
+        .uid(user.uid)
+        .gid(user.gid)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .context("starting a probe job as the job user")?;
+    let wrote = dir.work.join("probe").exists() && dir.home.join("h").exists();
+    dir.remove().await;
+    if !out.status.success() || !wrote {
+        anyhow::bail!(
+            "--job-user {} does not keep jobs apart: {} (the work directory's parents must be \
+             searchable by that user; the configuration must be readable by the runner only)",
+            user.name,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
     }
     Ok(())
 }

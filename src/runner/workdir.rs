@@ -173,7 +173,7 @@ impl JobDir {
     pub async fn hand_to(&self, owner: Option<&JobUser>) -> io::Result<()> {
         let Some(u) = owner else { return Ok(()) };
         let (root, uid, gid) = (self.root.clone(), u.uid, u.gid);
-        tokio::task::spawn_blocking(move || super::source::hand_to(&root, uid, gid))
+        tokio::task::spawn_blocking(move || hand_to(&root, uid, gid))
             .await
             .map_err(io::Error::other)?
     }
@@ -197,44 +197,17 @@ impl Drop for JobDir {
     }
 }
 
-/// Run a probe job as `user`: it must write its work directory and `HOME` and must not be
-/// able to read `config` (the runner's token).
+/// Give a checkout to the job's user (`--job-user`): the runner fetched it as itself, the
+/// command runs as that user and must be able to write there.
 ///
 /// # Errors
-/// The job user cannot reach its directory, or can read the configuration.
-pub async fn check_job_user(
-    root: &WorkRoot,
-    user: &JobUser,
-    config: Option<&Path>,
-) -> anyhow::Result<()> {
-    let dir = root.job_dir("job-user-probe")?;
-    dir.hand_to(Some(user)).await?;
-    let script = r#"
-[ -z "$1" ] || ! cat "$1" >/dev/null 2>&1 || { echo "it can read the runner's configuration $1" >&2; exit 3; }
-echo ok > probe && echo ok > "$2/h" || { echo "it cannot write its work directory" >&2; exit 3; }
-"#;
-    let out = tokio::process::Command::new("/bin/sh")
-        .args(["-c", script, "probe"])
-        .arg(config.map(Path::as_os_str).unwrap_or_default())
-        .arg(&dir.home)
-        .current_dir(&dir.work)
-        .env_clear()
-        .env("PATH", super::sandbox::DEFAULT_PATH)
-        .uid(user.uid)
-        .gid(user.gid)
-        .stdin(std::process::Stdio::null())
-        .output()
-        .await
-        .context("starting a probe job as the job user")?;
-    let wrote = dir.work.join("probe").exists() && dir.home.join("h").exists();
-    dir.remove().await;
-    if !out.status.success() || !wrote {
-        anyhow::bail!(
-            "--job-user {} does not keep jobs apart: {} (the work directory's parents must be \
-             searchable by that user; the configuration must be readable by the runner only)",
-            user.name,
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
+/// A file could not be handed over.
+pub fn hand_to(dir: &Path, uid: u32, gid: u32) -> std::io::Result<()> {
+    std::os::unix::fs::lchown(dir, Some(uid), Some(gid))?;
+    if std::fs::symlink_metadata(dir)?.is_dir() {
+        for entry in std::fs::read_dir(dir)? {
+            hand_to(&entry?.path(), uid, gid)?;
+        }
     }
     Ok(())
 }
@@ -317,6 +290,38 @@ fn make_writable(dir: &Path) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_checkout_is_handed_to_the_job_user_whole() {
+        use std::os::unix::fs::MetadataExt;
+        if !nix::unistd::geteuid().is_root() {
+            eprintln!("skipping: handing files to another user needs root");
+            return;
+        }
+        let dir = std::env::temp_dir().join(format!("lh-hand-{}", uuid::Uuid::now_v7()));
+        std::fs::create_dir_all(dir.join(".git/objects")).unwrap();
+        std::fs::write(dir.join(".git/objects/x"), "x").unwrap();
+        std::os::unix::fs::symlink("/etc/passwd", dir.join("link")).unwrap();
+        hand_to(&dir, 65534, 65534).unwrap();
+        for p in [dir.clone(), dir.join(".git/objects/x")] {
+            assert_eq!(
+                std::fs::metadata(&p).unwrap().uid(),
+                65534,
+                "{}",
+                p.display()
+            );
+        }
+        assert_eq!(
+            std::fs::symlink_metadata(dir.join("link")).unwrap().uid(),
+            65534
+        );
+        assert_eq!(
+            std::fs::metadata("/etc/passwd").unwrap().uid(),
+            0,
+            "links not followed"
+        );
+        std::fs::remove_dir_all(dir).unwrap();
+    }
 
     #[tokio::test]
     async fn a_job_directory_is_the_runners_until_it_is_handed_over_whole() {
