@@ -24,7 +24,7 @@ use crate::config::Config;
 use crate::domain::sealing::SealKey;
 use crate::replica;
 use crate::runner::{self, Stopper};
-use crate::tooling::private_pg::EmbeddedPg;
+use crate::tooling::private_pg::PrivatePg;
 use crate::wire;
 
 /// `leasehold dev`'s arguments.
@@ -65,7 +65,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     let work_dir = state_dir.join("work");
     let runner_config = state_dir.join("dev-runner.json");
     let pg =
-        tokio::task::spawn_blocking(move || EmbeddedPg::start(&data_dir, true, false)).await??;
+        tokio::task::spawn_blocking(move || PrivatePg::start(&data_dir, true, false)).await??;
     let url = pg.url("postgres");
     let mut config = Config::new(&url);
     config.listen = listen;

@@ -5,14 +5,14 @@
 //! OS user in a directory that user owns. That user must be able to reach the directory: when
 //! an ancestor shuts it out (a checkout in root's 0700 home), the cluster lives instead under
 //! `/var/tmp/leasehold-<hash of the asked path>/` (root-owned, traversable, stable for the same
-//! path), and [`EmbeddedPg::data_dir`] says where. A watchdog shell stops the server (and, for a
+//! path), and [`PrivatePg::data_dir`] says where. A watchdog shell stops the server (and, for a
 //! throw-away directory, deletes it) once the process that started it is gone, so a crashed
 //! test never leaves a server behind.
 //!
 //! Invariant: the server trusts nobody. Every connection, TCP or socket, authenticates with
 //! SCRAM as `postgres`, with a password generated at `initdb` and kept in the data directory
 //! (`leasehold.password`, mode 0600, readable by whoever started the server and by root);
-//! [`EmbeddedPg::url`] carries it. A cluster made by an older version with `trust` is given a
+//! [`PrivatePg::url`] carries it. A cluster made by an older version with `trust` is given a
 //! password the first time it is started.
 
 use std::net::TcpListener;
@@ -29,7 +29,7 @@ const FAST: &[&str] = &[
     "full_page_writes=off",
 ];
 
-pub struct EmbeddedPg {
+pub struct PrivatePg {
     pub port: u16,
     dir: PathBuf,
     password: String,
@@ -181,7 +181,7 @@ fn free_port() -> anyhow::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
-impl EmbeddedPg {
+impl PrivatePg {
     /// Start a server in `dir` (created and initialised if needed). `durable` keeps fsync on
     /// (`leasehold dev`, benchmarks); otherwise durability is off for speed. With `temporary`,
     /// the watchdog deletes `dir` after the server stops.
@@ -192,7 +192,7 @@ impl EmbeddedPg {
         Self::start_with(dir, durable, temporary, &[])
     }
 
-    /// [`EmbeddedPg::start`] with extra server settings (`name=value`).
+    /// [`PrivatePg::start`] with extra server settings (`name=value`).
     ///
     /// # Errors
     /// initdb or the server failed to start.
@@ -268,7 +268,7 @@ impl EmbeddedPg {
     /// # Errors
     /// The base backup or the server failed.
     pub fn standby_of(
-        primary: &EmbeddedPg,
+        primary: &PrivatePg,
         dir: &Path,
         application_name: &str,
         port: Option<u16>,
@@ -385,7 +385,7 @@ impl EmbeddedPg {
         cmd
     }
 
-    /// Start the server process (again, after [`EmbeddedPg::kill`] or [`EmbeddedPg::stop`]), on
+    /// Start the server process (again, after [`PrivatePg::kill`] or [`PrivatePg::stop`]), on
     /// the same port and data directory, and wait until it accepts connections.
     ///
     /// # Errors
@@ -550,7 +550,7 @@ impl EmbeddedPg {
     }
 }
 
-impl EmbeddedPg {
+impl PrivatePg {
     /// `pg_ctl stop -m immediate`: the postmaster and its backends quit at once, as in a crash
     /// (connections are cut, nothing is checkpointed; the WAL is intact).
     ///
@@ -599,7 +599,7 @@ impl EmbeddedPg {
     }
 }
 
-impl Drop for EmbeddedPg {
+impl Drop for PrivatePg {
     fn drop(&mut self) {
         self.stop();
         if let Some(mut w) = self.watchdog.take() {

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use leasehold::client::Client;
-use leasehold::tooling::private_pg::EmbeddedPg;
+use leasehold::tooling::private_pg::PrivatePg;
 use leasehold::wire::{self, Tier};
 use serde_json::json;
 
@@ -32,10 +32,10 @@ const SLACK: Duration = Duration::from_millis(1500);
 
 /// A private, durable PostgreSQL (synchronous commit on, so a commit waits for the standbys
 /// `synchronous_standby_names` names): its settings change without touching any other test.
-async fn durable_private_pg() -> EmbeddedPg {
+async fn durable_private_pg() -> PrivatePg {
     tokio::task::spawn_blocking(|| {
         let dir = std::env::temp_dir().join(format!("leasehold-deadline-{}", uuid::Uuid::now_v7()));
-        EmbeddedPg::start(&dir, true, true).expect("private PostgreSQL")
+        PrivatePg::start(&dir, true, true).expect("private PostgreSQL")
     })
     .await
     .unwrap()

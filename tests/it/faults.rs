@@ -8,7 +8,7 @@
 use std::time::{Duration, Instant};
 
 use leasehold::client::Client;
-use leasehold::tooling::private_pg::EmbeddedPg;
+use leasehold::tooling::private_pg::PrivatePg;
 use leasehold::wire::{self, Tier};
 use serde_json::json;
 
@@ -17,10 +17,10 @@ use crate::support::{
     test_config, waiters, TestApp,
 };
 
-async fn private_pg() -> EmbeddedPg {
+async fn private_pg() -> PrivatePg {
     tokio::task::spawn_blocking(|| {
         let dir = std::env::temp_dir().join(format!("leasehold-fault-{}", uuid::Uuid::now_v7()));
-        EmbeddedPg::start(&dir, false, true).expect("private PostgreSQL")
+        PrivatePg::start(&dir, false, true).expect("private PostgreSQL")
     })
     .await
     .unwrap()

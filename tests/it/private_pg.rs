@@ -7,11 +7,11 @@
 
 use std::os::unix::fs::PermissionsExt;
 
-use leasehold::tooling::private_pg::EmbeddedPg;
+use leasehold::tooling::private_pg::PrivatePg;
 use uuid::Uuid;
 
-async fn start(dir: std::path::PathBuf) -> EmbeddedPg {
-    tokio::task::spawn_blocking(move || EmbeddedPg::start(&dir, false, true))
+async fn start(dir: std::path::PathBuf) -> PrivatePg {
+    tokio::task::spawn_blocking(move || PrivatePg::start(&dir, false, true))
         .await
         .unwrap()
         .expect("private PostgreSQL starts")
@@ -76,7 +76,7 @@ async fn a_cluster_made_with_trust_gets_a_password_when_started() {
     let dir = std::env::temp_dir().join(format!("leasehold-legacy-{}", Uuid::now_v7()));
     let pg = tokio::task::spawn_blocking({
         let dir = dir.clone();
-        move || EmbeddedPg::start(&dir, false, false)
+        move || PrivatePg::start(&dir, false, false)
     })
     .await
     .unwrap()

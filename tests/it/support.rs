@@ -9,7 +9,7 @@ use leasehold::client::Client;
 use leasehold::config::Config;
 use leasehold::replica::{self, Replica};
 use leasehold::store::Store;
-use leasehold::tooling::private_pg::EmbeddedPg;
+use leasehold::tooling::private_pg::PrivatePg;
 pub use leasehold::tooling::serve_process::ServeProcess;
 use leasehold::wire;
 use tokio::net::TcpListener;
@@ -19,7 +19,7 @@ const TEMPLATE: &str = "leasehold_template";
 
 struct Shared {
     /// Keeps the private server alive for the binary's lifetime (the watchdog stops it after).
-    _pg: Option<EmbeddedPg>,
+    _pg: Option<PrivatePg>,
     /// URL of the maintenance database, with `{db}` to fill in.
     base: String,
 }
@@ -36,7 +36,7 @@ fn shared() -> &'static Shared {
                 Err(_) => {
                     let dir =
                         std::env::temp_dir().join(format!("leasehold-test-{}", Uuid::now_v7()));
-                    let pg = EmbeddedPg::start(&dir, false, true).expect("private PostgreSQL");
+                    let pg = PrivatePg::start(&dir, false, true).expect("private PostgreSQL");
                     let base = pg.url("{db}");
                     (Some(pg), base)
                 }

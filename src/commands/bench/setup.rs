@@ -10,12 +10,12 @@ use serde_json::{json, Value};
 use uuid::Uuid;
 
 use crate::client::Client;
-use crate::tooling::private_pg::EmbeddedPg;
+use crate::tooling::private_pg::PrivatePg;
 use crate::tooling::serve_process::ServeProcess;
 use crate::wire;
 
 pub struct Deployment {
-    _pg: Option<EmbeddedPg>,
+    _pg: Option<PrivatePg>,
     /// URL of the server with `{db}` for the database name.
     base: String,
 }
@@ -43,7 +43,7 @@ impl Deployment {
                 let pg = tokio::task::spawn_blocking(|| {
                     let dir =
                         std::env::temp_dir().join(format!("leasehold-bench-{}", Uuid::now_v7()));
-                    EmbeddedPg::start_with(
+                    PrivatePg::start_with(
                         &dir,
                         true,
                         true,

@@ -12,14 +12,14 @@ use std::path::PathBuf;
 use anyhow::Context;
 use uuid::Uuid;
 
-use crate::tooling::private_pg::EmbeddedPg;
+use crate::tooling::private_pg::PrivatePg;
 
 /// The name every standby reports (`application_name` in its `primary_conninfo`).
 pub const STANDBY_NAME: &str = "leasehold_standby";
 
 pub struct Cluster {
-    pub primary: EmbeddedPg,
-    pub standby: Option<EmbeddedPg>,
+    pub primary: PrivatePg,
+    pub standby: Option<PrivatePg>,
     /// The two ports the URL lists, in order.
     ports: [u16; 2],
     /// Servers made so far (names their directories).
@@ -52,7 +52,7 @@ impl Cluster {
             std::env::temp_dir().join(format!("lh-{}", &Uuid::new_v4().simple().to_string()[..12]));
         std::fs::create_dir_all(&root)?;
         // Replication is synchronous: the primary waits for the standby's flush on commit.
-        let primary = EmbeddedPg::start_with(
+        let primary = PrivatePg::start_with(
             &root.join("n0"),
             durable,
             true,
@@ -77,9 +77,9 @@ impl Cluster {
         Ok(cluster)
     }
 
-    fn new_standby(&mut self, port: Option<u16>) -> anyhow::Result<EmbeddedPg> {
+    fn new_standby(&mut self, port: Option<u16>) -> anyhow::Result<PrivatePg> {
         self.generation += 1;
-        EmbeddedPg::standby_of(
+        PrivatePg::standby_of(
             &self.primary,
             &self.root.0.join(format!("n{}", self.generation)),
             STANDBY_NAME,
