@@ -40,7 +40,8 @@
 //! imports nothing of ours; `client` imports only `wire` and `tls` (and re-exports
 //! [`client::Trust`] and [`client::Pin`]); `runner` and `cli` import only `client` and `wire`,
 //! never each other: what both need lives there (the `command` job kind in [`wire::command`], retry
-//! back-off and "is this failure transient" in [`client`]).
+//! back-off and "is this failure transient" in [`client`]); [`commands`] and [`tooling`] sit on
+//! top, imported by nothing else.
 #![forbid(unsafe_code)]
 
 pub mod api;
