@@ -1,6 +1,7 @@
 //! The binary's operator subcommands, one module each: [`serve`] (one replica), [`dev`]
-//! (everything on one machine), [`admin`] (straight against the database), [`bench`] (the
-//! benchmark), [`drill`] (faults and the invariant checker) and [`openapi`] (the API's document).
+//! (everything on one machine), [`admin`] (straight against the database),
+//! [`bench`](mod@bench) (the benchmark), [`drill`] (faults and the invariant checker) and
+//! [`openapi`] (the API's document).
 //! `main.rs` parses the command line and dispatches here; the people's HTTP commands stay in
 //! [`crate::cli`] and the runner's in [`crate::runner::cli`].
 

@@ -2,7 +2,7 @@
 //!
 //! It owns this replica's [`Waiters`], the [`Notifier`] that tells other replicas, the handling
 //! of what the LISTEN connection hears, the safety-net re-check, and the long-poll loops
-//! themselves (lease, job wait: [`long_poll`]). Invariant: every wake is an optimisation. A
+//! themselves (lease, job wait: `long_poll.rs`). Invariant: every wake is an optimisation. A
 //! waiter always re-checks the database before answering, and registers before it checks, so
 //! nothing is missed between check and wait; a lost notification delays a job by at most
 //! `recheck_interval` (see docs/wake.md).

@@ -17,7 +17,7 @@
 //! - [`contain`]: nothing a job started outlives it (a cgroup per job, a uid per job with a
 //!   range, the sweep, the subreaper).
 //! - [`workdir`]: one locked directory per runner, one fresh directory per job.
-//! - [`startup`]: what a runner checks and sets up before its first lease.
+//! - `startup`: what a runner checks and sets up before its first lease.
 //!
 //! # Invariants
 //!
