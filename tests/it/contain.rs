@@ -306,13 +306,14 @@ async fn as_root_a_sandboxed_job_runs_unprivileged_and_reads_no_root_only_file()
         (sleeping(&format!("{m}6")) && sleeping(&format!("{m}5"))).then_some(())
     })
     .await;
-    // The patterns are put together at run time, so the snooper's own command line lacks them.
+    // The patterns are put together at run time, and handed to grep in a file (by the shell's
+    // own printf), so no command line of the snooper's holds them.
     let (cat_file, snoop) = (
         format!("cat {secret_file}"),
         format!(
-            "a={m1}; b={m2}; s=peer-; t=s3cret; \
+            "a={m1}; b={m2}; s=peer-; t=s3cret; printf '%s\\n' \"$a$b\" \"$s$t\" > patterns; \
              cat /proc/[0-9]*/cmdline /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n' \
-             | grep -c -e \"$a$b\" -e \"$s$t\"; exit 0"
+             | grep -c -F -f patterns; exit 0"
         ),
     );
     let (who, shadow, file, snoop) = tokio::join!(
