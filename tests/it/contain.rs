@@ -141,12 +141,12 @@ async fn a_uid_range_keeps_concurrent_jobs_apart_and_kills_everything_of_a_jobs_
         return;
     }
     let rig = RunnerRig::new(TestApp::spawn().await, "contain-range").await;
-    let config = rig.enrol(&["--capacity", "2"]).await;
-    let r = rig.runner(
-        &config,
-        &["--job-user-range", "61700-61707", "--capacity", "2"],
-        &[],
-    );
+    let (config, r) = rig
+        .start_runner(
+            &["--capacity", "2"],
+            &["--job-user-range", "61700-61707", "--capacity", "2"],
+        )
+        .await;
     let m = marker();
     let _cleanup = KillOnDrop(m.clone());
     let secret = "s3cr3t-of-job-A";
@@ -457,8 +457,7 @@ async fn as_root_an_unconfined_runner_refuses_to_start_unless_told_and_then_says
         return;
     }
     let rig = RunnerRig::new(TestApp::spawn().await, "contain-refuse").await;
-    let config = rig.enrol(&[]).await;
-    let mut refused = rig.runner(&config, &[], &[]);
+    let (config, mut refused) = rig.start_runner(&[], &[]).await;
     assert!(!refused.exit(LONG).await.success());
     let log = refused.log();
     assert!(log.contains("refusing to start"), "{log}");

@@ -19,17 +19,14 @@ use serde_json::json;
 
 use crate::support::{
     connect, eventually, gauge, key_in, pair, personal, readiness, serve_process, until_waiters,
+    workspace_pool,
 };
 
 /// Lease and complete until `stop`, riding out 503s and refused connections; a report is retried
 /// at the same epoch until it is answered.
 pub(crate) async fn work(r: Client, name: String, history: Recorder, stop: Arc<AtomicBool>) {
     while !stop.load(Ordering::Relaxed) {
-        let lease = wire::Lease {
-            wait_ms: Some(500),
-            max_jobs: Some(2),
-            ..Default::default()
-        };
+        let lease = wire::Lease::waiting(500, 2);
         let jobs = match r.lease(&lease).await {
             Ok(jobs) => jobs,
             Err(e) => {
@@ -65,9 +62,7 @@ pub(crate) async fn settle(r: &Client, name: &str, job: &wire::LeasedJob, histor
 /// Dispatch through `replicas` in turn until `stop`, each job under its own idempotency key
 /// retried until answered, so every job the dispatcher made is acknowledged.
 pub(crate) async fn dispatch_loop(replicas: Vec<Client>, history: Recorder, stop: Arc<AtomicBool>) {
-    let pool = wire::Target::Pool {
-        pool: wire::PoolName::Workspace,
-    };
+    let pool = workspace_pool();
     for n in 0.. {
         if stop.load(Ordering::Relaxed) {
             return;
@@ -176,14 +171,7 @@ async fn a_primary_failover_loses_nothing_acknowledged_and_replicas_recover() {
 
     let parked = tokio::spawn({
         let late = late.clone();
-        async move {
-            late.lease(&wire::Lease {
-                wait_ms: Some(45_000),
-                max_jobs: Some(1),
-                ..Default::default()
-            })
-            .await
-        }
+        async move { late.lease(&wire::Lease::waiting(45_000, 1)).await }
     });
     until_waiters(&b.url, 1, Duration::from_secs(10)).await;
     // Registered is not yet parked: the poll registers before its look, whose lease
@@ -234,11 +222,17 @@ async fn a_primary_failover_loses_nothing_acknowledged_and_replicas_recover() {
 
     // Every acknowledged job settles; then the history is judged.
     let verdict = judge_when_settled(&url, &history, &stop_work, tasks).await;
-    eprintln!("failover: {verdict:?}");
+    assert_every_job_completed("failover", &verdict);
+    drop((a, b, cluster));
+}
+
+/// The history `verdict` judged (printed, named `drill`) broke no invariant, and every one of
+/// its twenty or more acknowledged jobs completed.
+pub(crate) fn assert_every_job_completed(drill: &str, verdict: &check::Verdict) {
+    eprintln!("{drill}: {verdict:?}");
     assert!(verdict.ok(), "violations: {:#?}", verdict.violations);
     assert!(verdict.dispatched >= 20, "{verdict:?}");
     assert_eq!(verdict.completed, verdict.dispatched, "{verdict:?}");
-    drop((a, b, cluster));
 }
 
 /// Wait (30 s at most) until every acknowledged job is terminal, stop the runners, record each

@@ -66,6 +66,14 @@ impl RunnerRig {
         enrol(&self.alice, &[&self.url()], dir, false, extra).await
     }
 
+    /// [`RunnerRig::enrol`] with `connect`, then [`RunnerRig::runner`] started with `run`: the
+    /// configuration and the running runner.
+    pub async fn start_runner(&self, connect: &[&str], run: &[&str]) -> (PathBuf, Proc) {
+        let config = self.enrol(connect).await;
+        let runner = self.runner(&config, run, &[]);
+        (config, runner)
+    }
+
     /// [`runner`] with `config`, working in the rig's `work` directory.
     pub fn runner(&self, config: &Path, extra: &[&str], envs: &[(&str, &str)]) -> Proc {
         runner(config, &self.dir.join("work"), extra, envs)

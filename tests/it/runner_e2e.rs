@@ -40,8 +40,9 @@ async fn job_in_state(client: &Client, id: Uuid, state: &str) -> wire::Job {
 async fn a_join_code_enrols_a_runner_whose_command_output_and_exit_code_come_back() {
     let rig = RunnerRig::new(TestApp::spawn().await, "e2e-basic").await;
     let (key, alice) = (&rig.key, &rig.alice);
-    let config = rig.enrol(&["--label", "box-1"]).await;
-    let mut r = rig.runner(&config, &["--unconfined"], &[]);
+    let (config, mut r) = rig
+        .start_runner(&["--label", "box-1"], &["--unconfined"])
+        .await;
 
     let out = rig
         .sh("echo hello; echo oops >&2; printf 'no newline'; exit 7")
@@ -118,8 +119,9 @@ async fn a_join_code_enrols_a_runner_whose_command_output_and_exit_code_come_bac
 async fn timeouts_missing_executables_and_unreadable_payloads_are_classified() {
     let rig = RunnerRig::new(TestApp::spawn().await, "e2e-classify").await;
     let alice = &rig.alice;
-    let config = rig.enrol(&["--capacity", "3"]).await;
-    let _r = rig.runner(&config, &["--unconfined"], &[]);
+    let (_, _r) = rig
+        .start_runner(&["--capacity", "3"], &["--unconfined"])
+        .await;
 
     let (timed, missing) = tokio::join!(
         rig.submit_wait(&["--timeout", "1", "--", "sh", "-c", "echo started; sleep 60"]),
@@ -189,8 +191,7 @@ async fn cancel_kills_the_whole_process_group_and_reports_nothing() {
     // Short leases: the runner heartbeats every second and hears the 409 quickly.
     let app = TestApp::spawn_with(1, |c| c.lease_ttl_ms = 3000).await;
     let rig = RunnerRig::new(app, "e2e-cancel").await;
-    let config = rig.enrol(&[]).await;
-    let _r = rig.runner(&config, &["--unconfined"], &[]);
+    let (_, _r) = rig.start_runner(&[], &["--unconfined"]).await;
 
     let marker = marker();
     let script = format!("sleep {marker}1 & sleep {marker}2; wait");
@@ -271,8 +272,12 @@ async fn sigterm_drains_a_running_job_and_releases_what_is_past_the_deadline() {
         "the premise: leases outlive the test"
     );
     let alice = &rig.alice;
-    let config_a = rig.enrol(&["--capacity", "2"]).await;
-    let mut a = rig.runner(&config_a, &["--drain-timeout", "10", "--unconfined"], &[]);
+    let (_, mut a) = rig
+        .start_runner(
+            &["--capacity", "2"],
+            &["--drain-timeout", "10", "--unconfined"],
+        )
+        .await;
 
     let short = rig.submit(&["--", "sh", "-c", "sleep 4; echo short"]).await;
     let long = rig
@@ -302,8 +307,7 @@ async fn sigterm_drains_a_running_job_and_releases_what_is_past_the_deadline() {
     assert_eq!(l.attempts, 1);
 
     // Another runner takes it at once.
-    let config_b = rig.enrol(&[]).await;
-    let mut b = rig.runner(&config_b, &["--once", "--unconfined"], &[]);
+    let (config_b, mut b) = rig.start_runner(&[], &["--once", "--unconfined"]).await;
     assert!(b.exit(LONG).await.success(), "{}", b.log());
     let l = alice.job(long).await.unwrap();
     assert_eq!(l.state, "completed");
@@ -324,8 +328,9 @@ async fn once_and_ephemeral_runners_take_exactly_one_job() {
     let first = rig.submit(&["--", "echo", "one"]).await;
     let second = rig.submit(&["--", "echo", "two"]).await;
 
-    let config = rig.enrol(&["--capacity", "4"]).await;
-    let mut once = rig.runner(&config, &["--once", "--unconfined"], &[]);
+    let (_, mut once) = rig
+        .start_runner(&["--capacity", "4"], &["--once", "--unconfined"])
+        .await;
     assert!(once.exit(LONG).await.success(), "{}", once.log());
     assert_eq!(
         alice.job(first).await.unwrap().state,
@@ -470,8 +475,7 @@ async fn the_sandbox_writes_only_its_work_directory_and_never_sees_the_host_home
 #[tokio::test]
 async fn a_restarted_runner_kills_what_a_crashed_run_left_and_clears_its_work_directory() {
     let rig = RunnerRig::new(TestApp::spawn().await, "e2e-crash").await;
-    let config = rig.enrol(&[]).await;
-    let mut first = rig.runner(&config, &["--unconfined"], &[]);
+    let (config, mut first) = rig.start_runner(&[], &["--unconfined"]).await;
 
     let marker = marker();
     let script = format!("touch left-over; sleep {marker}");
@@ -550,8 +554,7 @@ fn seq_text(n: u32) -> String {
 async fn twenty_megabytes_written_as_fast_as_possible_arrive_byte_for_byte() {
     let rig = RunnerRig::new(TestApp::spawn().await, "e2e-bulk").await;
     let (key, alice) = (&rig.key, &rig.alice);
-    let config = rig.enrol(&[]).await;
-    let r = rig.runner(&config, &["--unconfined"], &[]);
+    let (_, r) = rig.start_runner(&[], &["--unconfined"]).await;
 
     const N: u32 = 2_700_000;
     let expected = seq_text(N);
@@ -711,12 +714,12 @@ async fn the_sandbox_drops_every_capability_and_can_cut_the_network() {
         return;
     }
     let rig = RunnerRig::new(TestApp::spawn().await, "e2e-caps").await;
-    let config = rig.enrol(&["--capacity", "2"]).await;
-    let r = rig.runner(
-        &config,
-        &["--sandbox", "bubblewrap", "--network", "none"],
-        &[],
-    );
+    let (_, r) = rig
+        .start_runner(
+            &["--capacity", "2"],
+            &["--sandbox", "bubblewrap", "--network", "none"],
+        )
+        .await;
     let (caps, net) = tokio::join!(
         rig.sh("grep CapEff /proc/self/status"),
         rig.sh("cut -d: -f1 /proc/net/dev | tail -n +3 | tr -d ' '"),
@@ -773,8 +776,9 @@ async fn a_job_user_cannot_read_the_runners_token() {
         return;
     };
     let rig = RunnerRig::new(TestApp::spawn().await, "e2e-jobuser").await;
-    let config = rig.enrol(&["--capacity", "2"]).await;
-    let r = rig.runner(&config, &["--job-user", "nobody"], &[]);
+    let (config, r) = rig
+        .start_runner(&["--capacity", "2"], &["--job-user", "nobody"])
+        .await;
     let cat_config = format!("cat {}", config.display());
     let (who, token) = tokio::join!(
         rig.sh("id -u; echo x > in-work; cat in-work"),

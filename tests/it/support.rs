@@ -75,6 +75,17 @@ pub async fn connect(url: &str) -> tokio_postgres::Client {
     client
 }
 
+/// A private PostgreSQL of a test's own (in a temporary directory named after `what`), whose
+/// settings and faults touch no other test; `durable` as [`EmbeddedPg::start`] takes it.
+pub async fn private_pg(what: &str, durable: bool) -> EmbeddedPg {
+    let dir = std::env::temp_dir().join(format!("leasehold-{what}-{}", Uuid::now_v7()));
+    tokio::task::spawn_blocking(move || {
+        EmbeddedPg::start(&dir, durable, true).expect("private PostgreSQL")
+    })
+    .await
+    .unwrap()
+}
+
 /// A fresh, migrated database of the shared server.
 pub async fn fresh_database() -> String {
     let shared = shared();
@@ -239,6 +250,11 @@ pub fn personal() -> wire::Target {
     }
 }
 
+/// The target of a job named for runner `runner_id`.
+pub fn to_runner(runner_id: Uuid) -> wire::Target {
+    wire::Target::Runner { runner_id }
+}
+
 pub fn workspace_pool() -> wire::Target {
     wire::Target::Pool {
         pool: wire::PoolName::Workspace,
@@ -248,12 +264,7 @@ pub fn workspace_pool() -> wire::Target {
 /// Lease with a wait, `max_jobs` at most.
 pub async fn lease(runner: &Client, wait_ms: i64, max_jobs: i64) -> Vec<wire::LeasedJob> {
     runner
-        .lease(&wire::Lease {
-            wait_ms: Some(wait_ms),
-            max_jobs: Some(max_jobs),
-            capabilities: None,
-            ..Default::default()
-        })
+        .lease(&wire::Lease::waiting(wait_ms, max_jobs))
         .await
         .expect("lease")
 }
