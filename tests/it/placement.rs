@@ -21,7 +21,7 @@ use serde_json::{json, Value};
 
 use crate::secrets::call;
 use crate::support::{
-    code, connect, dispatch, eventually, lease, pair, personal, start_replica, to_runner,
+    code, connect, dispatch, eventually, lease, pair, pair_as, personal, start_replica, to_runner,
     workspace_pool, TestApp,
 };
 
@@ -299,30 +299,22 @@ async fn repository_targets_are_advertised_pending_and_only_operators_change_the
     const B: &str = "https://git.example.com/acme/b.git";
     const C: &str = "file:///srv/git/c.git";
 
-    let created = admin
-        .pair_runner(
-            Tier::Workspace,
-            &wire::CreateRunner {
-                label: "builder".into(),
-                repo_targets: Some(vec![target(A), target(B), target(A)]),
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap();
-    let ws_runner = admin.with_token(created.token);
-    assert_eq!(
-        created.runner.repo_targets.len(),
-        2,
-        "a repeat is recorded once"
-    );
+    let (created, ws_runner) = pair_as(
+        &admin,
+        Tier::Workspace,
+        &wire::CreateRunner {
+            label: "builder".into(),
+            repo_targets: Some(vec![target(A), target(B), target(A)]),
+            ..Default::default()
+        },
+    )
+    .await;
+    assert_eq!(created.repo_targets.len(), 2, "a repeat is recorded once");
     assert!(created
-        .runner
         .repo_targets
         .iter()
         .all(|t| t.status == "pending" && t.provider == "git"));
     let a_id = created
-        .runner
         .repo_targets
         .iter()
         .find(|t| t.repository == A)
@@ -626,26 +618,24 @@ async fn an_any_job_goes_to_either_tier_and_is_billed_by_who_held_the_lease() {
 async fn a_canary_runner_skips_untagged_pool_jobs_and_rejects_untagged_named_ones() {
     let app = TestApp::spawn().await;
     let admin = app.operator("acme", "root", true).await;
-    let created = admin
-        .pair_runner(
-            Tier::Workspace,
-            &wire::CreateRunner {
-                label: "canary".into(),
-                capabilities: Some(vec!["linux".into()]),
-                exclusive: Some(vec!["canary".into()]),
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap();
-    assert_eq!(created.runner.exclusive, ["canary"]);
+    let (created, canary) = pair_as(
+        &admin,
+        Tier::Workspace,
+        &wire::CreateRunner {
+            label: "canary".into(),
+            capabilities: Some(vec!["linux".into()]),
+            exclusive: Some(vec!["canary".into()]),
+            ..Default::default()
+        },
+    )
+    .await;
+    assert_eq!(created.exclusive, ["canary"]);
     assert_eq!(
-        created.runner.capabilities,
+        created.capabilities,
         ["canary", "linux"],
         "an exclusive name is a capability"
     );
-    let canary = admin.with_token(created.token);
-    let canary_id = created.runner.id;
+    let canary_id = created.id;
 
     // Pool: an untagged job is skipped (it stays parked for another runner).
     let untagged = dispatch(&admin, workspace_pool(), json!("untagged")).await;
@@ -756,19 +746,17 @@ fn source_json(credential: Option<&str>) -> Value {
 async fn a_source_job_reaches_only_a_runner_holding_an_approved_target() {
     let app = TestApp::spawn().await;
     let admin = app.operator("acme", "root", true).await;
-    let created = admin
-        .pair_runner(
-            Tier::Workspace,
-            &wire::CreateRunner {
-                label: "builder".into(),
-                repo_targets: Some(vec![target(REPO)]),
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap();
-    let builder = admin.with_token(created.token);
-    let (builder_id, target_id) = (created.runner.id, created.runner.repo_targets[0].id);
+    let (created, builder) = pair_as(
+        &admin,
+        Tier::Workspace,
+        &wire::CreateRunner {
+            label: "builder".into(),
+            repo_targets: Some(vec![target(REPO)]),
+            ..Default::default()
+        },
+    )
+    .await;
+    let (builder_id, target_id) = (created.id, created.repo_targets[0].id);
     let (_, other) = pair(&admin, Tier::Workspace, &[], 1).await;
     heartbeat(&builder, None).await;
 
@@ -863,19 +851,17 @@ async fn the_no_runner_clock_counts_both_tiers_for_any_jobs_and_only_approved_ta
     let app = TestApp::spawn_with(1, |c| c.presence_window_ms = 60_000).await;
     let admin = app.operator("acme", "root", true).await;
     let alice = app.operator("acme", "alice", false).await;
-    let created = admin
-        .pair_runner(
-            Tier::Workspace,
-            &wire::CreateRunner {
-                label: "ws".into(),
-                capacity: Some(1),
-                repo_targets: Some(vec![target(REPO)]),
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap();
-    let ws = admin.with_token(created.token);
+    let (created, ws) = pair_as(
+        &admin,
+        Tier::Workspace,
+        &wire::CreateRunner {
+            label: "ws".into(),
+            capacity: Some(1),
+            repo_targets: Some(vec![target(REPO)]),
+            ..Default::default()
+        },
+    )
+    .await;
     // Busy: it holds a job, so it takes nothing else but stays online.
     dispatch(&admin, workspace_pool(), json!("busy")).await;
     assert_eq!(lease(&ws, 1000, 1).await.len(), 1);
@@ -902,7 +888,7 @@ async fn the_no_runner_clock_counts_both_tiers_for_any_jobs_and_only_approved_ta
     assert_eq!(rejected.error.unwrap()["reason"], json!("no_runner"));
 
     admin
-        .set_repo_target(created.runner.id, created.runner.repo_targets[0].id, true)
+        .set_repo_target(created.id, created.repo_targets[0].id, true)
         .await
         .unwrap();
     let approved = admin.dispatch(&sourced).await.unwrap();

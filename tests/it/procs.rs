@@ -255,6 +255,17 @@ pub async fn submit_wait(server: &str, key: &str, args: &[&str]) -> Output {
     cli(server, key, &all, LONG).await
 }
 
+/// `leasehold runner connect ARGS...`, which reaches the servers its code or payload names.
+pub async fn runner_connect(args: &[&str]) -> Output {
+    cli(
+        "unused",
+        "unused",
+        &[&["runner", "connect"], args].concat(),
+        LONG,
+    )
+    .await
+}
+
 /// Mint a join code with `operator` and enrol through `leasehold runner connect`; returns the
 /// configuration path, after checking it is owner-only and that the token was not printed.
 pub async fn enrol(
@@ -273,18 +284,12 @@ pub async fn enrol(
         .await
         .unwrap();
     let path = dir.join(format!("runner-{}.json", Uuid::now_v7().simple()));
-    let mut args = vec![
-        "runner",
-        "connect",
-        code.code.as_str(),
-        "--config",
-        path.to_str().unwrap(),
-    ];
+    let mut args = vec![code.code.as_str(), "--config", path.to_str().unwrap()];
     for s in servers {
         args.extend_from_slice(&["--server", s]);
     }
     args.extend_from_slice(extra);
-    let out = cli("unused", "unused", &args, Duration::from_secs(60)).await;
+    let out = runner_connect(&args).await;
     assert_eq!(out.code, Some(0), "connect failed: {out:?}");
     assert!(
         out.stdout.contains(path.to_str().unwrap()),

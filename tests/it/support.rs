@@ -189,17 +189,24 @@ pub async fn pair(
     capabilities: &[&str],
     capacity: i64,
 ) -> (wire::Runner, Client) {
+    let described = wire::CreateRunner {
+        label: "test-runner".into(),
+        os: Some("linux".into()),
+        capabilities: Some(capabilities.iter().map(|s| s.to_string()).collect()),
+        capacity: Some(capacity),
+        ..Default::default()
+    };
+    pair_as(operator, tier, &described).await
+}
+
+/// [`pair`] a runner `described` so.
+pub async fn pair_as(
+    operator: &Client,
+    tier: wire::Tier,
+    described: &wire::CreateRunner,
+) -> (wire::Runner, Client) {
     let created = operator
-        .pair_runner(
-            tier,
-            &wire::CreateRunner {
-                label: "test-runner".into(),
-                os: Some("linux".into()),
-                capabilities: Some(capabilities.iter().map(|s| s.to_string()).collect()),
-                capacity: Some(capacity),
-                ..Default::default()
-            },
-        )
+        .pair_runner(tier, described)
         .await
         .expect("pair runner");
     let client = operator.with_token(created.token);
