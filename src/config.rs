@@ -7,7 +7,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::str::FromStr;
 use std::time::Duration;
 
-use clap::Args;
+use clap::{Args, FromArgMatches};
 use ipnet::IpNet;
 
 use crate::domain::sealing::{SealKey, Sealer};
@@ -146,37 +146,18 @@ fn parse_min_version(s: &str) -> Result<Version, String> {
 }
 
 impl Config {
-    /// A configuration with the contract's defaults for the given database.
+    /// A configuration for the given database with every other field at the default of its
+    /// `leasehold serve` flag (the contract's), which is the one place each default is
+    /// written; the environment is not read.
     pub fn new(database_url: impl Into<String>) -> Self {
-        Self {
-            database_url: database_url.into(),
-            listen: "127.0.0.1:8080".parse().expect("static address"),
-            lease_ttl_ms: 120_000,
-            no_runner_timeout_ms: 300_000,
-            presence_window_ms: 90_000,
-            sweep_interval_ms: 1_000,
-            max_wait_ms: 60_000,
-            recheck_interval_ms: 2_000,
-            max_body_bytes: 1_048_576,
-            auth_burst: 30,
-            auth_refill_per_s: 1.0,
-            capability_vocabulary: None,
-            pool_size: 16,
-            ephemeral_purge_ms: 86_400_000,
-            min_runner_version: None,
-            dormancy_ceiling_ms: 1_209_600_000,
-            secrets_key: None,
-            secrets_old_key: None,
-            trusted_proxies: TrustedProxies::default(),
-            proxy_protocol: false,
-            metrics_interval_ms: 15_000,
-            request_timeout_ms: 30_000,
-            pool_timeout_ms: 5_000,
-            max_polls_per_runner: 16,
-            tls_cert: None,
-            tls_key: None,
-            public_url: Vec::new(),
-        }
+        let flags =
+            Self::augment_args(clap::Command::new("defaults")).mut_args(|arg| arg.env(None));
+        let matches = flags
+            .try_get_matches_from(["defaults", "--database-url="])
+            .expect("every flag but --database-url has a default");
+        let mut config = Self::from_arg_matches(&matches).expect("the defaults parse");
+        config.database_url = database_url.into();
+        config
     }
 
     /// The sealer of workspace secrets, when a key is configured.
@@ -257,6 +238,29 @@ impl FromStr for TrustedProxies {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The defaults PROTOCOL.md "Starting it" names, as `Config::new` takes them from the flags.
+    #[test]
+    fn new_has_the_contracts_defaults_and_the_given_database() {
+        let c = Config::new("postgres://db/leasehold");
+        assert_eq!(c.database_url, "postgres://db/leasehold");
+        assert_eq!(c.listen, "127.0.0.1:8080".parse().unwrap());
+        assert_eq!(
+            (
+                c.lease_ttl_ms,
+                c.no_runner_timeout_ms,
+                c.presence_window_ms,
+                c.sweep_interval_ms,
+                c.max_wait_ms,
+                c.dormancy_ceiling_ms,
+            ),
+            (120_000, 300_000, 90_000, 1_000, 60_000, 1_209_600_000)
+        );
+        assert!(c.min_runner_version.is_none() && c.secrets_key.is_none());
+        assert!(c.trusted_proxies.is_empty() && !c.proxy_protocol);
+        assert!(c.public_url.is_empty() && c.tls_cert.is_none());
+        assert_eq!(Config::new("").database_url, "");
+    }
 
     #[test]
     fn trusted_proxies_are_addresses_or_blocks() {

@@ -608,6 +608,17 @@ pub struct Lease {
     pub exclusive: Option<Vec<String>>,
 }
 
+impl Lease {
+    /// A long-poll of `wait_ms` for at most `max_jobs`, saying nothing else (no advertisement).
+    pub fn waiting(wait_ms: i64, max_jobs: i64) -> Self {
+        Self {
+            wait_ms: Some(wait_ms),
+            max_jobs: Some(max_jobs),
+            ..Self::default()
+        }
+    }
+}
+
 #[derive(utoipa::ToSchema, Debug, Clone, Serialize, Deserialize)]
 pub struct Leased {
     pub jobs: Vec<LeasedJob>,

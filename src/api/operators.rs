@@ -17,7 +17,7 @@ use super::AppState;
 use crate::domain::credentials::{Kind, Secret};
 use crate::domain::{owner, version};
 use crate::store::records::JoinGrant;
-use crate::store::NewRunner;
+use crate::store::{AdvertisedTargets, NewRunner};
 use crate::wire::{self, CreateRunner, Role, Target, Tier};
 
 pub async fn create_personal_runner(
@@ -39,54 +39,100 @@ pub async fn create_workspace_runner(
     pair(&st, &op.0, owner, req).await
 }
 
+/// A new runner's description (pairing's body, or enrolment's but for the code), validated
+/// (every error names its field) and normalised against the vocabulary.
+pub(super) struct Described {
+    req: CreateRunner,
+    capacity: i32,
+    capabilities: Vec<String>,
+    exclusive: Vec<String>,
+    targets: AdvertisedTargets,
+    outdated: bool,
+}
+
+impl Described {
+    pub(super) fn new(st: &AppState, req: CreateRunner) -> ApiResult<Self> {
+        validate::text("label", &req.label, 128)?;
+        validate::opt_text("os", req.os.as_deref(), 64)?;
+        validate::opt_text("version", req.version.as_deref(), 64)?;
+        let capacity = validate::range("capacity", req.capacity, 1, 256, 1)? as i32;
+        let (capabilities, exclusive) = st.vocabulary.advertised_with_exclusive(
+            req.capabilities.as_deref().unwrap_or(&[]),
+            req.exclusive.as_deref().unwrap_or(&[]),
+        );
+        let targets = validate::repo_targets(req.repo_targets.as_deref())?;
+        let outdated = version::is_outdated(
+            req.version.as_deref(),
+            st.hub.config.min_runner_version.as_ref(),
+        );
+        Ok(Self {
+            req,
+            capacity,
+            capabilities,
+            exclusive,
+            targets,
+            outdated,
+        })
+    }
+
+    /// The runner it becomes under `grant` (a join code's, or a pairing key's), holding the
+    /// token hashed to `token_hash`; `seen` when it counts as seen now (enrolment).
+    pub(super) fn runner(self, grant: &JoinGrant, token_hash: Vec<u8>, seen: bool) -> NewRunner {
+        NewRunner {
+            id: Uuid::now_v7(),
+            owner: grant.owner.clone(),
+            workspace: grant.workspace.clone(),
+            label: self.req.label,
+            os: self.req.os,
+            version: self.req.version,
+            capabilities: self.capabilities,
+            capacity: self.capacity,
+            token_hash,
+            approved_by: grant.approved_by.clone(),
+            ephemeral: grant.ephemeral,
+            seen,
+            outdated: self.outdated,
+            exclusive: self.exclusive,
+            repo_targets: self.targets,
+        }
+    }
+}
+
 async fn pair(
     st: &AppState,
     key: &crate::store::records::ApiKey,
     owner: String,
     req: CreateRunner,
 ) -> ApiResult<(StatusCode, Json<wire::RunnerWithToken>)> {
-    validate::text("label", &req.label, 128)?;
-    validate::opt_text("os", req.os.as_deref(), 64)?;
-    validate::opt_text("version", req.version.as_deref(), 64)?;
-    let capacity = validate::range("capacity", req.capacity, 1, 256, 1)? as i32;
-    let (capabilities, exclusive) = st.vocabulary.advertised_with_exclusive(
-        req.capabilities.as_deref().unwrap_or(&[]),
-        req.exclusive.as_deref().unwrap_or(&[]),
-    );
-    let targets = validate::repo_targets(req.repo_targets.as_deref())?;
-    let outdated = version::is_outdated(
-        req.version.as_deref(),
-        st.hub.config.min_runner_version.as_ref(),
-    );
+    let described = Described::new(st, req)?;
+    // The key pairing it grants what a join code would.
+    let grant = JoinGrant {
+        workspace: key.workspace.clone(),
+        owner,
+        approved_by: key.subject.clone(),
+        ephemeral: false,
+    };
     let token = Secret::generate(Kind::Runner);
     let runner = st
         .hub
         .store
-        .insert_runner(&NewRunner {
-            id: Uuid::now_v7(),
-            owner,
-            workspace: key.workspace.clone(),
-            label: req.label,
-            os: req.os,
-            version: req.version,
-            capabilities,
-            capacity,
-            token_hash: token.hash().to_vec(),
-            approved_by: key.subject.clone(),
-            ephemeral: false,
-            seen: false,
-            outdated,
-            exclusive,
-            repo_targets: targets,
-        })
+        .insert_runner(&described.runner(&grant, token.hash().to_vec(), false))
         .await?;
-    Ok((
+    Ok(created(runner, &token))
+}
+
+/// `201` of pairing and enrolment: the new runner, and its token this once.
+pub(super) fn created(
+    runner: crate::store::records::Runner,
+    token: &Secret,
+) -> (StatusCode, Json<wire::RunnerWithToken>) {
+    (
         StatusCode::CREATED,
         Json(wire::RunnerWithToken {
             runner: views::runner(runner),
             token: token.reveal().to_owned(),
         }),
-    ))
+    )
 }
 
 pub async fn list_personal_runners(

@@ -17,6 +17,7 @@ use super::client_address::ClientIp;
 use super::deadline::LongPoll;
 use super::error::{ApiError, ApiResult};
 use super::extract::{Body, PathId};
+use super::operators::{created, Described};
 use super::secrets;
 use super::validate;
 use super::views;
@@ -27,7 +28,7 @@ use crate::domain::version;
 use crate::hub::LeaseAnswer;
 use crate::store::jobs::Fenced;
 use crate::store::lease::Advertised;
-use crate::store::{FenceMiss, NewRunner, Report};
+use crate::store::{FenceMiss, Report};
 use crate::telemetry::traces;
 use crate::wire;
 
@@ -41,50 +42,29 @@ pub async fn enroll(
 ) -> ApiResult<(StatusCode, Json<wire::RunnerWithToken>)> {
     st.spend_rate_token(ip)?;
     // A request refused with 400 does not burn its code.
-    validate::text("label", &req.label, 128)?;
-    validate::opt_text("os", req.os.as_deref(), 64)?;
-    validate::opt_text("version", req.version.as_deref(), 64)?;
-    let capacity = validate::range("capacity", req.capacity, 1, 256, 1)? as i32;
-    let (capabilities, exclusive) = st.vocabulary.advertised_with_exclusive(
-        req.capabilities.as_deref().unwrap_or(&[]),
-        req.exclusive.as_deref().unwrap_or(&[]),
-    );
-    let targets = validate::repo_targets(req.repo_targets.as_deref())?;
-    let outdated = version::is_outdated(
-        req.version.as_deref(),
-        st.hub.config.min_runner_version.as_ref(),
-    );
+    let described = Described::new(
+        &st,
+        wire::CreateRunner {
+            label: req.label,
+            os: req.os,
+            version: req.version,
+            capabilities: req.capabilities,
+            exclusive: req.exclusive,
+            capacity: req.capacity,
+            repo_targets: req.repo_targets,
+        },
+    )?;
     let code = credentials::parse(Kind::JoinCode, &req.code).ok_or(ApiError::Unauthorized)?;
     let token = Secret::generate(Kind::Runner);
     let runner = st
         .hub
         .store
-        .enroll(&code, |grant| NewRunner {
-            id: Uuid::now_v7(),
-            owner: grant.owner.clone(),
-            workspace: grant.workspace.clone(),
-            label: req.label.clone(),
-            os: req.os.clone(),
-            version: req.version.clone(),
-            capabilities,
-            exclusive,
-            capacity,
-            token_hash: token.hash().to_vec(),
-            approved_by: grant.approved_by.clone(),
-            ephemeral: grant.ephemeral,
-            seen: true,
-            outdated,
-            repo_targets: targets,
+        .enroll(&code, |grant| {
+            described.runner(grant, token.hash().to_vec(), true)
         })
         .await?
         .ok_or(ApiError::Unauthorized)?;
-    Ok((
-        StatusCode::CREATED,
-        Json(wire::RunnerWithToken {
-            runner: views::runner(runner),
-            token: token.reveal().to_owned(),
-        }),
-    ))
+    Ok(created(runner, &token))
 }
 
 pub async fn heartbeat(

@@ -300,39 +300,32 @@ pub async fn execute(
         }
     };
     let mut timed_out = false;
-    let status: std::io::Result<ExitStatus> = tokio::select! {
-        status = child.wait() => status,
-        _ = stop.cancelled() => {
-            kill_all();
-            let _ = child.wait().await;
-            contain::forget(pgid);
-            if let Some(uid) = own_uid {
-                contain::kill_uid(uid).await;
-            }
-            pipes.abort_all();
-            return Execution::Stopped;
-        }
+    // `None`: stopped (cancelled, or the runner is going away), before or after a timeout.
+    let status: Option<std::io::Result<ExitStatus>> = tokio::select! {
+        status = child.wait() => Some(status),
+        _ = stop.cancelled() => None,
         _ = timeout => {
             timed_out = true;
             signal_group(pgid, Signal::SIGTERM);
             tokio::select! {
-                status = child.wait() => status,
+                status = child.wait() => Some(status),
                 _ = tokio::time::sleep(TERM_GRACE) => {
                     signal_group(pgid, Signal::SIGKILL);
-                    child.wait().await
+                    Some(child.wait().await)
                 }
-                _ = stop.cancelled() => {
-                    kill_all();
-                    let _ = child.wait().await;
-                    contain::forget(pgid);
-                    if let Some(uid) = own_uid {
-                        contain::kill_uid(uid).await;
-                    }
-                    pipes.abort_all();
-                    return Execution::Stopped;
-                }
+                _ = stop.cancelled() => None,
             }
         }
+    };
+    let Some(status) = status else {
+        kill_all();
+        let _ = child.wait().await;
+        contain::forget(pgid);
+        if let Some(uid) = own_uid {
+            contain::kill_uid(uid).await;
+        }
+        pipes.abort_all();
+        return Execution::Stopped;
     };
     contain::forget(pgid);
     kill_all();

@@ -15,37 +15,17 @@
 //! These need root (job users, cgroups); some need bubblewrap or cgroup v2. Without them a
 //! test says why and returns, or fails when `CI=true`.
 
-use std::time::Duration;
-
-use leasehold::client::Client;
-use leasehold::domain::sealing::SealKey;
 use nix::sys::signal::Signal;
 use uuid::Uuid;
 
-use crate::procs::{cli, enrol, processes_with, runner, serve, Proc, TempDir};
+use crate::procs::{
+    enrol, marker, none_alive, processes_with, runner, saved, submit_wait, KillOnDrop, Proc,
+    RunnerRig, SealingServer, TempDir, LONG,
+};
 use crate::support::{eventually, TestApp};
-
-const LONG: Duration = Duration::from_secs(90);
 
 fn root() -> Option<String> {
     (!nix::unistd::geteuid().is_root()).then(|| "the test must run as root".to_owned())
-}
-
-/// A number no other process on the machine has in its command line.
-fn marker() -> String {
-    let n = Uuid::now_v7().as_u128();
-    format!("{}.{}", 4000 + n % 1000, (n >> 64) as u32)
-}
-
-/// Wait until no live process carries `marker` in its command line.
-async fn none_alive(marker: &str, what: &str) {
-    eventually(LONG, what, || async {
-        processes_with(marker)
-            .iter()
-            .all(|(_, state, _)| *state == 'Z')
-            .then_some(())
-    })
-    .await;
 }
 
 /// Whether a live `sleep` process carries `marker` (not merely a shell or bwrap whose
@@ -58,26 +38,8 @@ fn sleeping(marker: &str) -> bool {
     })
 }
 
-/// Kill what a failed test leaves (so a red test does not leave sleepers running).
-struct KillOnDrop(String);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        for (pid, _, _) in processes_with(&self.0) {
-            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), Signal::SIGKILL);
-        }
-    }
-}
-
-async fn submit_wait(url: &str, key: &str, args: &[&str]) -> crate::procs::Output {
-    let mut all = vec!["job", "submit", "--wait"];
-    all.extend_from_slice(args);
-    cli(url, key, &all, LONG).await
-}
-
 fn runner_id(config: &std::path::Path) -> String {
-    let saved: serde_json::Value = serde_json::from_slice(&std::fs::read(config).unwrap()).unwrap();
-    saved["runner_id"].as_str().unwrap().to_owned()
+    saved(config)["runner_id"].as_str().unwrap().to_owned()
 }
 
 /// The runner's log once it has connected (or exited).
@@ -125,15 +87,12 @@ async fn a_job_users_detached_env_less_process_dies_with_its_job_and_cannot_leav
     if !crate::support::require("root", root()) {
         return;
     }
-    let app = TestApp::spawn().await;
-    let key = app.key("acme", "alice", false).await;
-    let alice = Client::new(app.url(0), Some(key.clone()));
-    let dir = TempDir::new("contain-jobuser");
-    let config = enrol(&alice, &[&app.url(0)], dir.path(), false, &[]).await;
+    let rig = RunnerRig::new(TestApp::spawn().await, "contain-jobuser").await;
+    let config = rig.enrol(&[]).await;
     if !crate::support::require("a writable cgroup v2", cgroup_v2_unwritable()) {
         return;
     }
-    let r = runner(&config, &dir.join("work"), &["--job-user", "nobody"], &[]);
+    let r = rig.runner(&config, &["--job-user", "nobody"], &[]);
     let m = marker();
     let _cleanup = KillOnDrop(m.clone());
     // Its cgroup's parent and the hierarchy's root, from what the job itself can read.
@@ -149,7 +108,7 @@ setsid env -i sh -c 'echo $$ > "$1/cgroup.procs" 2>/dev/null; echo $$ > "$2/cgro
 setsid env -i sleep {m}2 </dev/null >/dev/null 2>&1 &
 echo detached"#
     );
-    let out = submit_wait(&app.url(0), &key, &["--", "sh", "-c", &script]).await;
+    let out = rig.sh(&script).await;
     assert_eq!(out.code, Some(0), "{out:?}\nrunner log:\n{}", r.log());
     none_alive(
         &format!("{m}1"),
@@ -181,35 +140,19 @@ async fn a_uid_range_keeps_concurrent_jobs_apart_and_kills_everything_of_a_jobs_
     if !crate::support::require("root", root()) {
         return;
     }
-    let app = TestApp::spawn().await;
-    let key = app.key("acme", "alice", false).await;
-    let alice = Client::new(app.url(0), Some(key.clone()));
-    let dir = TempDir::new("contain-range");
-    let config = enrol(
-        &alice,
-        &[&app.url(0)],
-        dir.path(),
-        false,
-        &["--capacity", "2"],
-    )
-    .await;
-    let work = dir.join("work");
-    let r = runner(
-        &config,
-        &work,
-        &["--job-user-range", "61700-61707", "--capacity", "2"],
-        &[],
-    );
+    let rig = RunnerRig::new(TestApp::spawn().await, "contain-range").await;
+    let (config, r) = rig
+        .start_runner(
+            &["--capacity", "2"],
+            &["--job-user-range", "61700-61707", "--capacity", "2"],
+        )
+        .await;
     let m = marker();
     let _cleanup = KillOnDrop(m.clone());
     let secret = "s3cr3t-of-job-A";
     // Job A: holds a secret in its environment, detaches a process, and waits.
-    let a = cli(
-        &app.url(0),
-        &key,
-        &[
-            "job",
-            "submit",
+    let a_id = rig
+        .submit(&[
             "--env",
             &format!("TOKEN={secret}"),
             "--",
@@ -218,12 +161,8 @@ async fn a_uid_range_keeps_concurrent_jobs_apart_and_kills_everything_of_a_jobs_
             &format!(
                 "id -u; setsid env -i sleep {m}9 </dev/null >/dev/null 2>&1 & exec sleep {m}1"
             ),
-        ],
-        LONG,
-    )
-    .await;
-    assert_eq!(a.code, Some(0), "{a:?}");
-    let a_id: Uuid = a.stdout.trim().parse().unwrap();
+        ])
+        .await;
     let (a_pid, _, _) = eventually(LONG, "job A runs", || async {
         processes_with(&format!("{m}1"))
             .into_iter()
@@ -236,17 +175,15 @@ async fn a_uid_range_keeps_concurrent_jobs_apart_and_kills_everything_of_a_jobs_
         .find_map(|l| l.strip_prefix("Uid:"))
         .and_then(|l| l.split_whitespace().next().map(str::to_owned))
         .unwrap();
-    let a_root = work.join(runner_id(&config)).join(a_id.to_string());
+    let a_root = rig
+        .dir
+        .join("work")
+        .join(runner_id(&config))
+        .join(a_id.to_string());
     // Job B, at the same time: tries to read A's environment and write A's directory.
-    let b = submit_wait(
-        &app.url(0),
-        &key,
-        &[
-            "--",
-            "sh",
-            "-c",
-            &format!(
-                "id -u; cat /proc/{a_pid}/environ && echo read-environ; \
+    let b = rig
+        .sh(&format!(
+            "id -u; cat /proc/{a_pid}/environ && echo read-environ; \
                  echo planted > {w}/planted && echo wrote-work; \
                  echo planted > {r}/planted && echo wrote-root; \
                  cat {c} && echo read-config; \
@@ -254,13 +191,11 @@ async fn a_uid_range_keeps_concurrent_jobs_apart_and_kills_everything_of_a_jobs_
                  mnt=$(awk '$9 == \"cgroup2\" {{ print $5; exit }}' /proc/self/mountinfo); \
                  (echo $$ > \"$mnt${{cg%/*}}/cgroup.procs\") 2>/dev/null && echo left-cgroup; \
                  exit 0",
-                w = a_root.join("work").display(),
-                r = a_root.display(),
-                c = config.display(),
-            ),
-        ],
-    )
-    .await;
+            w = a_root.join("work").display(),
+            r = a_root.display(),
+            c = config.display(),
+        ))
+        .await;
     assert_eq!(b.code, Some(0), "{b:?}\nrunner log:\n{}", r.log());
     let b_uid = b.stdout.lines().next().unwrap_or_default().to_owned();
     assert_ne!(b_uid, a_uid, "two live jobs, two uids: {b:?}");
@@ -282,7 +217,7 @@ async fn a_uid_range_keeps_concurrent_jobs_apart_and_kills_everything_of_a_jobs_
         sleeping(&format!("{m}9")).then_some(())
     })
     .await;
-    alice.cancel(a_id).await.unwrap();
+    rig.alice.cancel(a_id).await.unwrap();
     none_alive(&format!("{m}1"), "job A is killed when cancelled").await;
     none_alive(
         &format!("{m}9"),
@@ -327,18 +262,8 @@ async fn as_root_a_sandboxed_job_runs_unprivileged_and_reads_no_root_only_file()
     {
         return;
     }
-    let app = TestApp::spawn().await;
-    let key = app.key("acme", "alice", false).await;
-    let alice = Client::new(app.url(0), Some(key.clone()));
-    let dir = TempDir::new("contain-bwrap-root");
-    let config = enrol(
-        &alice,
-        &[&app.url(0)],
-        dir.path(),
-        false,
-        &["--capacity", "3"],
-    )
-    .await;
+    let rig = RunnerRig::new(TestApp::spawn().await, "contain-bwrap-root").await;
+    let config = rig.enrol(&["--capacity", "3"]).await;
     // A root-only file under /etc, which the sandbox mounts read-only.
     let secret_file = format!("/etc/leasehold-test-{}.key", Uuid::now_v7().simple());
     struct Remove(String);
@@ -359,23 +284,14 @@ async fn as_root_a_sandboxed_job_runs_unprivileged_and_reads_no_root_only_file()
             .unwrap();
         f.write_all(b"host-key-material\n").unwrap();
     }
-    let r = runner(
-        &config,
-        &dir.join("work"),
-        &["--sandbox", "bubblewrap"],
-        &[],
-    );
+    let r = rig.runner(&config, &["--sandbox", "bubblewrap"], &[]);
     // A peer job holding a secret, with a process it detached with a cleared environment.
     // One marker (a number `sleep` takes), split so the snooper can put it together.
     let m = marker();
     let (m1, m2) = m.split_at(3);
     let _cleanup = KillOnDrop(m.clone());
-    let peer = cli(
-        &app.url(0),
-        &key,
-        &[
-            "job",
-            "submit",
+    let peer_id = rig
+        .submit(&[
             "--env",
             "TOKEN=peer-s3cret",
             "--",
@@ -384,38 +300,34 @@ async fn as_root_a_sandboxed_job_runs_unprivileged_and_reads_no_root_only_file()
             &format!(
                 "setsid env -i sleep {m1}{m2}5 </dev/null >/dev/null 2>&1 & exec sleep {m1}{m2}6"
             ),
-        ],
-        LONG,
-    )
-    .await;
-    assert_eq!(peer.code, Some(0), "{peer:?}");
-    let peer_id: Uuid = peer.stdout.trim().parse().unwrap();
+        ])
+        .await;
     eventually(LONG, "the peer job and what it detached run", || async {
         (sleeping(&format!("{m}6")) && sleeping(&format!("{m}5"))).then_some(())
     })
     .await;
-    let url = app.url(0);
-    let run = |script: String| {
-        let (url, key) = (url.clone(), key.clone());
-        async move { submit_wait(&url, &key, &["--", "sh", "-c", &script]).await }
-    };
-    // The patterns are put together at run time, so the snooper's own command line lacks them.
-    let (who, shadow, file, snoop) = tokio::join!(
-        run("id -u; grep CapEff /proc/self/status".into()),
-        run("cat /etc/shadow".into()),
-        run(format!("cat {secret_file}")),
-        run(format!(
-            "a={m1}; b={m2}; s=peer-; t=s3cret; \
+    // The patterns are put together at run time, and handed to grep in a file (by the shell's
+    // own printf), so no command line of the snooper's holds them.
+    let (cat_file, snoop) = (
+        format!("cat {secret_file}"),
+        format!(
+            "a={m1}; b={m2}; s=peer-; t=s3cret; printf '%s\\n' \"$a$b\" \"$s$t\" > patterns; \
              cat /proc/[0-9]*/cmdline /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n' \
-             | grep -c -e \"$a$b\" -e \"$s$t\"; exit 0"
-        )),
+             | grep -c -F -f patterns; exit 0"
+        ),
+    );
+    let (who, shadow, file, snoop) = tokio::join!(
+        rig.sh("id -u; grep CapEff /proc/self/status"),
+        rig.sh("cat /etc/shadow"),
+        rig.sh(&cat_file),
+        rig.sh(&snoop),
     );
     assert_eq!(
         (snoop.code, snoop.stdout.as_str()),
         (Some(0), "0\n"),
         "a sandboxed job sees no other job's processes or environment: {snoop:?}"
     );
-    alice.cancel(peer_id).await.unwrap();
+    rig.alice.cancel(peer_id).await.unwrap();
     none_alive(&format!("{m1}{m2}6"), "the cancelled sandboxed job dies").await;
     none_alive(
         &format!("{m1}{m2}5"),
@@ -441,15 +353,13 @@ async fn each_line_of_a_multi_line_secret_is_masked_in_what_a_job_streams() {
         return;
     }
     let dir = TempDir::new("contain-mask");
-    let database_url = crate::support::fresh_database().await;
-    let (_server, url) = serve(
-        &database_url,
-        &dir,
-        &[("LEASEHOLD_SECRETS_KEY", &SealKey::generate().to_base64())],
-    )
-    .await;
-    let key = crate::support::key_in(&database_url, "acme", "root", true).await;
-    let admin = Client::new(&url, Some(key.clone()));
+    // `_server` keeps the process running to the end of the test.
+    let SealingServer {
+        server: _server,
+        url,
+        key,
+        admin,
+    } = SealingServer::start(&dir).await;
     let lines = [
         "-----BEGIN OPENSSH PRIVATE KEY-----",
         "b3BlbnNzaC1rZXktdjEAAAAABG5vbmU",
@@ -504,20 +414,11 @@ async fn a_job_user_runs_a_job_with_a_source() {
     if !crate::support::require("root", root()) || !crate::sources::have_git("contain") {
         return;
     }
-    let app = TestApp::spawn().await;
-    let key = app.key("acme", "alice", true).await;
-    let alice = Client::new(app.url(0), Some(key.clone()));
-    let dir = TempDir::new("contain-source");
-    let (_, bare, first, _) = crate::sources::two_commit_repo(&dir);
+    let rig = RunnerRig::with_role(TestApp::spawn().await, "contain-source", true).await;
+    let alice = &rig.alice;
+    let (_, bare, first, _) = crate::sources::two_commit_repo(&rig.dir);
     let repo = format!("file://{}", bare.display());
-    let config = enrol(
-        &alice,
-        &[&app.url(0)],
-        dir.path(),
-        false,
-        &["--repo-target", &repo],
-    )
-    .await;
+    let config = rig.enrol(&["--repo-target", &repo]).await;
     let me = alice
         .runners(leasehold::wire::Tier::Personal)
         .await
@@ -527,21 +428,18 @@ async fn a_job_user_runs_a_job_with_a_source() {
         .set_repo_target(me.id, me.repo_targets[0].id, true)
         .await
         .unwrap();
-    let r = runner(&config, &dir.join("work"), &["--job-user", "nobody"], &[]);
+    let r = rig.runner(&config, &["--job-user", "nobody"], &[]);
     let source = format!("{repo}@{first}");
-    let out = submit_wait(
-        &app.url(0),
-        &key,
-        &[
+    let out = rig
+        .submit_wait(&[
             "--source",
             &source,
             "--",
             "sh",
             "-c",
             "id -u; cat file; echo changed > file && git rev-parse HEAD",
-        ],
-    )
-    .await;
+        ])
+        .await;
     let nobody = nix::unistd::User::from_name("nobody").unwrap().unwrap();
     assert_eq!(out.code, Some(0), "{out:?}\nrunner log:\n{}", r.log());
     assert_eq!(
@@ -558,11 +456,8 @@ async fn as_root_an_unconfined_runner_refuses_to_start_unless_told_and_then_says
     if !crate::support::require("root", root()) {
         return;
     }
-    let app = TestApp::spawn().await;
-    let alice = app.operator("acme", "alice", false).await;
-    let dir = TempDir::new("contain-refuse");
-    let config = enrol(&alice, &[&app.url(0)], dir.path(), false, &[]).await;
-    let mut refused = runner(&config, &dir.join("work"), &[], &[]);
+    let rig = RunnerRig::new(TestApp::spawn().await, "contain-refuse").await;
+    let (config, mut refused) = rig.start_runner(&[], &[]).await;
     assert!(!refused.exit(LONG).await.success());
     let log = refused.log();
     assert!(log.contains("refusing to start"), "{log}");
@@ -572,7 +467,7 @@ async fn as_root_an_unconfined_runner_refuses_to_start_unless_told_and_then_says
         "and the safe ways: {log}"
     );
 
-    let mut r = runner(&config, &dir.join("work"), &["--unconfined"], &[]);
+    let mut r = rig.runner(&config, &["--unconfined"], &[]);
     let log = connected(&r).await;
     let warning = log
         .lines()

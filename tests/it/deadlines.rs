@@ -16,30 +16,18 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use leasehold::client::Client;
-use leasehold::tooling::private_pg::PrivatePg;
 use leasehold::wire::{self, Tier};
 use serde_json::json;
 
 use crate::support::{
-    connect, eventually, key_in, pair, personal, pool_connections, readiness, serve_process,
-    until_waiters, TestApp,
+    connect, eventually, key_in, pair, personal, pool_connections, private_pg, readiness,
+    serve_process, until_waiters, TestApp,
 };
 
 /// The request deadline the hung-commit test's replica runs with.
 const DEADLINE_MS: u64 = 1500;
 /// Scheduling slack on a loaded 2-core box, on top of the deadline.
 const SLACK: Duration = Duration::from_millis(1500);
-
-/// A private, durable PostgreSQL (synchronous commit on, so a commit waits for the standbys
-/// `synchronous_standby_names` names): its settings change without touching any other test.
-async fn durable_private_pg() -> PrivatePg {
-    tokio::task::spawn_blocking(|| {
-        let dir = std::env::temp_dir().join(format!("leasehold-deadline-{}", uuid::Uuid::now_v7()));
-        PrivatePg::start(&dir, true, true).expect("private PostgreSQL")
-    })
-    .await
-    .unwrap()
-}
 
 /// Set `synchronous_standby_names` server-wide and wait until a new session sees it.
 async fn sync_standbys(url: &str, names: &str) {
@@ -130,7 +118,9 @@ fn assert_deadline_503(a: &Answer, what: &str) {
 #[tokio::test]
 async fn a_commit_that_never_returns_answers_503_by_the_deadline_and_its_keyed_retry_yields_one_job(
 ) {
-    let pg = durable_private_pg().await;
+    // Durable: synchronous commit on, so a commit waits for the standbys
+    // `synchronous_standby_names` names.
+    let pg = private_pg("deadline", true).await;
     let url = pg.url("postgres");
     let deadline = DEADLINE_MS.to_string();
     let serve = serve_process(
@@ -259,11 +249,7 @@ async fn a_commit_that_never_returns_answers_503_by_the_deadline_and_its_keyed_r
         assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
     }
     let got = runner
-        .lease(&wire::Lease {
-            wait_ms: Some(1000),
-            max_jobs: Some(4),
-            ..Default::default()
-        })
+        .lease(&wire::Lease::waiting(1000, 4))
         .await
         .expect("lease after recovery");
     assert!(!got.is_empty());
@@ -296,11 +282,7 @@ async fn calm_latency(op: &Client, runner: &Client, samples: usize) -> (Duration
         dispatches.push(t.elapsed());
         let t = Instant::now();
         let got = runner
-            .lease(&wire::Lease {
-                wait_ms: Some(5000),
-                max_jobs: Some(1),
-                ..Default::default()
-            })
+            .lease(&wire::Lease::waiting(5000, 1))
             .await
             .expect("calm lease");
         leases.push(t.elapsed());

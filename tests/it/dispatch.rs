@@ -10,7 +10,7 @@ use serde_json::json;
 use leasehold::hub::sweeper::sweep_once;
 
 use crate::support::{
-    code, connect, dispatch, eventually, lease, pair, personal, workspace_pool, TestApp,
+    code, connect, dispatch, eventually, lease, pair, personal, to_runner, workspace_pool, TestApp,
 };
 
 #[tokio::test]
@@ -68,12 +68,7 @@ async fn another_workspaces_jobs_and_runners_are_invisible() {
     assert_eq!(
         code(
             globex
-                .dispatch(&wire::Dispatch::new(
-                    wire::Target::Runner {
-                        runner_id: ws_runner.id
-                    },
-                    json!(1)
-                ))
+                .dispatch(&wire::Dispatch::new(to_runner(ws_runner.id), json!(1)))
                 .await
         ),
         "not_found"
@@ -367,14 +362,7 @@ async fn revoking_a_runner_kills_its_token_and_reparks_its_pool_jobs() {
     let (_, heir) = pair(&alice, Tier::Personal, &[], 2).await;
     let pool_job = dispatch(&alice, personal(), json!("pool")).await;
     let l = lease(&d, 1000, 1).await.remove(0);
-    let named = dispatch(
-        &alice,
-        wire::Target::Runner {
-            runner_id: doomed.id,
-        },
-        json!("named"),
-    )
-    .await;
+    let named = dispatch(&alice, to_runner(doomed.id), json!("named")).await;
     let settled = dispatch(&alice, personal(), json!("settled")).await;
     let ls = lease(&d, 1000, 1).await.remove(0);
     assert_eq!(ls.id, named.id, "named jobs come first");
@@ -517,12 +505,7 @@ async fn a_batch_parks_all_in_order_or_nothing() {
     );
     // An invisible named runner: 404, nothing parked.
     let named = wire::BatchItem {
-        dispatch: wire::Dispatch::new(
-            wire::Target::Runner {
-                runner_id: uuid::Uuid::now_v7(),
-            },
-            json!(7),
-        ),
+        dispatch: wire::Dispatch::new(to_runner(uuid::Uuid::now_v7()), json!(7)),
         idempotency_key: None,
     };
     assert_eq!(

@@ -9,7 +9,8 @@ use leasehold::wire::{self, Tier};
 use serde_json::{json, Value};
 
 use crate::support::{
-    code, connect, data_dump, dispatch, enrol_req, join_code, lease, pair, personal, TestApp,
+    code, connect, data_dump, dispatch, enrol_req, join_code, lease, pair, personal, to_runner,
+    TestApp,
 };
 
 #[tokio::test]
@@ -274,14 +275,7 @@ async fn an_ephemeral_runner_left_unseen_is_purged_and_its_named_jobs_rejected()
         .enroll(&enrol_req(&code_text, "gone-quiet"))
         .await
         .unwrap();
-    let named = dispatch(
-        &alice,
-        wire::Target::Runner {
-            runner_id: enrolled.runner.id,
-        },
-        json!(null),
-    )
-    .await;
+    let named = dispatch(&alice, to_runner(enrolled.runner.id), json!(null)).await;
     let rejected = alice.wait_job(named.id, 15_000).await.unwrap();
     assert_eq!(rejected.error.unwrap()["reason"], "runner_revoked");
     assert!(!alice

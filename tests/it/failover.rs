@@ -19,17 +19,14 @@ use serde_json::json;
 
 use crate::support::{
     connect, eventually, gauge, key_in, pair, personal, readiness, serve_process, until_waiters,
+    workspace_pool,
 };
 
 /// Lease and complete until `stop`, riding out 503s and refused connections; a report is retried
 /// at the same epoch until it is answered.
 pub(crate) async fn work(r: Client, name: String, history: Recorder, stop: Arc<AtomicBool>) {
     while !stop.load(Ordering::Relaxed) {
-        let lease = wire::Lease {
-            wait_ms: Some(500),
-            max_jobs: Some(2),
-            ..Default::default()
-        };
+        let lease = wire::Lease::waiting(500, 2);
         let jobs = match r.lease(&lease).await {
             Ok(jobs) => jobs,
             Err(e) => {
@@ -65,9 +62,7 @@ pub(crate) async fn settle(r: &Client, name: &str, job: &wire::LeasedJob, histor
 /// Dispatch through `replicas` in turn until `stop`, each job under its own idempotency key
 /// retried until answered, so every job the dispatcher made is acknowledged.
 pub(crate) async fn dispatch_loop(replicas: Vec<Client>, history: Recorder, stop: Arc<AtomicBool>) {
-    let pool = wire::Target::Pool {
-        pool: wire::PoolName::Workspace,
-    };
+    let pool = workspace_pool();
     for n in 0.. {
         if stop.load(Ordering::Relaxed) {
             return;
@@ -149,26 +144,15 @@ async fn a_primary_failover_loses_nothing_acknowledged_and_replicas_recover() {
     let alice_a = Client::new(&a.url, Some(key.clone()));
     let alice_b = Client::new(&b.url, Some(key));
 
-    let history = Recorder::new();
-    let stop_work = Arc::new(AtomicBool::new(false));
-    let stop_dispatch = Arc::new(AtomicBool::new(false));
-    let mut tasks = Vec::new();
+    let mut load = Workload::new();
+    let history = load.history.clone();
     // Workspace runners long-poll replica A; the personal runner's poll is the one on B.
     for i in 0..2 {
         let (_, r) = pair(&alice_a, Tier::Workspace, &["linux"], 2).await;
-        tasks.push(tokio::spawn(work(
-            r,
-            format!("runner-{i}"),
-            history.clone(),
-            stop_work.clone(),
-        )));
+        load.work(r, format!("runner-{i}"));
     }
     let (_, late) = pair(&alice_b, Tier::Personal, &["linux"], 1).await;
-    let dispatcher = tokio::spawn(dispatch_loop(
-        vec![alice_a.clone(), alice_b.clone()],
-        history.clone(),
-        stop_dispatch.clone(),
-    ));
+    load.dispatch(vec![alice_a.clone(), alice_b.clone()]);
     eventually(Duration::from_secs(30), "runners working", || async {
         (leases_after(&history, 0) >= 10).then_some(())
     })
@@ -176,14 +160,7 @@ async fn a_primary_failover_loses_nothing_acknowledged_and_replicas_recover() {
 
     let parked = tokio::spawn({
         let late = late.clone();
-        async move {
-            late.lease(&wire::Lease {
-                wait_ms: Some(45_000),
-                max_jobs: Some(1),
-                ..Default::default()
-            })
-            .await
-        }
+        async move { late.lease(&wire::Lease::waiting(45_000, 1)).await }
     });
     until_waiters(&b.url, 1, Duration::from_secs(10)).await;
     // Registered is not yet parked: the poll registers before its look, whose lease
@@ -229,51 +206,95 @@ async fn a_primary_failover_loses_nothing_acknowledged_and_replicas_recover() {
         || async { (leases_after(&history, promoted_at) >= 10).then_some(()) },
     )
     .await;
-    stop_dispatch.store(true, Ordering::Relaxed);
-    dispatcher.await.unwrap();
+    load.stop_dispatching().await;
 
     // Every acknowledged job settles; then the history is judged.
-    let verdict = judge_when_settled(&url, &history, &stop_work, tasks).await;
-    eprintln!("failover: {verdict:?}");
-    assert!(verdict.ok(), "violations: {:#?}", verdict.violations);
-    assert!(verdict.dispatched >= 20, "{verdict:?}");
-    assert_eq!(verdict.completed, verdict.dispatched, "{verdict:?}");
+    let verdict = load.judge(&url).await;
+    assert_every_job_completed("failover", &verdict);
     drop((a, b, cluster));
 }
 
-/// Wait (30 s at most) until every acknowledged job is terminal, stop the runners, record each
-/// job's final state and judge the whole history with the drill's checker.
-pub(crate) async fn judge_when_settled(
-    database_url: &str,
-    history: &Recorder,
-    stop_work: &AtomicBool,
-    tasks: Vec<tokio::task::JoinHandle<()>>,
-) -> check::Verdict {
-    let db = connect(database_url).await;
-    let acked = history.dispatched_jobs();
-    let finals = eventually(Duration::from_secs(30), "every job settled", || async {
-        let rows = db
-            .query(
-                "SELECT id, state, epoch FROM jobs WHERE id = ANY($1)",
-                &[&acked],
-            )
-            .await
-            .ok()?;
-        rows.iter()
-            .all(|r| !matches!(r.get::<_, &str>(1), "parked" | "leased"))
-            .then_some(rows)
-    })
-    .await;
-    stop_work.store(true, Ordering::Relaxed);
-    for t in tasks {
-        t.await.unwrap();
+/// The history `verdict` judged (printed, named `drill`) broke no invariant, and every one of
+/// its twenty or more acknowledged jobs completed.
+pub(crate) fn assert_every_job_completed(drill: &str, verdict: &check::Verdict) {
+    eprintln!("{drill}: {verdict:?}");
+    assert!(verdict.ok(), "violations: {:#?}", verdict.violations);
+    assert!(verdict.dispatched >= 20, "{verdict:?}");
+    assert_eq!(verdict.completed, verdict.dispatched, "{verdict:?}");
+}
+
+/// Runners working and a dispatcher dispatching through the client, all recorded in one
+/// history: what a failover test runs while it breaks the database.
+pub(crate) struct Workload {
+    pub history: Recorder,
+    stop_work: Arc<AtomicBool>,
+    stop_dispatch: Arc<AtomicBool>,
+    workers: Vec<tokio::task::JoinHandle<()>>,
+    dispatcher: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Workload {
+    pub(crate) fn new() -> Self {
+        Self {
+            history: Recorder::new(),
+            stop_work: Arc::new(AtomicBool::new(false)),
+            stop_dispatch: Arc::new(AtomicBool::new(false)),
+            workers: Vec::new(),
+            dispatcher: None,
+        }
     }
-    for r in finals {
-        history.push(Event::Final {
-            job: r.get(0),
-            state: Some(r.get(1)),
-            epoch: r.get(2),
-        });
+
+    /// `r` leases and completes as `name` (see [`work`]) until the workload is judged.
+    pub(crate) fn work(&mut self, r: Client, name: String) {
+        let (history, stop) = (self.history.clone(), self.stop_work.clone());
+        self.workers
+            .push(tokio::spawn(work(r, name, history, stop)));
     }
-    check::check(&history.snapshot())
+
+    /// Dispatch through `replicas` (see [`dispatch_loop`]) until [`Workload::stop_dispatching`].
+    pub(crate) fn dispatch(&mut self, replicas: Vec<Client>) {
+        let (history, stop) = (self.history.clone(), self.stop_dispatch.clone());
+        self.dispatcher = Some(tokio::spawn(dispatch_loop(replicas, history, stop)));
+    }
+
+    pub(crate) async fn stop_dispatching(&mut self) {
+        self.stop_dispatch.store(true, Ordering::Relaxed);
+        if let Some(dispatcher) = self.dispatcher.take() {
+            dispatcher.await.unwrap();
+        }
+    }
+
+    /// Wait (30 s at most) until every acknowledged job is terminal in `database_url`, stop the
+    /// runners, record each job's final state and judge the whole history with the drill's
+    /// checker.
+    pub(crate) async fn judge(self, database_url: &str) -> check::Verdict {
+        let db = connect(database_url).await;
+        let history = self.history;
+        let acked = history.dispatched_jobs();
+        let finals = eventually(Duration::from_secs(30), "every job settled", || async {
+            let rows = db
+                .query(
+                    "SELECT id, state, epoch FROM jobs WHERE id = ANY($1)",
+                    &[&acked],
+                )
+                .await
+                .ok()?;
+            rows.iter()
+                .all(|r| !matches!(r.get::<_, &str>(1), "parked" | "leased"))
+                .then_some(rows)
+        })
+        .await;
+        self.stop_work.store(true, Ordering::Relaxed);
+        for t in self.workers {
+            t.await.unwrap();
+        }
+        for r in finals {
+            history.push(Event::Final {
+                job: r.get(0),
+                state: Some(r.get(1)),
+                epoch: r.get(2),
+            });
+        }
+        check::check(&history.snapshot())
+    }
 }

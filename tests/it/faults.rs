@@ -8,36 +8,18 @@
 use std::time::{Duration, Instant};
 
 use leasehold::client::Client;
-use leasehold::tooling::private_pg::PrivatePg;
 use leasehold::wire::{self, Tier};
 use serde_json::json;
 
 use crate::support::{
-    dispatch, eventually, key_in, lease, pair, personal, readiness, serve_process, start_replica,
-    test_config, waiters, TestApp,
+    dispatch, eventually, key_in, lease, pair, personal, private_pg, readiness, serve_process,
+    start_replica, test_config, waiters, workspace_pool, TestApp,
 };
-
-async fn private_pg() -> PrivatePg {
-    tokio::task::spawn_blocking(|| {
-        let dir = std::env::temp_dir().join(format!("leasehold-fault-{}", uuid::Uuid::now_v7()));
-        PrivatePg::start(&dir, false, true).expect("private PostgreSQL")
-    })
-    .await
-    .unwrap()
-}
 
 /// Keep long-polling until a job arrives, riding out 503s and connection errors.
 async fn poll_until_job(r: &Client, within: Duration) -> wire::LeasedJob {
     eventually(within, "a job through the long-poll", || async {
-        let got = r
-            .lease(&wire::Lease {
-                wait_ms: Some(2000),
-                max_jobs: Some(1),
-                capabilities: None,
-                ..Default::default()
-            })
-            .await
-            .ok()?;
+        let got = r.lease(&wire::Lease::waiting(2000, 1)).await.ok()?;
         got.into_iter().next()
     })
     .await
@@ -45,7 +27,7 @@ async fn poll_until_job(r: &Client, within: Duration) -> wire::LeasedJob {
 
 #[tokio::test]
 async fn a_database_restart_loses_nothing_and_long_polls_resume() {
-    let mut pg = private_pg().await;
+    let mut pg = private_pg("fault", false).await;
     let url = pg.url("postgres");
     let mut config = test_config(&url);
     // Only the re-check after the LISTEN reconnect (or a notification) may deliver in time.
@@ -138,15 +120,7 @@ async fn kill_9_of_a_replica_during_a_long_poll_and_a_lease_loses_nothing() {
     // ...and a long-poll open on A, when A dies.
     let open_poll = tokio::spawn({
         let r = runner_a.clone();
-        async move {
-            r.lease(&wire::Lease {
-                wait_ms: Some(30_000),
-                max_jobs: Some(1),
-                capabilities: None,
-                ..Default::default()
-            })
-            .await
-        }
+        async move { r.lease(&wire::Lease::waiting(30_000, 1)).await }
     });
     eventually(Duration::from_secs(10), "poll parked on A", || async {
         (waiters(&a.url).await? == 1).then_some(())
@@ -183,26 +157,12 @@ async fn sigterm_answers_open_long_polls_at_once_and_exits_cleanly() {
     let mut a = serve_process(&app.database_url, &[]).await;
     let alice = Client::new(&a.url, Some(app.key("acme", "alice", false).await));
     let (_, r) = pair(&alice, Tier::Personal, &[], 2).await;
-    let job = dispatch(
-        &alice,
-        wire::Target::Pool {
-            pool: leasehold::wire::PoolName::Workspace,
-        },
-        json!("nobody takes this"),
-    )
-    .await;
+    let job = dispatch(&alice, workspace_pool(), json!("nobody takes this")).await;
     let polls: Vec<_> = (0..2)
         .map(|_| {
             let r = r.clone();
             tokio::spawn(async move {
-                let got = r
-                    .lease(&wire::Lease {
-                        wait_ms: Some(30_000),
-                        max_jobs: Some(1),
-                        capabilities: None,
-                        ..Default::default()
-                    })
-                    .await;
+                let got = r.lease(&wire::Lease::waiting(30_000, 1)).await;
                 (got, Instant::now())
             })
         })

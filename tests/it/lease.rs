@@ -9,7 +9,7 @@ use std::time::Duration;
 use leasehold::wire::{self, Tier};
 use serde_json::json;
 
-use crate::support::{code, dispatch, eventually, lease, pair, personal, TestApp};
+use crate::support::{code, dispatch, eventually, lease, pair, personal, to_runner, TestApp};
 
 #[tokio::test]
 async fn a_parked_job_settles_exactly_once() {
@@ -265,12 +265,7 @@ async fn a_named_job_is_rejected_on_a_capability_mismatch_and_a_pool_job_only_sk
     let (_, gpu_client) = pair(&alice, Tier::Personal, &["linux", "gpu"], 2).await;
 
     // Pre-gate: a named runner lacking a required capability is 422 at dispatch.
-    let mut named = wire::Dispatch::new(
-        wire::Target::Runner {
-            runner_id: plain.id,
-        },
-        json!("named"),
-    );
+    let mut named = wire::Dispatch::new(to_runner(plain.id), json!("named"));
     named.required_capabilities = Some(vec!["gpu".into()]);
     assert_eq!(code(alice.dispatch(&named).await), "capability_mismatch");
 
@@ -315,9 +310,7 @@ async fn named_jobs_come_first_then_priority_then_fifo() {
     let mut ids = Vec::new();
     for (priority, named) in [(0, false), (5, false), (0, false), (-3, true), (5, false)] {
         let target = if named {
-            wire::Target::Runner {
-                runner_id: runner.id,
-            }
+            to_runner(runner.id)
         } else {
             personal()
         };

@@ -21,8 +21,8 @@ use serde_json::{json, Value};
 
 use crate::secrets::call;
 use crate::support::{
-    code, connect, dispatch, eventually, lease, pair, personal, start_replica, workspace_pool,
-    TestApp,
+    code, connect, dispatch, eventually, lease, pair, pair_as, personal, start_replica, to_runner,
+    workspace_pool, TestApp,
 };
 
 const WAIT: Duration = Duration::from_secs(20);
@@ -210,12 +210,7 @@ async fn the_dormancy_ceiling_revokes_gone_runners_and_keeps_dormant_ones() {
     let (fresh, _) = pair(&admin, Tier::Workspace, &[], 1).await;
 
     let pool_job = dispatch(&admin, workspace_pool(), json!("pool")).await;
-    let named = dispatch(
-        &admin,
-        wire::Target::Runner { runner_id: gone.id },
-        json!("named"),
-    )
-    .await;
+    let named = dispatch(&admin, to_runner(gone.id), json!("named")).await;
     let held = lease(&gone_client, 1000, 2).await;
     assert_eq!(held.len(), 2);
     heartbeat(&asleep_client, None).await;
@@ -304,30 +299,22 @@ async fn repository_targets_are_advertised_pending_and_only_operators_change_the
     const B: &str = "https://git.example.com/acme/b.git";
     const C: &str = "file:///srv/git/c.git";
 
-    let created = admin
-        .pair_runner(
-            Tier::Workspace,
-            &wire::CreateRunner {
-                label: "builder".into(),
-                repo_targets: Some(vec![target(A), target(B), target(A)]),
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap();
-    let ws_runner = admin.with_token(created.token);
-    assert_eq!(
-        created.runner.repo_targets.len(),
-        2,
-        "a repeat is recorded once"
-    );
+    let (created, ws_runner) = pair_as(
+        &admin,
+        Tier::Workspace,
+        &wire::CreateRunner {
+            label: "builder".into(),
+            repo_targets: Some(vec![target(A), target(B), target(A)]),
+            ..Default::default()
+        },
+    )
+    .await;
+    assert_eq!(created.repo_targets.len(), 2, "a repeat is recorded once");
     assert!(created
-        .runner
         .repo_targets
         .iter()
         .all(|t| t.status == "pending" && t.provider == "git"));
     let a_id = created
-        .runner
         .repo_targets
         .iter()
         .find(|t| t.repository == A)
@@ -485,39 +472,32 @@ async fn more_than_a_hundred_targets_or_a_malformed_one_is_400_naming_it() {
         .collect();
     let hundred: Vec<Value> = many[..100].to_vec();
     let token = runner.token().unwrap();
+    let refused = [
+        (json!(many), "repo_targets"),
+        (
+            json!([{"provider": "Git!", "repository": "x"}]),
+            "repo_targets[0].provider",
+        ),
+    ];
     for path in ["/v1/runner/heartbeat", "/v1/runner/lease"] {
-        let (status, body) = call(
-            &app.url(0),
-            token,
-            Method::POST,
-            path,
-            Some(json!({"wait_ms": 0, "repo_targets": many})),
-        )
-        .await;
-        assert_eq!(status, 400, "{path}");
-        assert!(
-            body["error"]["message"]
-                .as_str()
-                .unwrap()
-                .starts_with("repo_targets"),
-            "{body}"
-        );
-        let (status, body) = call(
-            &app.url(0),
-            token,
-            Method::POST,
-            path,
-            Some(json!({"wait_ms": 0, "repo_targets": [{"provider": "Git!", "repository": "x"}]})),
-        )
-        .await;
-        assert_eq!(status, 400, "{path}");
-        assert!(
-            body["error"]["message"]
-                .as_str()
-                .unwrap()
-                .starts_with("repo_targets[0].provider"),
-            "{body}"
-        );
+        for (targets, field) in &refused {
+            let (status, body) = call(
+                &app.url(0),
+                token,
+                Method::POST,
+                path,
+                Some(json!({"wait_ms": 0, "repo_targets": targets})),
+            )
+            .await;
+            assert_eq!(status, 400, "{path}");
+            assert!(
+                body["error"]["message"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with(field),
+                "{body}"
+            );
+        }
     }
     let (status, body) = call(
         &app.url(0),
@@ -613,14 +593,7 @@ async fn an_any_job_goes_to_either_tier_and_is_billed_by_who_held_the_lease() {
     let p = dispatch(&alice, personal(), json!("p")).await;
     let w = dispatch(&alice, workspace_pool(), json!("w")).await;
     let (named_runner, _) = pair(&alice, Tier::Personal, &[], 1).await;
-    let n = dispatch(
-        &alice,
-        wire::Target::Runner {
-            runner_id: named_runner.id,
-        },
-        json!("n"),
-    )
-    .await;
+    let n = dispatch(&alice, to_runner(named_runner.id), json!("n")).await;
     assert_eq!(p.pool.as_deref(), Some("personal"));
     assert_eq!(w.pool.as_deref(), Some("workspace"));
     assert_eq!(n.pool, None);
@@ -645,26 +618,24 @@ async fn an_any_job_goes_to_either_tier_and_is_billed_by_who_held_the_lease() {
 async fn a_canary_runner_skips_untagged_pool_jobs_and_rejects_untagged_named_ones() {
     let app = TestApp::spawn().await;
     let admin = app.operator("acme", "root", true).await;
-    let created = admin
-        .pair_runner(
-            Tier::Workspace,
-            &wire::CreateRunner {
-                label: "canary".into(),
-                capabilities: Some(vec!["linux".into()]),
-                exclusive: Some(vec!["canary".into()]),
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap();
-    assert_eq!(created.runner.exclusive, ["canary"]);
+    let (created, canary) = pair_as(
+        &admin,
+        Tier::Workspace,
+        &wire::CreateRunner {
+            label: "canary".into(),
+            capabilities: Some(vec!["linux".into()]),
+            exclusive: Some(vec!["canary".into()]),
+            ..Default::default()
+        },
+    )
+    .await;
+    assert_eq!(created.exclusive, ["canary"]);
     assert_eq!(
-        created.runner.capabilities,
+        created.capabilities,
         ["canary", "linux"],
         "an exclusive name is a capability"
     );
-    let canary = admin.with_token(created.token);
-    let canary_id = created.runner.id;
+    let canary_id = created.id;
 
     // Pool: an untagged job is skipped (it stays parked for another runner).
     let untagged = dispatch(&admin, workspace_pool(), json!("untagged")).await;
@@ -690,9 +661,7 @@ async fn a_canary_runner_skips_untagged_pool_jobs_and_rejects_untagged_named_one
     assert!(admin.preflight(&pre(&["canary"])).await.unwrap().ok);
 
     // Named: 422 at dispatch where known...
-    let named = wire::Target::Runner {
-        runner_id: canary_id,
-    };
+    let named = to_runner(canary_id);
     assert_eq!(
         code(
             admin
@@ -703,14 +672,7 @@ async fn a_canary_runner_skips_untagged_pool_jobs_and_rejects_untagged_named_one
     );
     // ...and rejected at lease for a job dispatched before the runner turned canary.
     let (plain, plain_client) = pair(&admin, Tier::Workspace, &["linux"], 1).await;
-    let before = dispatch(
-        &admin,
-        wire::Target::Runner {
-            runner_id: plain.id,
-        },
-        json!("before"),
-    )
-    .await;
+    let before = dispatch(&admin, to_runner(plain.id), json!("before")).await;
     plain_client
         .runner_heartbeat(&wire::RunnerHeartbeat {
             exclusive: Some(vec!["canary".into()]),
@@ -784,19 +746,17 @@ fn source_json(credential: Option<&str>) -> Value {
 async fn a_source_job_reaches_only_a_runner_holding_an_approved_target() {
     let app = TestApp::spawn().await;
     let admin = app.operator("acme", "root", true).await;
-    let created = admin
-        .pair_runner(
-            Tier::Workspace,
-            &wire::CreateRunner {
-                label: "builder".into(),
-                repo_targets: Some(vec![target(REPO)]),
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap();
-    let builder = admin.with_token(created.token);
-    let (builder_id, target_id) = (created.runner.id, created.runner.repo_targets[0].id);
+    let (created, builder) = pair_as(
+        &admin,
+        Tier::Workspace,
+        &wire::CreateRunner {
+            label: "builder".into(),
+            repo_targets: Some(vec![target(REPO)]),
+            ..Default::default()
+        },
+    )
+    .await;
+    let (builder_id, target_id) = (created.id, created.repo_targets[0].id);
     let (_, other) = pair(&admin, Tier::Workspace, &[], 1).await;
     heartbeat(&builder, None).await;
 
@@ -813,9 +773,7 @@ async fn a_source_job_reaches_only_a_runner_holding_an_approved_target() {
     assert_eq!(job.source.as_ref().unwrap().commit_sha, SHA);
     assert!(lease(&builder, 0, 1).await.is_empty(), "pending: refused");
     assert!(lease(&other, 0, 1).await.is_empty(), "no target: refused");
-    let named = wire::Target::Runner {
-        runner_id: builder_id,
-    };
+    let named = to_runner(builder_id);
     let mut nd = wire::Dispatch::new(named.clone(), json!({"argv": ["make"]}));
     nd.source = Some(source_json(None));
     assert_eq!(
@@ -893,19 +851,17 @@ async fn the_no_runner_clock_counts_both_tiers_for_any_jobs_and_only_approved_ta
     let app = TestApp::spawn_with(1, |c| c.presence_window_ms = 60_000).await;
     let admin = app.operator("acme", "root", true).await;
     let alice = app.operator("acme", "alice", false).await;
-    let created = admin
-        .pair_runner(
-            Tier::Workspace,
-            &wire::CreateRunner {
-                label: "ws".into(),
-                capacity: Some(1),
-                repo_targets: Some(vec![target(REPO)]),
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap();
-    let ws = admin.with_token(created.token);
+    let (created, ws) = pair_as(
+        &admin,
+        Tier::Workspace,
+        &wire::CreateRunner {
+            label: "ws".into(),
+            capacity: Some(1),
+            repo_targets: Some(vec![target(REPO)]),
+            ..Default::default()
+        },
+    )
+    .await;
     // Busy: it holds a job, so it takes nothing else but stays online.
     dispatch(&admin, workspace_pool(), json!("busy")).await;
     assert_eq!(lease(&ws, 1000, 1).await.len(), 1);
@@ -932,7 +888,7 @@ async fn the_no_runner_clock_counts_both_tiers_for_any_jobs_and_only_approved_ta
     assert_eq!(rejected.error.unwrap()["reason"], json!("no_runner"));
 
     admin
-        .set_repo_target(created.runner.id, created.runner.repo_targets[0].id, true)
+        .set_repo_target(created.id, created.repo_targets[0].id, true)
         .await
         .unwrap();
     let approved = admin.dispatch(&sourced).await.unwrap();

@@ -266,33 +266,23 @@ async fn a_claim_behind_an_unfit_head_reads_none_of_it() {
     tx.batch_execute(&format!("PREPARE claim AS {}", sql::LEASE_CLAIM))
         .await
         .unwrap();
-    let plan: Vec<String> = tx
-        .simple_query(&format!(
+    let plan = first_column(
+        &tx,
+        &format!(
             "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) EXECUTE claim(sha256('{token}'::bytea), \
              '{runner}', 'acme', 'ws:acme', 1, 120000, true)"
-        ))
-        .await
-        .unwrap()
-        .iter()
-        .filter_map(|m| match m {
-            tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0).map(str::to_owned),
-            _ => None,
-        })
-        .collect();
-    let plan = plan.join("\n");
-    let leased: Vec<String> = tx
-        .simple_query(&format!(
+        ),
+    )
+    .await
+    .join("\n");
+    let leased = first_column(
+        &tx,
+        &format!(
             "SELECT required_capabilities::text FROM jobs \
              WHERE leased_by = '{runner}' AND state = 'leased'"
-        ))
-        .await
-        .unwrap()
-        .iter()
-        .filter_map(|m| match m {
-            tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0).map(str::to_owned),
-            _ => None,
-        })
-        .collect();
+        ),
+    )
+    .await;
     tx.rollback().await.unwrap();
     assert_eq!(
         leased,
@@ -308,4 +298,17 @@ async fn a_claim_behind_an_unfit_head_reads_none_of_it() {
         removed < 100,
         "the claim read and discarded {removed} rows:\n{plan}"
     );
+}
+
+/// The first column of every row `sql` (simple protocol) returns, as text.
+async fn first_column(tx: &tokio_postgres::Transaction<'_>, sql: &str) -> Vec<String> {
+    tx.simple_query(sql)
+        .await
+        .unwrap()
+        .iter()
+        .filter_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0).map(str::to_owned),
+            _ => None,
+        })
+        .collect()
 }

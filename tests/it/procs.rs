@@ -1,7 +1,7 @@
 //! Test support for end-to-end tests of the `leasehold` binary: `leasehold serve` replicas,
 //! runners and CLI calls as real child processes, temporary directories, and process-group
-//! inspection through `/proc`. Every child is killed when its handle drops, so a failing
-//! test leaves nothing running.
+//! inspection through `/proc`, and [`RunnerRig`], what a runner test starts from. Every child
+//! is killed when its handle drops, so a failing test leaves nothing running.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -9,6 +9,7 @@ use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
 use leasehold::client::Client;
+use leasehold::domain::sealing::SealKey;
 use leasehold::tooling::serve_process::ServeProcess;
 use leasehold::wire;
 use nix::sys::signal::{kill, Signal};
@@ -16,7 +17,91 @@ use nix::unistd::Pid;
 use tokio::process::{Child, Command};
 use uuid::Uuid;
 
+use crate::support::{eventually, TestApp};
+
 pub const BIN: &str = env!("CARGO_BIN_EXE_leasehold");
+
+/// Generous: these tests run many processes at once on small machines.
+pub const LONG: Duration = Duration::from_secs(90);
+
+/// What a runner test starts from: an app, alice (of workspace `acme`) with her key and a
+/// client on replica 0, and a directory for runner configurations, logs and work.
+pub struct RunnerRig {
+    pub app: TestApp,
+    pub key: String,
+    pub alice: Client,
+    pub dir: TempDir,
+}
+
+impl RunnerRig {
+    /// `app` with a member key for alice, and a fresh directory named after `what`.
+    pub async fn new(app: TestApp, what: &str) -> Self {
+        Self::with_role(app, what, false).await
+    }
+
+    /// [`RunnerRig::new`] with an admin key for alice when `admin`.
+    pub async fn with_role(app: TestApp, what: &str, admin: bool) -> Self {
+        let key = app.key("acme", "alice", admin).await;
+        let alice = Client::new(app.url(0), Some(key.clone()));
+        Self {
+            app,
+            key,
+            alice,
+            dir: TempDir::new(what),
+        }
+    }
+
+    pub fn url(&self) -> String {
+        self.app.url(0)
+    }
+
+    /// A personal runner enrolled by alice against replica 0 (see [`enrol`]), its
+    /// configuration in the rig's directory; `extra` goes to `leasehold runner connect`.
+    pub async fn enrol(&self, extra: &[&str]) -> PathBuf {
+        self.enrol_in(self.dir.path(), extra).await
+    }
+
+    /// [`RunnerRig::enrol`] with the configuration in `dir`.
+    pub async fn enrol_in(&self, dir: &Path, extra: &[&str]) -> PathBuf {
+        enrol(&self.alice, &[&self.url()], dir, false, extra).await
+    }
+
+    /// [`RunnerRig::enrol`] with `connect`, then [`RunnerRig::runner`] started with `run`: the
+    /// configuration and the running runner.
+    pub async fn start_runner(&self, connect: &[&str], run: &[&str]) -> (PathBuf, Proc) {
+        let config = self.enrol(connect).await;
+        let runner = self.runner(&config, run, &[]);
+        (config, runner)
+    }
+
+    /// [`runner`] with `config`, working in the rig's `work` directory.
+    pub fn runner(&self, config: &Path, extra: &[&str], envs: &[(&str, &str)]) -> Proc {
+        runner(config, &self.dir.join("work"), extra, envs)
+    }
+
+    /// `leasehold job submit ARGS...` as alice, without waiting: the new job's id.
+    pub async fn submit(&self, args: &[&str]) -> Uuid {
+        job_id(
+            &cli(
+                &self.url(),
+                &self.key,
+                &[&["job", "submit"], args].concat(),
+                LONG,
+            )
+            .await,
+        )
+    }
+
+    /// [`submit_wait`] as alice.
+    pub async fn submit_wait(&self, args: &[&str]) -> Output {
+        submit_wait(&self.url(), &self.key, args).await
+    }
+
+    /// `leasehold job submit --wait -- sh -c SCRIPT` as alice.
+    pub async fn sh(&self, script: &str) -> Output {
+        self.submit_wait(&["--", "sh", "-c", script]).await
+    }
+}
 
 /// A directory removed when dropped.
 pub struct TempDir(pub PathBuf);
@@ -164,6 +249,23 @@ pub async fn cli(server: &str, key: &str, args: &[&str], deadline: Duration) -> 
     }
 }
 
+/// `leasehold job submit --wait ARGS...` against `server` with `key`.
+pub async fn submit_wait(server: &str, key: &str, args: &[&str]) -> Output {
+    let all = [&["job", "submit", "--wait"], args].concat();
+    cli(server, key, &all, LONG).await
+}
+
+/// `leasehold runner connect ARGS...`, which reaches the servers its code or payload names.
+pub async fn runner_connect(args: &[&str]) -> Output {
+    cli(
+        "unused",
+        "unused",
+        &[&["runner", "connect"], args].concat(),
+        LONG,
+    )
+    .await
+}
+
 /// Mint a join code with `operator` and enrol through `leasehold runner connect`; returns the
 /// configuration path, after checking it is owner-only and that the token was not printed.
 pub async fn enrol(
@@ -182,18 +284,12 @@ pub async fn enrol(
         .await
         .unwrap();
     let path = dir.join(format!("runner-{}.json", Uuid::now_v7().simple()));
-    let mut args = vec![
-        "runner",
-        "connect",
-        code.code.as_str(),
-        "--config",
-        path.to_str().unwrap(),
-    ];
+    let mut args = vec![code.code.as_str(), "--config", path.to_str().unwrap()];
     for s in servers {
         args.extend_from_slice(&["--server", s]);
     }
     args.extend_from_slice(extra);
-    let out = cli("unused", "unused", &args, Duration::from_secs(60)).await;
+    let out = runner_connect(&args).await;
     assert_eq!(out.code, Some(0), "connect failed: {out:?}");
     assert!(
         out.stdout.contains(path.to_str().unwrap()),
@@ -201,7 +297,7 @@ pub async fn enrol(
     );
     let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o600, "credentials are owner-only");
-    let saved: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    let saved = saved(&path);
     let token = saved["token"].as_str().unwrap();
     assert!(token.starts_with("rnr_"));
     assert!(
@@ -209,6 +305,133 @@ pub async fn enrol(
         "the token is never printed"
     );
     path
+}
+
+/// Two `leasehold serve` processes on one app's database, A with `envs_a` and B with
+/// `envs_b`, and a runner alice enrolled against both (A first, so it talks to A until A
+/// fails), started `--unconfined`: what a failover test starts from.
+pub struct FailoverRig {
+    pub a: Proc,
+    /// Kept running for the rig's life.
+    _b: Proc,
+    pub url_b: String,
+    pub key: String,
+    /// Alice's client on B.
+    pub alice: Client,
+    pub runner: Proc,
+    /// Last: it holds the logs and work of the processes above.
+    _dir: TempDir,
+}
+
+impl FailoverRig {
+    pub async fn start(
+        app: &TestApp,
+        what: &str,
+        envs_a: &[(&str, &str)],
+        envs_b: &[(&str, &str)],
+    ) -> Self {
+        let dir = TempDir::new(what);
+        let ((a, url_a), (b, url_b)) = tokio::join!(
+            serve(&app.database_url, &dir, envs_a),
+            serve(&app.database_url, &dir, envs_b)
+        );
+        let key = app.key("acme", "alice", false).await;
+        let alice = Client::new(url_b.clone(), Some(key.clone()));
+        let config = enrol(&alice, &[&url_a, &url_b], dir.path(), false, &[]).await;
+        let runner = runner(&config, &dir.join("work"), &["--unconfined"], &[]);
+        Self {
+            a,
+            _b: b,
+            url_b,
+            key,
+            alice,
+            runner,
+            _dir: dir,
+        }
+    }
+
+    /// `leasehold job submit ARGS...` through B, without waiting: the new job's id.
+    pub async fn submit(&self, args: &[&str]) -> Uuid {
+        job_id(
+            &cli(
+                &self.url_b,
+                &self.key,
+                &[&["job", "submit"], args].concat(),
+                LONG,
+            )
+            .await,
+        )
+    }
+}
+
+/// A `leasehold serve` process with a fresh secrets key on a fresh database, and an admin key
+/// of `acme` with a client: what a test of secrets through the real binaries starts from.
+pub struct SealingServer {
+    pub server: Proc,
+    pub url: String,
+    pub key: String,
+    pub admin: Client,
+}
+
+impl SealingServer {
+    /// Its log goes under `dir`.
+    pub async fn start(dir: &TempDir) -> Self {
+        let database_url = crate::support::fresh_database().await;
+        let sealing_key = SealKey::generate().to_base64();
+        let (server, url) = serve(
+            &database_url,
+            dir,
+            &[("LEASEHOLD_SECRETS_KEY", &sealing_key)],
+        )
+        .await;
+        let key = crate::support::key_in(&database_url, "acme", "root", true).await;
+        let admin = Client::new(&url, Some(key.clone()));
+        Self {
+            server,
+            url,
+            key,
+            admin,
+        }
+    }
+}
+
+/// The id a successful `leasehold job submit` (without `--wait`) printed.
+pub fn job_id(out: &Output) -> Uuid {
+    assert_eq!(out.code, Some(0), "submit failed: {out:?}");
+    out.stdout.trim().parse().expect("submit prints the job id")
+}
+
+/// A runner's saved configuration (`runner_id`, `token`, ...), as `runner connect` wrote it.
+pub fn saved(config: &Path) -> serde_json::Value {
+    serde_json::from_slice(&std::fs::read(config).unwrap()).unwrap()
+}
+
+/// A number no other process on the machine has in its command line, also a long `sleep`.
+pub fn marker() -> String {
+    let n = Uuid::now_v7().as_u128();
+    format!("{}.{}", 4000 + n % 1000, (n >> 64) as u32)
+}
+
+/// Wait until no live process carries `marker` in its command line.
+pub async fn none_alive(marker: &str, what: &str) {
+    eventually(LONG, what, || async {
+        processes_with(marker)
+            .iter()
+            .all(|(_, state, _)| *state == 'Z')
+            .then_some(())
+    })
+    .await;
+}
+
+/// Kills what carries its marker when dropped (so a red test does not leave sleepers running).
+pub struct KillOnDrop(pub String);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        for (pid, _, _) in processes_with(&self.0) {
+            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+        }
+    }
 }
 
 /// `(pid, state, pgid)` of every process whose command line contains `marker`.

@@ -21,11 +21,11 @@ use nix::sys::signal::Signal;
 use serde_json::json;
 use uuid::Uuid;
 
-use crate::procs::{cli, enrol, entries, live_in_group, processes_with, runner, serve, TempDir};
+use crate::procs::{
+    cli, enrol, entries, live_in_group, marker, none_alive, processes_with, runner, saved,
+    FailoverRig, KillOnDrop, RunnerRig, LONG,
+};
 use crate::support::{eventually, personal, TestApp};
-
-/// Generous: these tests run many processes at once on small machines.
-const LONG: Duration = Duration::from_secs(90);
 
 async fn job_in_state(client: &Client, id: Uuid, state: &str) -> wire::Job {
     let what = format!("job {id} {state}");
@@ -36,50 +36,17 @@ async fn job_in_state(client: &Client, id: Uuid, state: &str) -> wire::Job {
     .await
 }
 
-fn job_id(out: &crate::procs::Output) -> Uuid {
-    assert_eq!(out.code, Some(0), "submit failed: {out:?}");
-    out.stdout.trim().parse().expect("submit prints the job id")
-}
-
-/// `leasehold job submit -- ARGV...` (no wait): the new job's id.
-async fn submit(server: &str, key: &str, argv: &[&str]) -> Uuid {
-    let mut args = vec!["job", "submit", "--"];
-    args.extend_from_slice(argv);
-    job_id(&cli(server, key, &args, LONG).await)
-}
-
 #[tokio::test]
 async fn a_join_code_enrols_a_runner_whose_command_output_and_exit_code_come_back() {
-    let app = TestApp::spawn().await;
-    let key = app.key("acme", "alice", false).await;
-    let alice = Client::new(app.url(0), Some(key.clone()));
-    let dir = TempDir::new("e2e-basic");
-    let config = enrol(
-        &alice,
-        &[&app.url(0)],
-        dir.path(),
-        false,
-        &["--label", "box-1"],
-    )
-    .await;
-    let work = dir.join("work");
-    let mut r = runner(&config, &work, &["--unconfined"], &[]);
+    let rig = RunnerRig::new(TestApp::spawn().await, "e2e-basic").await;
+    let (key, alice) = (&rig.key, &rig.alice);
+    let (config, mut r) = rig
+        .start_runner(&["--label", "box-1"], &["--unconfined"])
+        .await;
 
-    let out = cli(
-        &app.url(0),
-        &key,
-        &[
-            "job",
-            "submit",
-            "--wait",
-            "--",
-            "sh",
-            "-c",
-            "echo hello; echo oops >&2; printf 'no newline'; exit 7",
-        ],
-        LONG,
-    )
-    .await;
+    let out = rig
+        .sh("echo hello; echo oops >&2; printf 'no newline'; exit 7")
+        .await;
     assert_eq!(out.code, Some(7), "{out:?}\nrunner log:\n{}", r.log());
     assert_eq!(out.stdout, "hello\nno newline", "exactly the bytes written");
     assert!(out.stderr.contains("oops"), "{}", out.stderr);
@@ -97,39 +64,30 @@ async fn a_join_code_enrols_a_runner_whose_command_output_and_exit_code_come_bac
     assert_eq!(result["stdout_tail"], json!("hello\nno newline"));
     assert_eq!(result["stderr_tail"], json!("oops\n"));
     assert!(result["duration_ms"].is_u64());
-    let saved: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&config).unwrap()).unwrap();
+    let saved = saved(&config);
     assert_eq!(
         job.provenance.as_ref().unwrap()["runner"],
         saved["runner_id"]
     );
 
     // The people's commands read the same job.
-    let logs = cli(
-        &app.url(0),
-        &key,
-        &["job", "logs", &job.id.to_string()],
-        LONG,
-    )
-    .await;
+    let url = rig.url();
+    let logs = cli(&url, key, &["job", "logs", &job.id.to_string()], LONG).await;
     assert_eq!(logs.code, Some(0));
     assert_eq!(logs.stdout, "hello\nno newline");
-    let get = cli(
-        &app.url(0),
-        &key,
-        &["job", "get", &job.id.to_string()],
-        LONG,
-    )
-    .await;
+    let get = cli(&url, key, &["job", "get", &job.id.to_string()], LONG).await;
     assert!(get.stdout.contains("exit code    7"), "{}", get.stdout);
-    let runners = cli(&app.url(0), &key, &["runners", "list"], LONG).await;
+    let runners = cli(&url, key, &["runners", "list"], LONG).await;
     assert!(runners.stdout.contains("box-1"), "{}", runners.stdout);
-    let pool = cli(&app.url(0), &key, &["pool", "--json"], LONG).await;
+    let pool = cli(&url, key, &["pool", "--json"], LONG).await;
     let pool: wire::Pool = serde_json::from_str(&pool.stdout).unwrap();
     assert_eq!(pool.runners.online, 1);
 
     // The job's directory is gone once it is reported.
-    let mine = work.join(saved["runner_id"].as_str().unwrap());
+    let mine = rig
+        .dir
+        .join("work")
+        .join(saved["runner_id"].as_str().unwrap());
     eventually(LONG, "the work directory is emptied", || async {
         entries(&mine).is_empty().then_some(())
     })
@@ -137,15 +95,15 @@ async fn a_join_code_enrols_a_runner_whose_command_output_and_exit_code_come_bac
 
     // Errors print the service's message and exit non-zero.
     let missing = cli(
-        &app.url(0),
-        &key,
+        &url,
+        key,
         &["job", "get", &Uuid::now_v7().to_string()],
         LONG,
     )
     .await;
     assert_eq!(missing.code, Some(1));
     assert_eq!(missing.stderr.trim(), "leasehold: not found (not_found)");
-    let denied = cli(&app.url(0), "ak_nope", &["job", "list"], LONG).await;
+    let denied = cli(&url, "ak_nope", &["job", "list"], LONG).await;
     assert_eq!(denied.code, Some(1));
     assert_eq!(denied.stderr.trim(), "leasehold: unauthorized");
 
@@ -159,50 +117,15 @@ async fn a_join_code_enrols_a_runner_whose_command_output_and_exit_code_come_bac
 
 #[tokio::test]
 async fn timeouts_missing_executables_and_unreadable_payloads_are_classified() {
-    let app = TestApp::spawn().await;
-    let key = app.key("acme", "alice", false).await;
-    let alice = Client::new(app.url(0), Some(key.clone()));
-    let dir = TempDir::new("e2e-classify");
-    let config = enrol(
-        &alice,
-        &[&app.url(0)],
-        dir.path(),
-        false,
-        &["--capacity", "3"],
-    )
-    .await;
-    let _r = runner(&config, &dir.join("work"), &["--unconfined"], &[]);
+    let rig = RunnerRig::new(TestApp::spawn().await, "e2e-classify").await;
+    let alice = &rig.alice;
+    let (_, _r) = rig
+        .start_runner(&["--capacity", "3"], &["--unconfined"])
+        .await;
 
-    let url = app.url(0);
     let (timed, missing) = tokio::join!(
-        cli(
-            &url,
-            &key,
-            &[
-                "job",
-                "submit",
-                "--wait",
-                "--timeout",
-                "1",
-                "--",
-                "sh",
-                "-c",
-                "echo started; sleep 60"
-            ],
-            LONG
-        ),
-        cli(
-            &url,
-            &key,
-            &[
-                "job",
-                "submit",
-                "--wait",
-                "--",
-                "/nonexistent/leasehold-test-prog"
-            ],
-            LONG
-        ),
+        rig.submit_wait(&["--timeout", "1", "--", "sh", "-c", "echo started; sleep 60"]),
+        rig.submit_wait(&["--", "/nonexistent/leasehold-test-prog"]),
     );
     assert_eq!(timed.code, Some(124), "{timed:?}");
     assert_eq!(timed.stdout, "started\n");
@@ -252,7 +175,7 @@ async fn timeouts_missing_executables_and_unreadable_payloads_are_classified() {
         (unknown.id, "unsupported job kind"),
         (malformed.id, "payload.argv"),
     ] {
-        let job = job_in_state(&alice, id, "failed").await;
+        let job = job_in_state(alice, id, "failed").await;
         let error = job.error.unwrap();
         assert_eq!(error["reason"], json!("runner_failed"));
         assert!(
@@ -267,15 +190,12 @@ async fn timeouts_missing_executables_and_unreadable_payloads_are_classified() {
 async fn cancel_kills_the_whole_process_group_and_reports_nothing() {
     // Short leases: the runner heartbeats every second and hears the 409 quickly.
     let app = TestApp::spawn_with(1, |c| c.lease_ttl_ms = 3000).await;
-    let key = app.key("acme", "alice", false).await;
-    let alice = Client::new(app.url(0), Some(key.clone()));
-    let dir = TempDir::new("e2e-cancel");
-    let config = enrol(&alice, &[&app.url(0)], dir.path(), false, &[]).await;
-    let _r = runner(&config, &dir.join("work"), &["--unconfined"], &[]);
+    let rig = RunnerRig::new(app, "e2e-cancel").await;
+    let (_, _r) = rig.start_runner(&[], &["--unconfined"]).await;
 
-    let marker = format!("{}.{}", 2000 + rand_u32() % 1000, rand_u32());
+    let marker = marker();
     let script = format!("sleep {marker}1 & sleep {marker}2; wait");
-    let id = submit(&app.url(0), &key, &["sh", "-c", &script]).await;
+    let id = rig.submit(&["--", "sh", "-c", &script]).await;
     let procs = eventually(LONG, "the job's processes run", || async {
         let p = processes_with(&marker);
         (p.iter().filter(|(_, s, _)| *s != 'Z').count() >= 3).then_some(p)
@@ -288,25 +208,25 @@ async fn cancel_kills_the_whole_process_group_and_reports_nothing() {
     );
     assert!(live_in_group(pgid) >= 3);
 
-    let cancelled = cli(&app.url(0), &key, &["job", "cancel", &id.to_string()], LONG).await;
+    let cancelled = cli(
+        &rig.url(),
+        &rig.key,
+        &["job", "cancel", &id.to_string()],
+        LONG,
+    )
+    .await;
     assert_eq!(cancelled.code, Some(0), "{cancelled:?}");
     assert!(cancelled.stdout.contains("cancelled"));
     eventually(LONG, "the process group is gone", || async {
         (live_in_group(pgid) == 0).then_some(())
     })
     .await;
-    let job = alice.job(id).await.unwrap();
+    let job = rig.alice.job(id).await.unwrap();
     assert_eq!(job.state, "cancelled");
     assert_eq!(job.result, None, "a cancelled job's runner reports nothing");
 
     // The slot is free again.
-    let after = cli(
-        &app.url(0),
-        &key,
-        &["job", "submit", "--wait", "--", "echo", "after"],
-        LONG,
-    )
-    .await;
+    let after = rig.submit_wait(&["--", "echo", "after"]).await;
     assert_eq!(
         (after.code, after.stdout.as_str()),
         (Some(0), "after\n"),
@@ -314,31 +234,21 @@ async fn cancel_kills_the_whole_process_group_and_reports_nothing() {
     );
 }
 
-fn rand_u32() -> u32 {
-    Uuid::new_v4().as_fields().0
-}
-
 #[tokio::test]
 async fn a_lease_survives_kill_9_of_the_replica_the_runner_uses() {
     let app = TestApp::spawn_with(0, |_| {}).await;
-    let dir = TempDir::new("e2e-failover");
     let envs = [("LEASEHOLD_LEASE_TTL_MS", "6000")];
-    let ((mut a, url_a), (_b, url_b)) = tokio::join!(
-        serve(&app.database_url, &dir, &envs),
-        serve(&app.database_url, &dir, &envs)
-    );
-    let key = app.key("acme", "alice", false).await;
-    let alice_b = Client::new(url_b.clone(), Some(key.clone()));
-    let config = enrol(&alice_b, &[&url_a, &url_b], dir.path(), false, &[]).await;
-    let r = runner(&config, &dir.join("work"), &["--unconfined"], &[]);
-
-    let id = submit(&url_b, &key, &["sh", "-c", "sleep 8; echo survived"]).await;
-    job_in_state(&alice_b, id, "leased").await;
+    let mut rig = FailoverRig::start(&app, "e2e-failover", &envs, &envs).await;
+    let (alice_b, r) = (&rig.alice, &rig.runner);
+    let id = rig
+        .submit(&["--", "sh", "-c", "sleep 8; echo survived"])
+        .await;
+    job_in_state(alice_b, id, "leased").await;
     // The runner talks to the first server until it fails; kill it mid-job.
-    a.signal(Signal::SIGKILL);
-    a.exit(LONG).await;
+    rig.a.signal(Signal::SIGKILL);
+    rig.a.exit(LONG).await;
 
-    let job = job_in_state(&alice_b, id, "completed").await;
+    let job = job_in_state(alice_b, id, "completed").await;
     let result = job.result.unwrap();
     assert_eq!(result["exit_code"], json!(0), "runner log:\n{}", r.log());
     assert_eq!(result["stdout_tail"], json!("survived\n"));
@@ -356,53 +266,28 @@ async fn a_lease_survives_kill_9_of_the_replica_the_runner_uses() {
 async fn sigterm_drains_a_running_job_and_releases_what_is_past_the_deadline() {
     // Default 120 s leases: the second job is back in the queue because it was released,
     // not because its lease lapsed.
-    let app = TestApp::spawn().await;
+    let rig = RunnerRig::new(TestApp::spawn().await, "e2e-drain").await;
     assert!(
-        app.config.lease_ttl_ms >= 60_000,
+        rig.app.config.lease_ttl_ms >= 60_000,
         "the premise: leases outlive the test"
     );
-    let key = app.key("acme", "alice", false).await;
-    let alice = Client::new(app.url(0), Some(key.clone()));
-    let dir = TempDir::new("e2e-drain");
-    let config_a = enrol(
-        &alice,
-        &[&app.url(0)],
-        dir.path(),
-        false,
-        &["--capacity", "2"],
-    )
-    .await;
-    let mut a = runner(
-        &config_a,
-        &dir.join("work"),
-        &["--drain-timeout", "10", "--unconfined"],
-        &[],
-    );
+    let alice = &rig.alice;
+    let (_, mut a) = rig
+        .start_runner(
+            &["--capacity", "2"],
+            &["--drain-timeout", "10", "--unconfined"],
+        )
+        .await;
 
-    let url = app.url(0);
-    let short = job_id(
-        &cli(
-            &url,
-            &key,
-            &["job", "submit", "--", "sh", "-c", "sleep 4; echo short"],
-            LONG,
-        )
-        .await,
-    );
-    let long = job_id(
-        &cli(
-            &url,
-            &key,
-            &[
-                "job", "submit", "--", "sh", "-c",
-                r#"if [ "$LEASEHOLD_ATTEMPT" = 1 ]; then sleep 600; fi; echo "long on attempt $LEASEHOLD_ATTEMPT""#,
-            ],
-            LONG,
-        )
-        .await,
-    );
-    job_in_state(&alice, short, "leased").await;
-    job_in_state(&alice, long, "leased").await;
+    let short = rig.submit(&["--", "sh", "-c", "sleep 4; echo short"]).await;
+    let long = rig
+        .submit(&[
+            "--", "sh", "-c",
+            r#"if [ "$LEASEHOLD_ATTEMPT" = 1 ]; then sleep 600; fi; echo "long on attempt $LEASEHOLD_ATTEMPT""#,
+        ])
+        .await;
+    job_in_state(alice, short, "leased").await;
+    job_in_state(alice, long, "leased").await;
     a.signal(Signal::SIGTERM);
     let status = a.exit(LONG).await;
     assert!(
@@ -422,13 +307,7 @@ async fn sigterm_drains_a_running_job_and_releases_what_is_past_the_deadline() {
     assert_eq!(l.attempts, 1);
 
     // Another runner takes it at once.
-    let config_b = enrol(&alice, &[&app.url(0)], dir.path(), false, &[]).await;
-    let mut b = runner(
-        &config_b,
-        &dir.join("work"),
-        &["--once", "--unconfined"],
-        &[],
-    );
+    let (config_b, mut b) = rig.start_runner(&[], &["--once", "--unconfined"]).await;
     assert!(b.exit(LONG).await.success(), "{}", b.log());
     let l = alice.job(long).await.unwrap();
     assert_eq!(l.state, "completed");
@@ -436,23 +315,22 @@ async fn sigterm_drains_a_running_job_and_releases_what_is_past_the_deadline() {
         l.result.unwrap()["stdout_tail"],
         json!("long on attempt 2\n")
     );
-    let saved: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&config_b).unwrap()).unwrap();
-    assert_eq!(l.provenance.unwrap()["runner"], saved["runner_id"]);
+    assert_eq!(
+        l.provenance.unwrap()["runner"],
+        saved(&config_b)["runner_id"]
+    );
 }
 
 #[tokio::test]
 async fn once_and_ephemeral_runners_take_exactly_one_job() {
-    let app = TestApp::spawn().await;
-    let key = app.key("acme", "alice", false).await;
-    let alice = Client::new(app.url(0), Some(key.clone()));
-    let dir = TempDir::new("e2e-once");
-    let url = app.url(0);
-    let first = job_id(&cli(&url, &key, &["job", "submit", "--", "echo", "one"], LONG).await);
-    let second = job_id(&cli(&url, &key, &["job", "submit", "--", "echo", "two"], LONG).await);
+    let rig = RunnerRig::new(TestApp::spawn().await, "e2e-once").await;
+    let alice = &rig.alice;
+    let first = rig.submit(&["--", "echo", "one"]).await;
+    let second = rig.submit(&["--", "echo", "two"]).await;
 
-    let config = enrol(&alice, &[&url], dir.path(), false, &["--capacity", "4"]).await;
-    let mut once = runner(&config, &dir.join("work"), &["--once", "--unconfined"], &[]);
+    let (_, mut once) = rig
+        .start_runner(&["--capacity", "4"], &["--once", "--unconfined"])
+        .await;
     assert!(once.exit(LONG).await.success(), "{}", once.log());
     assert_eq!(
         alice.job(first).await.unwrap().state,
@@ -466,11 +344,11 @@ async fn once_and_ephemeral_runners_take_exactly_one_job() {
     );
 
     // An ephemeral runner behaves as --once without being told, and its token dies after.
-    let config = enrol(&alice, &[&url], dir.path(), true, &[]).await;
-    let mut eph = runner(&config, &dir.join("work"), &["--unconfined"], &[]);
+    let config = enrol(alice, &[&rig.url()], rig.dir.path(), true, &[]).await;
+    let mut eph = rig.runner(&config, &["--unconfined"], &[]);
     assert!(eph.exit(LONG).await.success(), "{}", eph.log());
     assert_eq!(alice.job(second).await.unwrap().state, "completed");
-    let mut again = runner(&config, &dir.join("work"), &["--unconfined"], &[]);
+    let mut again = rig.runner(&config, &["--unconfined"], &[]);
     let status = again.exit(LONG).await;
     assert!(!status.success(), "a spent ephemeral token is refused");
     assert!(
@@ -482,16 +360,13 @@ async fn once_and_ephemeral_runners_take_exactly_one_job() {
 
 #[tokio::test]
 async fn a_runner_refuses_to_start_when_its_sandbox_does_not_work() {
-    let app = TestApp::spawn().await;
-    let alice = app.operator("acme", "alice", false).await;
-    let dir = TempDir::new("e2e-nosandbox");
-    let config = enrol(&alice, &[&app.url(0)], dir.path(), false, &[]).await;
+    let rig = RunnerRig::new(TestApp::spawn().await, "e2e-nosandbox").await;
+    let config = rig.enrol(&[]).await;
     // No bwrap on this PATH.
-    let empty = dir.join("empty-bin");
+    let empty = rig.dir.join("empty-bin");
     std::fs::create_dir_all(&empty).unwrap();
-    let mut r = runner(
+    let mut r = rig.runner(
         &config,
-        &dir.join("work"),
         &["--sandbox", "bubblewrap"],
         &[("PATH", empty.to_str().unwrap())],
     );
@@ -533,57 +408,38 @@ async fn the_sandbox_writes_only_its_work_directory_and_never_sees_the_host_home
     ) {
         return;
     }
-    let app = TestApp::spawn().await;
-    let key = app.key("acme", "alice", false).await;
-    let alice = Client::new(app.url(0), Some(key.clone()));
-    let dir = TempDir::new("e2e-sandbox");
+    let rig = RunnerRig::new(TestApp::spawn().await, "e2e-sandbox").await;
     // A host home with a secret in it; the runner's configuration lives there too.
-    let home = dir.join("home");
+    let home = rig.dir.join("home");
     std::fs::create_dir_all(&home).unwrap();
     std::fs::write(home.join("secret"), "s3cret").unwrap();
     let config_dir = home.join(".config");
     std::fs::create_dir_all(&config_dir).unwrap();
-    let config = enrol(
-        &alice,
-        &[&app.url(0)],
-        &config_dir,
-        false,
-        &["--capacity", "4"],
-    )
-    .await;
-    let outside = dir.join("outside");
+    let config = rig.enrol_in(&config_dir, &["--capacity", "4"]).await;
+    let outside = rig.dir.join("outside");
     std::fs::create_dir_all(&outside).unwrap();
-    let _r = runner(
+    let _r = rig.runner(
         &config,
-        &dir.join("work"),
         &["--sandbox", "bubblewrap"],
         &[("HOME", home.to_str().unwrap())],
     );
 
-    let url = app.url(0);
-    let run = |script: String| {
-        let (url, key) = (url.clone(), key.clone());
-        async move {
-            cli(
-                &url,
-                &key,
-                &["job", "submit", "--wait", "--", "sh", "-c", &script],
-                LONG,
-            )
-            .await
-        }
-    };
     let home_s = home.display().to_string();
+    let (escape, peek, token, fresh) = (
+        format!("echo pwned > {}/escaped", outside.display()),
+        format!("cat {home_s}/secret"),
+        format!("cat {}", config.display()),
+        format!("test \"$HOME\" != {home_s} && echo fresh home"),
+    );
     let (inside, escape, peek, token, system, fresh) = tokio::join!(
-        run(
+        rig.sh(
             "echo a > in-work && echo b > \"$HOME/in-home\" && echo c > /tmp/in-tmp && cat in-work"
-                .into()
         ),
-        run(format!("echo pwned > {}/escaped", outside.display())),
-        run(format!("cat {home_s}/secret")),
-        run(format!("cat {}", config.display())),
-        run("touch /usr/leasehold-escape".into()),
-        run(format!("test \"$HOME\" != {home_s} && echo fresh home")),
+        rig.sh(&escape),
+        rig.sh(&peek),
+        rig.sh(&token),
+        rig.sh("touch /usr/leasehold-escape"),
+        rig.sh(&fresh),
     );
     assert_eq!(
         (inside.code, inside.stdout.as_str()),
@@ -618,17 +474,12 @@ async fn the_sandbox_writes_only_its_work_directory_and_never_sees_the_host_home
 
 #[tokio::test]
 async fn a_restarted_runner_kills_what_a_crashed_run_left_and_clears_its_work_directory() {
-    let app = TestApp::spawn().await;
-    let key = app.key("acme", "alice", false).await;
-    let alice = Client::new(app.url(0), Some(key.clone()));
-    let dir = TempDir::new("e2e-crash");
-    let config = enrol(&alice, &[&app.url(0)], dir.path(), false, &[]).await;
-    let work = dir.join("work");
-    let mut first = runner(&config, &work, &["--unconfined"], &[]);
+    let rig = RunnerRig::new(TestApp::spawn().await, "e2e-crash").await;
+    let (config, mut first) = rig.start_runner(&[], &["--unconfined"]).await;
 
-    let marker = format!("{}.{}", 3000 + rand_u32() % 1000, rand_u32());
+    let marker = marker();
     let script = format!("touch left-over; sleep {marker}");
-    let id = submit(&app.url(0), &key, &["sh", "-c", &script]).await;
+    let id = rig.submit(&["--", "sh", "-c", &script]).await;
     let pgid = eventually(LONG, "the job runs", || async {
         let p = processes_with(&marker);
         (p.iter().filter(|(_, s, _)| *s != 'Z').count() >= 2).then(|| p[0].2)
@@ -641,13 +492,14 @@ async fn a_restarted_runner_kills_what_a_crashed_run_left_and_clears_its_work_di
         "a crashed runner's job keeps running"
     );
     // Settle it, so the restarted runner is not handed it again.
-    alice.cancel(id).await.unwrap();
+    rig.alice.cancel(id).await.unwrap();
 
-    let saved: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&config).unwrap()).unwrap();
-    let mine = work.join(saved["runner_id"].as_str().unwrap());
+    let mine = rig
+        .dir
+        .join("work")
+        .join(saved(&config)["runner_id"].as_str().unwrap());
     assert_eq!(entries(&mine), [id.to_string()]);
-    let _second = runner(&config, &work, &["--unconfined"], &[]);
+    let _second = rig.runner(&config, &["--unconfined"], &[]);
     eventually(LONG, "the orphaned process group is killed", || async {
         (live_in_group(pgid) == 0).then_some(())
     })
@@ -660,15 +512,13 @@ async fn a_restarted_runner_kills_what_a_crashed_run_left_and_clears_its_work_di
 
 #[tokio::test]
 async fn a_second_sigterm_releases_at_once() {
-    let app = TestApp::spawn().await;
-    let key = app.key("acme", "alice", false).await;
-    let alice = Client::new(app.url(0), Some(key.clone()));
-    let dir = TempDir::new("e2e-term2");
-    let config = enrol(&alice, &[&app.url(0)], dir.path(), false, &[]).await;
+    let rig = RunnerRig::new(TestApp::spawn().await, "e2e-term2").await;
+    let alice = &rig.alice;
+    let config = rig.enrol(&[]).await;
     // The default drain timeout (600 s) would outlast the test.
-    let mut r = runner(&config, &dir.join("work"), &["--unconfined"], &[]);
-    let id = submit(&app.url(0), &key, &["sleep", "600"]).await;
-    job_in_state(&alice, id, "leased").await;
+    let mut r = rig.runner(&config, &["--unconfined"], &[]);
+    let id = rig.submit(&["--", "sleep", "600"]).await;
+    job_in_state(alice, id, "leased").await;
 
     r.signal(Signal::SIGTERM);
     eventually(LONG, "the runner is draining", || async {
@@ -702,19 +552,16 @@ fn seq_text(n: u32) -> String {
 
 #[tokio::test]
 async fn twenty_megabytes_written_as_fast_as_possible_arrive_byte_for_byte() {
-    let app = TestApp::spawn().await;
-    let key = app.key("acme", "alice", false).await;
-    let alice = Client::new(app.url(0), Some(key.clone()));
-    let dir = TempDir::new("e2e-bulk");
-    let config = enrol(&alice, &[&app.url(0)], dir.path(), false, &[]).await;
-    let r = runner(&config, &dir.join("work"), &["--unconfined"], &[]);
+    let rig = RunnerRig::new(TestApp::spawn().await, "e2e-bulk").await;
+    let (key, alice) = (&rig.key, &rig.alice);
+    let (_, r) = rig.start_runner(&[], &["--unconfined"]).await;
 
     const N: u32 = 2_700_000;
     let expected = seq_text(N);
     assert!(expected.len() > 20_000_000, "the premise: over 20 MB");
     let out = cli(
-        &app.url(0),
-        &key,
+        &rig.url(),
+        key,
         &["job", "submit", "--wait", "--", "seq", "1", &N.to_string()],
         Duration::from_secs(300),
     )
@@ -733,7 +580,7 @@ async fn twenty_megabytes_written_as_fast_as_possible_arrive_byte_for_byte() {
     assert!(out.stdout == expected, "the same bytes, in order");
 
     let id = alice.jobs(None, None, None).await.unwrap().jobs[0].id;
-    let logs = cli(&app.url(0), &key, &["job", "logs", &id.to_string()], LONG).await;
+    let logs = cli(&rig.url(), key, &["job", "logs", &id.to_string()], LONG).await;
     assert!(logs.stdout == expected, "job logs shows the same bytes");
 
     // Many lines per event: rows per chunk, not per line.
@@ -758,25 +605,15 @@ fn relative(path: &std::path::Path) -> std::path::PathBuf {
 #[tokio::test]
 async fn without_the_sandbox_a_job_gets_its_own_home_an_allow_listed_environment_and_no_stragglers()
 {
-    let app = TestApp::spawn().await;
-    let key = app.key("acme", "alice", false).await;
-    let alice = Client::new(app.url(0), Some(key.clone()));
-    let dir = TempDir::new("e2e-contain");
+    let rig = RunnerRig::new(TestApp::spawn().await, "e2e-contain").await;
     // The runner's home holds its configuration, where a job looking in $HOME would find it.
-    let home = dir.join("home");
+    let home = rig.dir.join("home");
     let config_dir = home.join(".config").join("leasehold");
     std::fs::create_dir_all(&config_dir).unwrap();
-    let config = enrol(
-        &alice,
-        &[&app.url(0)],
-        &config_dir,
-        false,
-        &["--capacity", "3"],
-    )
-    .await;
+    let config = rig.enrol_in(&config_dir, &["--capacity", "3"]).await;
     let runner_json = config_dir.join("runner.json");
     std::fs::rename(&config, &runner_json).unwrap();
-    let work = relative(&dir.join("work"));
+    let work = relative(&rig.dir.join("work"));
     let r = runner(
         &runner_json,
         &work,
@@ -788,32 +625,25 @@ async fn without_the_sandbox_a_job_gets_its_own_home_an_allow_listed_environment
         ],
     );
 
-    let marker = format!("{}.{}", 4000 + rand_u32() % 1000, rand_u32());
-    let url = app.url(0);
-    let run = |args: Vec<String>| {
-        let (url, key) = (url.clone(), key.clone());
-        async move {
-            let mut all = vec!["job".to_owned(), "submit".into(), "--wait".into()];
-            all.extend(args);
-            let all: Vec<&str> = all.iter().map(String::as_str).collect();
-            cli(&url, &key, &all, LONG).await
-        }
-    };
-    let sh = |script: String| vec!["--".to_owned(), "sh".into(), "-c".into(), script];
-    let mut env_job = vec![
-        "--env".to_owned(),
-        "MINE=1".into(),
-        "--env".into(),
-        "LEASEHOLD_JOB_ID=forged".into(),
-    ];
-    env_job.extend(sh("env".into()));
+    let marker = marker();
+    let _cleanup = KillOnDrop(marker.clone());
+    let detach = format!(
+        "setsid sleep {marker}1 </dev/null >/dev/null 2>&1 & \
+         setsid env -i sleep {marker}2 </dev/null >/dev/null 2>&1 & echo detached"
+    );
     let (env, token, detached) = tokio::join!(
-        run(env_job),
-        run(sh("cat \"$HOME/.config/leasehold/runner.json\"".into())),
-        run(sh(format!(
-            "setsid sleep {marker}1 </dev/null >/dev/null 2>&1 & \
-             setsid env -i sleep {marker}2 </dev/null >/dev/null 2>&1 & echo detached"
-        ))),
+        rig.submit_wait(&[
+            "--env",
+            "MINE=1",
+            "--env",
+            "LEASEHOLD_JOB_ID=forged",
+            "--",
+            "sh",
+            "-c",
+            "env",
+        ]),
+        rig.sh("cat \"$HOME/.config/leasehold/runner.json\""),
+        rig.sh(&detach),
     );
 
     assert_eq!(env.code, Some(0), "{env:?}");
@@ -856,28 +686,17 @@ async fn without_the_sandbox_a_job_gets_its_own_home_an_allow_listed_environment
         (detached.code, detached.stdout.as_str()),
         (Some(0), "detached\n")
     );
-    eventually(
-        LONG,
+    none_alive(
+        &format!("{marker}1"),
         "the detached grandchild is killed with its job",
-        || async {
-            processes_with(&format!("{marker}1"))
-                .iter()
-                .all(|(_, state, _)| *state == 'Z')
-                .then_some(())
-        },
     )
     .await;
-    // One that also cleared its environment is beyond the sweep: only a cgroup catches it.
+    // One that also cleared its environment is beyond the sweep: only a cgroup catches it
+    // (what is left of it otherwise, `_cleanup` kills).
     if r.log().contains("a cgroup per job") {
-        eventually(
-            LONG,
+        none_alive(
+            &format!("{marker}2"),
             "the env-less grandchild dies with the job's cgroup",
-            || async {
-                processes_with(&format!("{marker}2"))
-                    .iter()
-                    .all(|(_, state, _)| *state == 'Z')
-                    .then_some(())
-            },
         )
         .await;
     } else {
@@ -886,9 +705,6 @@ async fn without_the_sandbox_a_job_gets_its_own_home_an_allow_listed_environment
             "the env-less grandchild",
             Some(why.to_owned())
         ));
-        for (pid, _, _) in processes_with(&format!("{marker}2")) {
-            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), Signal::SIGKILL);
-        }
     }
 }
 
@@ -897,40 +713,16 @@ async fn the_sandbox_drops_every_capability_and_can_cut_the_network() {
     if !crate::support::require("the_sandbox_drops_every_capability", bwrap_unusable()) {
         return;
     }
-    let app = TestApp::spawn().await;
-    let key = app.key("acme", "alice", false).await;
-    let alice = Client::new(app.url(0), Some(key.clone()));
-    let dir = TempDir::new("e2e-caps");
-    let config = enrol(
-        &alice,
-        &[&app.url(0)],
-        dir.path(),
-        false,
-        &["--capacity", "2"],
-    )
-    .await;
-    let r = runner(
-        &config,
-        &dir.join("work"),
-        &["--sandbox", "bubblewrap", "--network", "none"],
-        &[],
-    );
-    let url = app.url(0);
-    let run = |script: &'static str| {
-        let (url, key) = (url.clone(), key.clone());
-        async move {
-            cli(
-                &url,
-                &key,
-                &["job", "submit", "--wait", "--", "sh", "-c", script],
-                LONG,
-            )
-            .await
-        }
-    };
+    let rig = RunnerRig::new(TestApp::spawn().await, "e2e-caps").await;
+    let (_, r) = rig
+        .start_runner(
+            &["--capacity", "2"],
+            &["--sandbox", "bubblewrap", "--network", "none"],
+        )
+        .await;
     let (caps, net) = tokio::join!(
-        run("grep CapEff /proc/self/status"),
-        run("cut -d: -f1 /proc/net/dev | tail -n +3 | tr -d ' '"),
+        rig.sh("grep CapEff /proc/self/status"),
+        rig.sh("cut -d: -f1 /proc/net/dev | tail -n +3 | tr -d ' '"),
     );
     assert_eq!(caps.code, Some(0), "{caps:?}\nrunner log:\n{}", r.log());
     assert_eq!(
@@ -946,12 +738,10 @@ async fn the_sandbox_drops_every_capability_and_can_cut_the_network() {
 
 #[tokio::test]
 async fn a_runner_whose_sandbox_does_not_confine_refuses_to_start_saying_why() {
-    let app = TestApp::spawn().await;
-    let alice = app.operator("acme", "alice", false).await;
-    let dir = TempDir::new("e2e-fakebwrap");
-    let config = enrol(&alice, &[&app.url(0)], dir.path(), false, &[]).await;
+    let rig = RunnerRig::new(TestApp::spawn().await, "e2e-fakebwrap").await;
+    let config = rig.enrol(&[]).await;
     // A `bwrap` that runs the command unconfined, on the host.
-    let bin = dir.join("fake-bin");
+    let bin = rig.dir.join("fake-bin");
     std::fs::create_dir_all(&bin).unwrap();
     let fake = bin.join("bwrap");
     std::fs::write(
@@ -962,12 +752,7 @@ async fn a_runner_whose_sandbox_does_not_confine_refuses_to_start_saying_why() {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
     let path = format!("{}:/usr/bin:/bin", bin.display());
-    let mut r = runner(
-        &config,
-        &dir.join("work"),
-        &["--sandbox", "bubblewrap"],
-        &[("PATH", &path)],
-    );
+    let mut r = rig.runner(&config, &["--sandbox", "bubblewrap"], &[("PATH", &path)]);
     assert!(!r.exit(LONG).await.success());
     let log = r.log();
     assert!(log.contains("does not confine jobs"), "{log}");
@@ -990,35 +775,14 @@ async fn a_job_user_cannot_read_the_runners_token() {
         ));
         return;
     };
-    let app = TestApp::spawn().await;
-    let key = app.key("acme", "alice", false).await;
-    let alice = Client::new(app.url(0), Some(key.clone()));
-    let dir = TempDir::new("e2e-jobuser");
-    let config = enrol(
-        &alice,
-        &[&app.url(0)],
-        dir.path(),
-        false,
-        &["--capacity", "2"],
-    )
-    .await;
-    let r = runner(&config, &dir.join("work"), &["--job-user", "nobody"], &[]);
-    let url = app.url(0);
-    let run = |script: String| {
-        let (url, key) = (url.clone(), key.clone());
-        async move {
-            cli(
-                &url,
-                &key,
-                &["job", "submit", "--wait", "--", "sh", "-c", &script],
-                LONG,
-            )
-            .await
-        }
-    };
+    let rig = RunnerRig::new(TestApp::spawn().await, "e2e-jobuser").await;
+    let (config, r) = rig
+        .start_runner(&["--capacity", "2"], &["--job-user", "nobody"])
+        .await;
+    let cat_config = format!("cat {}", config.display());
     let (who, token) = tokio::join!(
-        run("id -u; echo x > in-work; cat in-work".into()),
-        run(format!("cat {}", config.display())),
+        rig.sh("id -u; echo x > in-work; cat in-work"),
+        rig.sh(&cat_config),
     );
     assert_eq!(
         (who.code, who.stdout.clone()),

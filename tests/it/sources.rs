@@ -91,15 +91,22 @@ fn source(repository: &str, sha: &str, credential: Option<&str>) -> LeasedSource
     }
 }
 
-/// A fresh job directory pair: (work, home).
-fn job_dirs(dir: &TempDir, name: &str) -> (PathBuf, PathBuf) {
+/// [`materialise`] of `commit` of `repository` (with `credential`, for `hosts`) into a fresh
+/// job directory pair named `name` under `dir`: what it returned, and the (work, home) pair.
+async fn checkout(
+    dir: &TempDir,
+    name: &str,
+    (repository, commit, credential): (&str, &str, Option<&str>),
+    hosts: &[String],
+) -> (Result<(), String>, PathBuf, PathBuf) {
     let (work, home) = (
         dir.join(&format!("{name}-work")),
         dir.join(&format!("{name}-home")),
     );
     std::fs::create_dir_all(&work).unwrap();
     std::fs::create_dir_all(&home).unwrap();
-    (work, home)
+    let done = materialise(&source(repository, commit, credential), &work, &home, hosts).await;
+    (done, work, home)
 }
 
 /// Every byte of every file under `dir`.
@@ -124,10 +131,8 @@ async fn exactly_the_commit_is_checked_out_from_a_file_url_and_a_missing_one_fai
     let dir = TempDir::new("source-file");
     let (_, bare, first, tip) = two_commit_repo(&dir);
     let url = format!("file://{}", bare.display());
-    let (work, home) = job_dirs(&dir, "a");
-    materialise(&source(&url, &first, None), &work, &home, &[])
-        .await
-        .unwrap();
+    let (done, work, _) = checkout(&dir, "a", (&url, &first, None), &[]).await;
+    done.unwrap();
     assert_eq!(
         git(&work, &["rev-parse", "HEAD"]),
         first,
@@ -140,21 +145,13 @@ async fn exactly_the_commit_is_checked_out_from_a_file_url_and_a_missing_one_fai
         "a clean checkout"
     );
 
-    let (work, home) = job_dirs(&dir, "b");
     let missing = "0123456789abcdef0123456789abcdef01234567";
-    let err = materialise(&source(&url, missing, None), &work, &home, &[])
-        .await
-        .unwrap_err();
+    let (done, work, _) = checkout(&dir, "b", (&url, missing, None), &[]).await;
+    let err = done.unwrap_err();
     assert!(err.contains("git fetch"), "{err}");
     assert!(!work.join("file").exists(), "no fallback to another commit");
-    let err = materialise(
-        &source(&url, &first.to_uppercase(), None),
-        &work,
-        &home,
-        &[],
-    )
-    .await
-    .unwrap_err();
+    let (done, _, _) = checkout(&dir, "c", (&url, &first.to_uppercase(), None), &[]).await;
+    let err = done.unwrap_err();
     assert!(err.contains("commit"), "{err}");
 }
 
@@ -196,6 +193,66 @@ fn carriers(needles: &[String]) -> (usize, Vec<String>) {
         }
     }
     (gits, found)
+}
+
+/// A two-commit repository (see [`two_commit_repo`]) served over git's dumb HTTP protocol to
+/// clients sending `token` as GitHub's `x-access-token` basic credential.
+struct Served {
+    dir: TempDir,
+    /// The repository's URL, on `host`.
+    url: String,
+    host: String,
+    first: String,
+    /// The `Authorization` header the server wants.
+    expected: String,
+    seen: Arc<Mutex<Seen>>,
+}
+
+impl Served {
+    async fn new(what: &str, token: &str) -> Self {
+        use base64::Engine;
+        let dir = TempDir::new(what);
+        let (_, bare, first, _) = two_commit_repo(&dir);
+        let expected = format!(
+            "Basic {}",
+            base64::engine::general_purpose::STANDARD.encode(format!("x-access-token:{token}"))
+        );
+        let (host, seen) = dumb_http(bare, expected.clone()).await;
+        Self {
+            url: format!("http://{host}/repo.git"),
+            dir,
+            host,
+            first,
+            expected,
+            seen,
+        }
+    }
+
+    /// [`checkout`] of the first commit with `token`, trusting `hosts` with it.
+    async fn checkout(
+        &self,
+        name: &str,
+        token: &str,
+        hosts: &[String],
+    ) -> (Result<(), String>, PathBuf, PathBuf) {
+        checkout(
+            &self.dir,
+            name,
+            (&self.url, &self.first, Some(token)),
+            hosts,
+        )
+        .await
+    }
+
+    /// Whether the server was sent the credential it wants as an `Authorization` header.
+    fn got_the_header(&self) -> bool {
+        self.seen
+            .lock()
+            .unwrap()
+            .authorizations
+            .iter()
+            .any(|a| a.as_deref() == Some(self.expected.as_str()))
+    }
 }
 
 /// Serve `root` over git's dumb HTTP protocol, answering 401 without `expected` authorization.
@@ -256,31 +313,20 @@ async fn a_credential_goes_only_to_allowed_hosts_only_as_a_header_and_into_no_fi
     if !have_git("a_credential_goes_only_to_allowed_hosts") {
         return;
     }
-    use base64::Engine;
-    let dir = TempDir::new("source-http");
-    let (_, bare, first, _) = two_commit_repo(&dir);
     let token = "ghs_Cr3dential-7wQ";
-    let expected = format!(
-        "Basic {}",
-        base64::engine::general_purpose::STANDARD.encode(format!("x-access-token:{token}"))
-    );
-    let (host, seen) = dumb_http(bare, expected.clone()).await;
-    let url = format!("http://{host}/repo.git");
+    let served = Served::new("source-http", token).await;
 
     // A host the runner does not trust never sees the credential, and the fetch fails.
-    let (work, home) = job_dirs(&dir, "untrusted");
-    let err = materialise(
-        &source(&url, &first, Some(token)),
-        &work,
-        &home,
-        &["git.example.com".into()],
-    )
-    .await
-    .unwrap_err();
+    let (done, _, _) = served
+        .checkout("untrusted", token, &["git.example.com".into()])
+        .await;
+    let err = done.unwrap_err();
     assert!(err.contains("git fetch"), "{err}");
     assert!(!err.contains(token));
     assert!(
-        seen.lock()
+        served
+            .seen
+            .lock()
             .unwrap()
             .authorizations
             .iter()
@@ -289,27 +335,18 @@ async fn a_credential_goes_only_to_allowed_hosts_only_as_a_header_and_into_no_fi
     );
 
     // A trusted host gets it as a header; the checkout is exactly the commit.
-    let (work, home) = job_dirs(&dir, "trusted");
-    materialise(
-        &source(&url, &first, Some(token)),
-        &work,
-        &home,
-        std::slice::from_ref(&host),
-    )
-    .await
-    .unwrap();
-    assert_eq!(git(&work, &["rev-parse", "HEAD"]), first);
+    let (done, work, home) = served
+        .checkout("trusted", token, std::slice::from_ref(&served.host))
+        .await;
+    done.unwrap();
+    assert_eq!(git(&work, &["rev-parse", "HEAD"]), served.first);
     assert_eq!(std::fs::read_to_string(work.join("file")).unwrap(), "v1\n");
     assert!(
-        seen.lock()
-            .unwrap()
-            .authorizations
-            .iter()
-            .any(|a| a.as_deref() == Some(expected.as_str())),
+        served.got_the_header(),
         "the credential travelled as an Authorization header"
     );
     let files = all_bytes(&work);
-    let b64 = expected.trim_start_matches("Basic ");
+    let b64 = served.expected.trim_start_matches("Basic ");
     for needle in [token, b64] {
         assert!(
             !files.windows(needle.len()).any(|w| w == needle.as_bytes()),
@@ -329,33 +366,15 @@ async fn no_git_process_carries_the_credential_in_its_environment_or_arguments()
     if !have_git("no_git_process_carries_the_credential") {
         return;
     }
-    use base64::Engine;
-    let dir = TempDir::new("source-noenv");
-    let (_, bare, first, _) = two_commit_repo(&dir);
     let token = "ghs_N0t-in-the-3nvironment";
-    let expected = format!(
-        "Basic {}",
-        base64::engine::general_purpose::STANDARD.encode(format!("x-access-token:{token}"))
-    );
-    let (host, seen) = dumb_http(bare, expected.clone()).await;
-    let url = format!("http://{host}/repo.git");
-    let (work, home) = job_dirs(&dir, "noenv");
-    materialise(
-        &source(&url, &first, Some(token)),
-        &work,
-        &home,
-        std::slice::from_ref(&host),
-    )
-    .await
-    .unwrap();
-    assert_eq!(git(&work, &["rev-parse", "HEAD"]), first);
-    let seen = seen.lock().unwrap();
-    assert!(
-        seen.authorizations
-            .iter()
-            .any(|a| a.as_deref() == Some(expected.as_str())),
-        "the credential was sent"
-    );
+    let served = Served::new("source-noenv", token).await;
+    let (done, work, _) = served
+        .checkout("noenv", token, std::slice::from_ref(&served.host))
+        .await;
+    done.unwrap();
+    assert_eq!(git(&work, &["rev-parse", "HEAD"]), served.first);
+    assert!(served.got_the_header(), "the credential was sent");
+    let seen = served.seen.lock().unwrap();
     assert!(seen.gits > 0, "git was seen running during its requests");
     assert!(seen.leaks.is_empty(), "{:#?}", seen.leaks);
 }

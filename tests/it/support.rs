@@ -75,6 +75,17 @@ pub async fn connect(url: &str) -> tokio_postgres::Client {
     client
 }
 
+/// A private PostgreSQL of a test's own (in a temporary directory named after `what`), whose
+/// settings and faults touch no other test; `durable` as [`PrivatePg::start`] takes it.
+pub async fn private_pg(what: &str, durable: bool) -> PrivatePg {
+    let dir = std::env::temp_dir().join(format!("leasehold-{what}-{}", Uuid::now_v7()));
+    tokio::task::spawn_blocking(move || {
+        PrivatePg::start(&dir, durable, true).expect("private PostgreSQL")
+    })
+    .await
+    .unwrap()
+}
+
 /// A fresh, migrated database of the shared server.
 pub async fn fresh_database() -> String {
     let shared = shared();
@@ -178,17 +189,24 @@ pub async fn pair(
     capabilities: &[&str],
     capacity: i64,
 ) -> (wire::Runner, Client) {
+    let described = wire::CreateRunner {
+        label: "test-runner".into(),
+        os: Some("linux".into()),
+        capabilities: Some(capabilities.iter().map(|s| s.to_string()).collect()),
+        capacity: Some(capacity),
+        ..Default::default()
+    };
+    pair_as(operator, tier, &described).await
+}
+
+/// [`pair`] a runner `described` so.
+pub async fn pair_as(
+    operator: &Client,
+    tier: wire::Tier,
+    described: &wire::CreateRunner,
+) -> (wire::Runner, Client) {
     let created = operator
-        .pair_runner(
-            tier,
-            &wire::CreateRunner {
-                label: "test-runner".into(),
-                os: Some("linux".into()),
-                capabilities: Some(capabilities.iter().map(|s| s.to_string()).collect()),
-                capacity: Some(capacity),
-                ..Default::default()
-            },
-        )
+        .pair_runner(tier, described)
         .await
         .expect("pair runner");
     let client = operator.with_token(created.token);
@@ -239,6 +257,11 @@ pub fn personal() -> wire::Target {
     }
 }
 
+/// The target of a job named for runner `runner_id`.
+pub fn to_runner(runner_id: Uuid) -> wire::Target {
+    wire::Target::Runner { runner_id }
+}
+
 pub fn workspace_pool() -> wire::Target {
     wire::Target::Pool {
         pool: wire::PoolName::Workspace,
@@ -248,12 +271,7 @@ pub fn workspace_pool() -> wire::Target {
 /// Lease with a wait, `max_jobs` at most.
 pub async fn lease(runner: &Client, wait_ms: i64, max_jobs: i64) -> Vec<wire::LeasedJob> {
     runner
-        .lease(&wire::Lease {
-            wait_ms: Some(wait_ms),
-            max_jobs: Some(max_jobs),
-            capabilities: None,
-            ..Default::default()
-        })
+        .lease(&wire::Lease::waiting(wait_ms, max_jobs))
         .await
         .expect("lease")
 }

@@ -12,7 +12,7 @@ use std::time::Duration;
 use leasehold::wire::{self, Tier};
 use serde_json::json;
 
-use crate::support::{code, dispatch, lease, pair, personal, TestApp};
+use crate::support::{code, dispatch, lease, pair, personal, to_runner, workspace_pool, TestApp};
 
 #[tokio::test]
 async fn a_personal_runner_serves_its_owner_only_in_its_own_workspace() {
@@ -31,9 +31,7 @@ async fn a_personal_runner_serves_its_owner_only_in_its_own_workspace() {
         acme_dana.runners(Tier::Personal).await.unwrap().is_empty(),
         "acme's dana lists no runner of dev's dana"
     );
-    let named = wire::Target::Runner {
-        runner_id: runner.id,
-    };
+    let named = to_runner(runner.id);
     assert_eq!(
         code(
             acme_dana
@@ -87,12 +85,7 @@ async fn a_runner_never_seen_does_not_keep_a_job_from_no_runner() {
     assert_eq!(runner.presence, "never");
     let mut pool_job = wire::Dispatch::new(personal(), json!("pool"));
     pool_job.no_runner_timeout_ms = Some(1000);
-    let mut named_job = wire::Dispatch::new(
-        wire::Target::Runner {
-            runner_id: runner.id,
-        },
-        json!("named"),
-    );
+    let mut named_job = wire::Dispatch::new(to_runner(runner.id), json!("named"));
     named_job.no_runner_timeout_ms = Some(1000);
     let pool_job = alice.dispatch(&pool_job).await.unwrap();
     let named_job = alice.dispatch(&named_job).await.unwrap();
@@ -115,14 +108,7 @@ async fn tenants_never_reach_each_others_objects() {
     let globex = app.operator("globex", "alice2", true).await;
     let (acme_runner, acme_r) = pair(&acme, Tier::Workspace, &[], 1).await;
     let (_, globex_r) = pair(&globex, Tier::Workspace, &[], 1).await;
-    let job = dispatch(
-        &acme,
-        wire::Target::Pool {
-            pool: leasehold::wire::PoolName::Workspace,
-        },
-        json!("acme only"),
-    )
-    .await;
+    let job = dispatch(&acme, workspace_pool(), json!("acme only")).await;
     let acme_key = acme.create_key("bob", wire::Role::Member).await.unwrap();
     // Reads and writes by id.
     assert_eq!(code(globex.job(job.id).await), "not_found");
@@ -138,9 +124,7 @@ async fn tenants_never_reach_each_others_objects() {
         code(globex.revoke_runner(Tier::Personal, acme_runner.id).await),
         "not_found"
     );
-    let named = wire::Target::Runner {
-        runner_id: acme_runner.id,
-    };
+    let named = to_runner(acme_runner.id);
     assert_eq!(
         code(
             globex

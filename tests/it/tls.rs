@@ -17,7 +17,7 @@ use rustls::pki_types::CertificateDer;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
-use crate::procs::{cli, runner, TempDir, BIN};
+use crate::procs::{cli, runner, runner_connect, saved, submit_wait, TempDir, BIN};
 use crate::support::{eventually, fresh_database, key_in, test_config};
 
 const LONG: Duration = Duration::from_secs(60);
@@ -193,42 +193,18 @@ async fn a_runner_enrolled_with_the_pasted_payload_leases_and_completes_a_job_ov
 
     // Pasted as is: no --server, no --ca-cert.
     let config = dir.join("runner.json");
-    let out = cli(
-        "unused",
-        "unused",
-        &[
-            "runner",
-            "connect",
-            payload,
-            "--config",
-            config.to_str().unwrap(),
-        ],
-        LONG,
-    )
-    .await;
+    let out = runner_connect(&[payload, "--config", config.to_str().unwrap()]).await;
     assert_eq!(out.code, Some(0), "{out:?}");
-    let saved: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&config).unwrap()).unwrap();
+    let saved = saved(&config);
     assert_eq!(saved["servers"], serde_json::json!([public]));
     assert_eq!(saved["pin"], serde_json::json!(pair.pin().to_string()));
     assert!(saved.get("ca_cert").is_none(), "{saved}");
 
     let mut r = runner(&config, &dir.join("work"), &["--unconfined"], &[]);
-    let out = cli(
+    let out = submit_wait(
         &public,
         &key,
-        &[
-            "job",
-            "submit",
-            "--wait",
-            "--ca-cert",
-            ca,
-            "--",
-            "sh",
-            "-c",
-            "echo over-tls",
-        ],
-        LONG,
+        &["--ca-cert", ca, "--", "sh", "-c", "echo over-tls"],
     )
     .await;
     assert_eq!(out.code, Some(0), "{out:?}\nrunner log:\n{}", r.log());
@@ -275,15 +251,7 @@ async fn a_server_whose_key_does_not_match_the_pin_is_refused() {
     let config = dir.join("runner.json");
     let connect = |payload: String| {
         let config = config.to_str().unwrap().to_owned();
-        async move {
-            cli(
-                "unused",
-                "unused",
-                &["runner", "connect", &payload, "--config", &config],
-                LONG,
-            )
-            .await
-        }
+        async move { runner_connect(&[&payload, "--config", &config]).await }
     };
     let out = connect(swapped).await;
     assert_eq!(out.code, Some(1), "{out:?}");
@@ -362,8 +330,6 @@ async fn a_certificate_from_an_unknown_ca_is_refused_with_a_clear_error() {
     let config = dir.join("runner.json");
     let connect = |ca: &str| {
         let args = [
-            "runner",
-            "connect",
             code.connect.as_deref().unwrap(),
             "--config",
             config.to_str().unwrap(),
@@ -373,7 +339,7 @@ async fn a_certificate_from_an_unknown_ca_is_refused_with_a_clear_error() {
         .map(str::to_owned);
         async move {
             let args: Vec<&str> = args.iter().map(String::as_str).collect();
-            cli("unused", "unused", &args, LONG).await
+            runner_connect(&args).await
         }
     };
     let out = connect(other_path).await;
@@ -385,10 +351,8 @@ async fn a_certificate_from_an_unknown_ca_is_refused_with_a_clear_error() {
     );
     let out = connect(ca_path).await;
     assert_eq!(out.code, Some(0), "{out:?}");
-    let saved: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&config).unwrap()).unwrap();
     assert_eq!(
-        saved["ca_cert"],
+        saved(&config)["ca_cert"],
         serde_json::json!(std::fs::canonicalize(&ca.cert).unwrap()),
         "kept for `runner run`"
     );
@@ -640,37 +604,20 @@ async fn haproxy_terminating_tls_serves_the_cli_and_a_runner() {
     assert_eq!(payload.pin, None);
     let runner_config = dir.join("runner.json");
     let ca_path = ca.cert.to_str().unwrap();
-    let out = cli(
-        "unused",
-        "unused",
-        &[
-            "runner",
-            "connect",
-            code.connect.as_deref().unwrap(),
-            "--config",
-            runner_config.to_str().unwrap(),
-            "--ca-cert",
-            ca_path,
-        ],
-        LONG,
-    )
+    let out = runner_connect(&[
+        code.connect.as_deref().unwrap(),
+        "--config",
+        runner_config.to_str().unwrap(),
+        "--ca-cert",
+        ca_path,
+    ])
     .await;
     assert_eq!(out.code, Some(0), "{out:?}");
     let mut r = runner(&runner_config, &dir.join("work"), &["--unconfined"], &[]);
-    let out = cli(
+    let out = submit_wait(
         &lb,
         &key,
-        &[
-            "job",
-            "submit",
-            "--wait",
-            "--ca-cert",
-            ca_path,
-            "--",
-            "echo",
-            "through-haproxy",
-        ],
-        LONG,
+        &["--ca-cert", ca_path, "--", "echo", "through-haproxy"],
     )
     .await;
     assert_eq!(out.code, Some(0), "{out:?}\nrunner log:\n{}", r.log());

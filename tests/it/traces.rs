@@ -40,6 +40,13 @@ fn attr(span: &Span, key: &str) -> Option<String> {
     })
 }
 
+/// `span` carries a link to `other`.
+fn links_to(span: &Span, other: &Span) -> bool {
+    span.links
+        .iter()
+        .any(|l| l.span_id == other.span_id && l.trace_id == other.trace_id)
+}
+
 /// An OTLP/HTTP receiver on a free loopback port.
 async fn receiver() -> (String, Arc<Mutex<Vec<Got>>>) {
     let got: Arc<Mutex<Vec<Got>>> = Arc::default();
@@ -209,19 +216,11 @@ async fn a_jobs_trace_follows_it_from_dispatch_through_lease_and_complete_across
             Some(job_id.to_string())
         );
         assert!(
-            step_span
-                .span
-                .links
-                .iter()
-                .any(|l| l.span_id == request.span.span_id && l.trace_id == request.span.trace_id),
+            links_to(&step_span.span, &request.span),
             "{step} links to its request"
         );
         assert!(
-            request
-                .span
-                .links
-                .iter()
-                .any(|l| l.span_id == dispatch.span.span_id && l.trace_id == dispatch.span.trace_id),
+            links_to(&request.span, &dispatch.span),
             "{route} links to the dispatch"
         );
     }

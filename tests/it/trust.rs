@@ -213,15 +213,12 @@ async fn a_real_runner_runs_at_the_exact_commit_with_the_secret_in_its_environme
     let dir = crate::procs::TempDir::new("trust-e2e");
     let (_, bare, first, tip) = crate::sources::two_commit_repo(&dir);
     let repo = format!("file://{}", bare.display());
-    let database_url = crate::support::fresh_database().await;
-    let (server, url) = crate::procs::serve(
-        &database_url,
-        &dir,
-        &[("LEASEHOLD_SECRETS_KEY", &SealKey::generate().to_base64())],
-    )
-    .await;
-    let key = crate::support::key_in(&database_url, "acme", "root", true).await;
-    let admin = Client::new(&url, Some(key.clone()));
+    let crate::procs::SealingServer {
+        server,
+        url,
+        key,
+        admin,
+    } = crate::procs::SealingServer::start(&dir).await;
     let value = "s3cr3t-Value-42";
     // The runner below is personal: only an `any` secret reaches it.
     admin
@@ -307,40 +304,23 @@ async fn a_real_runner_runs_at_the_exact_commit_with_the_secret_in_its_environme
 /// any version, replica B wants 99.0.0; the runner holds a job leased through A when A dies.
 #[tokio::test]
 async fn an_outdated_reference_runner_finishes_what_it_holds_and_leases_no_more() {
-    use crate::procs::{cli, enrol, runner, serve, TempDir};
+    use crate::procs::{cli, FailoverRig, LONG as long};
     use nix::sys::signal::Signal;
-    use std::time::Duration;
     let app = TestApp::spawn_with(0, |_| {}).await;
-    let dir = TempDir::new("trust-outdated");
     let ttl = ("LEASEHOLD_LEASE_TTL_MS", "6000");
     let (any_version, strict) = ([ttl], [ttl, ("LEASEHOLD_MIN_RUNNER_VERSION", "99.0.0")]);
-    let ((mut a, url_a), (_b, url_b)) = tokio::join!(
-        serve(&app.database_url, &dir, &any_version),
-        serve(&app.database_url, &dir, &strict)
-    );
-    let key = app.key("acme", "alice", false).await;
-    let alice = Client::new(url_b.clone(), Some(key.clone()));
-    let config = enrol(&alice, &[&url_a, &url_b], dir.path(), false, &[]).await;
-    let r = runner(&config, &dir.join("work"), &["--unconfined"], &[]);
-    let long = Duration::from_secs(90);
-    let submit = |argv: &'static [&'static str]| {
-        let (url, key) = (url_b.clone(), key.clone());
-        async move {
-            let mut args = vec!["job", "submit", "--"];
-            args.extend_from_slice(argv);
-            let out = cli(&url, &key, &args, long).await;
-            assert_eq!(out.code, Some(0), "{out:?}");
-            out.stdout.trim().parse::<uuid::Uuid>().unwrap()
-        }
-    };
-    let held = submit(&["sh", "-c", "sleep 8; echo finished"]).await;
+    let mut rig = FailoverRig::start(&app, "trust-outdated", &any_version, &strict).await;
+    let (alice, r, url_b, key) = (&rig.alice, &rig.runner, &rig.url_b, &rig.key);
+    let held = rig
+        .submit(&["--", "sh", "-c", "sleep 8; echo finished"])
+        .await;
     crate::support::eventually(long, "leased through A", || async {
         (alice.job(held).await.ok()?.state == "leased").then_some(())
     })
     .await;
-    a.signal(Signal::SIGKILL);
-    a.exit(long).await;
-    let next = submit(&["echo", "never"]).await;
+    rig.a.signal(Signal::SIGKILL);
+    rig.a.exit(long).await;
+    let next = rig.submit(&["--", "echo", "never"]).await;
 
     let done = crate::support::eventually(long, "the held job completes", || async {
         let j = alice.job(held).await.ok()?;
@@ -368,7 +348,7 @@ async fn an_outdated_reference_runner_finishes_what_it_holds_and_leases_no_more(
     let me = alice.runners(Tier::Personal).await.unwrap().remove(0);
     assert!(me.outdated);
     assert_eq!(me.version.as_deref(), Some(env!("CARGO_PKG_VERSION")));
-    let listed = cli(&url_b, &key, &["runners", "list"], long).await;
+    let listed = cli(url_b, key, &["runners", "list"], long).await;
     assert!(
         listed
             .stdout

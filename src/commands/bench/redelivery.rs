@@ -27,14 +27,7 @@ pub async fn run(dep: &Deployment, args: &BenchArgs, report: &mut Report) -> any
             .dispatch(&wire::Dispatch::new(target.clone(), json!(i)))
             .await?;
     }
-    let held = dead
-        .lease(&wire::Lease {
-            wait_ms: Some(1000),
-            max_jobs: Some(10),
-            capabilities: None,
-            ..Default::default()
-        })
-        .await?;
+    let held = dead.lease(&wire::Lease::waiting(1000, 10)).await?;
     anyhow::ensure!(
         held.len() == 10,
         "the dying runner took {} of 10 jobs",
@@ -51,14 +44,7 @@ pub async fn run(dep: &Deployment, args: &BenchArgs, report: &mut Report) -> any
             died.elapsed() < Duration::from_millis(ttl) + Duration::from_secs(30),
             "re-delivery took too long"
         );
-        let jobs = heir
-            .lease(&wire::Lease {
-                wait_ms: Some(5000),
-                max_jobs: Some(10),
-                capabilities: None,
-                ..Default::default()
-            })
-            .await?;
+        let jobs = heir.lease(&wire::Lease::waiting(5000, 10)).await?;
         got += jobs.len();
     }
     let secs = died.elapsed().as_secs_f64();

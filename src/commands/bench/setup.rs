@@ -80,16 +80,34 @@ impl Deployment {
     /// # Errors
     /// The server refused.
     pub async fn fresh_database(&self, name: &str) -> anyhow::Result<String> {
-        let admin = connect(&self.url("postgres")).await?;
-        admin
-            .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-            .await?;
-        admin
-            .batch_execute(&format!("CREATE DATABASE {name}"))
-            .await?;
-        let url = self.url(name);
+        let url = self.empty_database(name).await?;
         crate::store::migrate::run(&url).await?;
         Ok(url)
+    }
+
+    /// Database `name`, dropped (whoever is connected) and created again empty: its URL.
+    ///
+    /// # Errors
+    /// The server refused.
+    pub async fn empty_database(&self, name: &str) -> anyhow::Result<String> {
+        self.drop_database(name).await?;
+        connect(&self.url("postgres"))
+            .await?
+            .batch_execute(&format!("CREATE DATABASE {name}"))
+            .await?;
+        Ok(self.url(name))
+    }
+
+    /// Drop database `name` if it exists, whoever is connected.
+    ///
+    /// # Errors
+    /// The server refused.
+    pub async fn drop_database(&self, name: &str) -> anyhow::Result<()> {
+        connect(&self.url("postgres"))
+            .await?
+            .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+            .await?;
+        Ok(())
     }
 }
 
@@ -254,13 +272,7 @@ pub async fn timed_cycles(runner: &Client, n: usize) -> anyhow::Result<(Vec<f64>
     let mut completes = Vec::with_capacity(n);
     for _ in 0..n {
         let t = Instant::now();
-        let jobs = runner
-            .lease(&wire::Lease {
-                wait_ms: Some(0),
-                max_jobs: Some(1),
-                ..Default::default()
-            })
-            .await?;
+        let jobs = runner.lease(&wire::Lease::waiting(0, 1)).await?;
         claims.push(t.elapsed().as_secs_f64() * 1000.0);
         let j = jobs
             .first()

@@ -151,14 +151,7 @@ async fn truncate(url: &str) -> anyhow::Result<()> {
 /// PostgreSQL's own time per completed job, where `pg_stat_statements` is loaded.
 async fn pgbench_cycle(dep: &Deployment, args: &BenchArgs) -> anyhow::Result<(f64, Option<f64>)> {
     let name = "leasehold_bench_raw";
-    let admin = setup::connect(&dep.url("postgres")).await?;
-    admin
-        .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-        .await?;
-    admin
-        .batch_execute(&format!("CREATE DATABASE {name}"))
-        .await?;
-    let url = dep.url(name);
+    let url = dep.empty_database(name).await?;
     setup::connect(&url)
         .await?
         .batch_execute(CYCLE_SCHEMA)
@@ -197,9 +190,7 @@ async fn pgbench_cycle(dep: &Deployment, args: &BenchArgs) -> anyhow::Result<(f6
     let pg_ms = pg_before
         .zip(setup::pg_time_ms(dep, name).await)
         .map(|(before, after)| (after - before) / completed.max(1) as f64);
-    admin
-        .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-        .await?;
+    dep.drop_database(name).await?;
     Ok((tps, pg_ms))
 }
 
@@ -272,15 +263,7 @@ async fn end_to_end(
         let completed = completed.clone();
         tasks.spawn(async move {
             while !stop.load(Ordering::Relaxed) {
-                let Ok(jobs) = r
-                    .lease(&wire::Lease {
-                        wait_ms: Some(1000),
-                        max_jobs: Some(batch),
-                        capabilities: None,
-                        ..Default::default()
-                    })
-                    .await
-                else {
+                let Ok(jobs) = r.lease(&wire::Lease::waiting(1000, batch)).await else {
                     continue;
                 };
                 // Each slot reports its own job as it finishes (here: at once, together).

@@ -40,15 +40,7 @@ pub async fn run(dep: &Deployment, args: &BenchArgs, report: &mut Report) -> any
         let stop = stop.clone();
         tasks.spawn(async move {
             while !stop.load(Ordering::Relaxed) {
-                let Ok(jobs) = r
-                    .lease(&wire::Lease {
-                        wait_ms: Some(2000),
-                        max_jobs: Some(1),
-                        capabilities: None,
-                        ..Default::default()
-                    })
-                    .await
-                else {
+                let Ok(jobs) = r.lease(&wire::Lease::waiting(2000, 1)).await else {
                     continue;
                 };
                 for j in jobs {
