@@ -146,7 +146,7 @@ pub async fn run(dep: &Deployment, args: &BenchArgs, report: &mut Report) -> any
         format!("{after_rate:.0}"),
         format!("ratio {:.2} to the first minute", after_rate / first_rate),
     ));
-    let claim = crate::store::sql::LEASE_CLAIM;
+    let claim = "lease_claim.sql";
     table.push((
         "soak claim ms, first / last minute / after".into(),
         format!(
@@ -245,6 +245,24 @@ async fn reference_soak(dep: &Deployment, seconds: u64, owners: u32) -> anyhow::
     }))
 }
 
+/// The `sql/` file a `pg_stat_statements` text is of. That text has its constants replaced by
+/// `$n` (comments kept), so it is the file sharing the longest prefix with it, at least its
+/// first line (each file opens with a comment of its own).
+fn statement_file(text: &str) -> Option<&'static str> {
+    let text = text.trim_start();
+    let common = |sql: &str| {
+        sql.bytes()
+            .zip(text.bytes())
+            .take_while(|(a, b)| a == b)
+            .count()
+    };
+    crate::store::sql::ALL
+        .iter()
+        .filter(|(_, sql)| common(sql) >= sql.find('\n').unwrap_or(sql.len()))
+        .max_by_key(|(_, sql)| common(sql))
+        .map(|(file, _)| *file)
+}
+
 /// Cumulative work counters of the soak's database, read at the edges of each window.
 #[derive(Default)]
 struct Counters {
@@ -275,8 +293,7 @@ impl Counters {
                 .await
                 .unwrap_or_default();
             for r in rows {
-                let file = crate::store::sql::name(r.get::<_, &str>(0));
-                if file != "unlisted statement" {
+                if let Some(file) = statement_file(r.get(0)) {
                     let e = statements.entry(file).or_insert((0.0, 0.0, 0.0));
                     e.0 += r.get::<_, f64>(1);
                     e.1 += r.get::<_, f64>(2);
@@ -324,13 +341,9 @@ impl Counters {
         }
     }
 
-    /// Mean execution ms of `statement` (its text) per call in this window.
-    fn mean_ms(&self, statement: &str) -> f64 {
-        let (calls, ms, _) = self
-            .statements
-            .get(crate::store::sql::name(statement))
-            .copied()
-            .unwrap_or_default();
+    /// Mean execution ms per call in this window of the statement in `file`.
+    fn mean_ms(&self, file: &str) -> f64 {
+        let (calls, ms, _) = self.statements.get(file).copied().unwrap_or_default();
         ms / calls.max(1.0)
     }
 
@@ -522,5 +535,24 @@ impl Figures {
             .map(|(_, ms)| *ms)
             .collect();
         (rate, quantile(&mut lat, 0.99))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::statement_file;
+
+    #[test]
+    fn a_normalized_statement_is_named_by_its_file() {
+        // What pg_stat_statements shows: constants replaced, comments kept.
+        let normalized = crate::store::sql::JOB_COMPLETE
+            .replace("'completed'", "$6")
+            .replace("'leased'", "$14");
+        assert_eq!(statement_file(&normalized), Some("job_complete.sql"));
+        assert_eq!(
+            statement_file(crate::store::sql::LEASE_CLAIM),
+            Some("lease_claim.sql")
+        );
+        assert_eq!(statement_file("SELECT 1"), None);
     }
 }
