@@ -18,9 +18,10 @@
 -- nothing to a runner that could run none of them.
 -- Each candidate scan is ordered by its partial index and limited, with FOR UPDATE SKIP LOCKED,
 -- and locks only the rows it takes.
--- Rows out: one per job taken, and always at least one: `free` (how many this call could take)
--- and `more` (with $7: pool jobs this call did not take are still parked) on every row, the
--- job's columns NULL on the one row of a call that took nothing. No row: the token is not live.
+-- Rows out: one per job taken, and always at least one: `free` (how many this call could take),
+-- `more` (with $7: pool jobs this call did not take are still parked) and `plain` (the runner
+-- advertises no capability and holds no approved target) on every row, the job's columns NULL
+-- on the one row of a call that took nothing. No row: the token is not live.
 WITH r AS (
     SELECT r.id, r.capabilities, r.exclusive, r.capacity, r.ephemeral, r.ephemeral_job,
            ARRAY(SELECT t.provider || ' ' || t.repository FROM runner_repo_targets t
@@ -169,6 +170,9 @@ events AS (
 ),
 answer AS (
     SELECT s.take AS free,
+           -- Only plain jobs fit it: the replica sends lease_claim_plain.sql next time.
+           (SELECT cardinality(capabilities) = 0 AND cardinality(exclusive) = 0
+                   AND cardinality(sources) = 0 FROM r) AS plain,
            -- Pool jobs this call did not take (the ones it took still look parked to its
            -- snapshot), of either class: another runner may run what this one cannot.
            $7::boolean AND (EXISTS (SELECT 1 FROM (SELECT j.id FROM jobs j
@@ -199,7 +203,7 @@ answer AS (
                      WHERE c.id NOT IN (SELECT id FROM pool))))) AS more
       FROM slots s, commit_mode
 )
-SELECT a.free, a.more, l.id, l.workspace, l.epoch, l.attempts, l.kind, l.payload,
+SELECT a.plain, a.free, a.more, l.id, l.workspace, l.epoch, l.attempts, l.kind, l.payload,
        l.required_capabilities, l.priority, l.named, l.lease_expires_at, l.secrets, l.source,
        l.traceparent
   FROM answer a LEFT JOIN leased l ON true

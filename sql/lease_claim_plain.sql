@@ -1,10 +1,10 @@
 -- The claim for a runner that only plain jobs fit (no capability advertised, so no exclusive
 -- set, and no approved repository target): lease_claim.sql without the constrained class and
 -- without the runner's lists, which is the common case. Same place in the lease transaction,
--- same parameters, same rows out, and one more column: `plain`, false when the runner (under
--- this statement's snapshot, after the lock) is not such a runner after all; then it took
--- nothing and the caller runs lease_claim.sql in a new transaction. The replica chooses this
--- claim by what runner_lock_for_lease's `plain` said on the runner's previous call.
+-- same parameters, same rows out. `plain` is false when the runner (under this statement's
+-- snapshot, after the lock) is not such a runner after all; then it took nothing and the caller
+-- runs lease_claim.sql in a new transaction. The replica chooses this claim by the `plain` of
+-- the runner's previous claim.
 -- $1 sha256(token), $2 runner id, $3 its workspace, $4 its owner, $5 most jobs wanted, $6 lease
 -- ttl ms, $7 whether to report 'more'.
 --

@@ -5,9 +5,6 @@
 -- last_seen_at is older than $5 ms. The row is written only when one of those changes: most
 -- lease calls only lock it (FOR NO KEY UPDATE, which a complete's or heartbeat's own runner
 -- look-up never waits for). No row: the token is not live (unknown, revoked, spent).
--- `plain`: the runner now advertises no capability (so no exclusive set either) and holds no
--- approved repository target, so only plain jobs fit it: the replica remembers it to choose the
--- next call's claim (lease_claim_plain.sql re-checks it under its own snapshot).
 WITH locked AS (
     SELECT r.id, r.owner, r.workspace, r.version, r.capabilities, r.exclusive, r.last_seen_at,
            CASE WHEN $2::text[] IS NULL AND $3::text[] IS NULL THEN r.capabilities
@@ -36,8 +33,5 @@ recorded AS (
             OR COALESCE($4, l.version) IS DISTINCT FROM l.version)
     RETURNING r.version
 )
-SELECT l.id, l.owner, l.workspace, COALESCE((SELECT version FROM recorded), l.version) AS version,
-       cardinality(l.advertised) = 0 AND cardinality(COALESCE($3, l.exclusive)) = 0
-       AND NOT EXISTS (SELECT 1 FROM runner_repo_targets t
-                        WHERE t.runner_id = l.id AND t.status = 'approved') AS plain
+SELECT l.id, l.owner, l.workspace, COALESCE((SELECT version FROM recorded), l.version) AS version
   FROM locked l

@@ -22,9 +22,9 @@ pub struct LeaseIdentity {
     pub id: Uuid,
     pub workspace: String,
     pub owner: String,
-    /// Not identity but a hint, as of the runner's last lease: it advertised no capability and
-    /// held no approved repository target, so only plain jobs fit it (the lease then sends the
-    /// plain claim, which checks it again).
+    /// Not identity but a hint, as of the runner's last claim: it advertised no capability and
+    /// held no approved repository target, so only plain jobs fit it (the next lease then sends
+    /// the plain claim, which checks it again).
     pub plain: bool,
 }
 

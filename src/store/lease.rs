@@ -173,7 +173,7 @@ impl Store {
                 .lease_learning(token_hash, advertised, max_jobs, lease_ttl_ms, want_more)
                 .await;
         };
-        // The plain claim when the runner was plain at its last call and advertises nothing
+        // The plain claim when the runner was plain at its last claim and advertises nothing
         // now that would change it (an exclusive name is always also a capability).
         let plain = me.plain && advertised.capabilities.as_ref().is_none_or(Vec::is_empty);
         let client = self.client().await?;
@@ -234,8 +234,9 @@ impl Store {
     }
 
     /// A lease of a runner this replica does not know yet (or whose plain claim found it was
-    /// not plain): learn who it is from the lock, then claim with the claim that fits it. A
-    /// real transaction, so a call dropped half-way rolls back; two round trips.
+    /// not plain): learn who it is from the lock, then claim with the general claim (whose
+    /// `plain` tells which claim the next call sends). A real transaction, so a call dropped
+    /// half-way rolls back; two round trips.
     async fn lease_learning(
         &self,
         token_hash: &[u8],
@@ -246,8 +247,7 @@ impl Store {
     ) -> Result<LeaseOutcome> {
         let mut client = self.client().await?;
         let lock = prepare(&client, sql::RUNNER_LOCK_FOR_LEASE).await?;
-        let plain_claim = prepare(&client, sql::LEASE_CLAIM_PLAIN).await?;
-        let general_claim = prepare(&client, sql::LEASE_CLAIM).await?;
+        let claim = prepare(&client, sql::LEASE_CLAIM).await?;
         let reject = prepare(&client, sql::LEASE_REJECT_UNFIT).await?;
         self.count(5);
         let tx = client.transaction().await?;
@@ -264,30 +264,21 @@ impl Store {
             return Ok(LeaseOutcome::default());
         };
         let me = identity_of(&locked);
-        let claim_params: [&(dyn ToSql + Sync); 7] = [
-            &token_hash,
-            &me.id,
-            &me.workspace,
-            &me.owner,
-            &max_jobs,
-            &lease_ttl_ms,
-            &want_more,
-        ];
-        let mut claimed = Vec::new();
-        if me.plain {
-            claimed = tx
-                .query(&plain_claim, &claim_params)
-                .await
-                .map_err(|e| StoreError::pg(sql::LEASE_CLAIM_PLAIN, e))?;
-        }
-        // The runner row is locked, but a target may be approved between the lock's snapshot
-        // and the claim's: a plain claim that found the runner not plain took nothing.
-        if !claimed.first().is_some_and(|r| r.get::<_, bool>("plain")) {
-            claimed = tx
-                .query(&general_claim, &claim_params)
-                .await
-                .map_err(|e| StoreError::pg(sql::LEASE_CLAIM, e))?;
-        }
+        let claimed = tx
+            .query(
+                &claim,
+                &[
+                    &token_hash,
+                    &me.id,
+                    &me.workspace,
+                    &me.owner,
+                    &max_jobs,
+                    &lease_ttl_ms,
+                    &want_more,
+                ],
+            )
+            .await
+            .map_err(|e| StoreError::pg(sql::LEASE_CLAIM, e))?;
         let rejected = tx
             .query(&reject, &[&token_hash, &me.id, &me.owner])
             .await
@@ -340,6 +331,8 @@ fn outcome(
     claimed: &[tokio_postgres::Row],
     rejected: &[tokio_postgres::Row],
 ) -> Result<LeaseOutcome> {
+    let mut identity = identity;
+    identity.plain = claimed.first().is_some_and(|r| r.get("plain"));
     let mut out = LeaseOutcome {
         runner: Some(identity),
         version,
@@ -368,6 +361,7 @@ fn identity_of(row: &tokio_postgres::Row) -> LeaseIdentity {
         id: row.get("id"),
         workspace: row.get("workspace"),
         owner: row.get("owner"),
-        plain: row.get("plain"),
+        // Learnt from the claim's answer (see `outcome`).
+        plain: false,
     }
 }

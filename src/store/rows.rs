@@ -137,14 +137,14 @@ pub const MAPPED: &[(&str, &[&str])] = &[
     ("sweep_lapsed_leases.sql", MOVED_COLUMNS),
     ("sweep_no_runner.sql", MOVED_COLUMNS),
     ("sweep_queue_timeout.sql", MOVED_COLUMNS),
-    ("lease_claim.sql", &["free", "more"]),
+    ("lease_claim.sql", &["plain", "free", "more"]),
     ("lease_claim.sql", CLAIMED_COLUMNS),
     ("lease_claim_plain.sql", &["plain", "free", "more"]),
     ("lease_claim_plain.sql", CLAIMED_COLUMNS),
     ("lease_reject_unfit.sql", &["id"]),
     (
         "runner_lock_for_lease.sql",
-        &["id", "owner", "workspace", "version", "plain"],
+        &["id", "owner", "workspace", "version"],
     ),
 ];
 
