@@ -1,27 +1,27 @@
--- The claim: one statement, on the database clock, second in the lease transaction after
--- runner_lock_for_lease (the two are sent together, pipelined, with BEGIN and COMMIT: one round
--- trip). Its own snapshot is taken after the lock was granted, so it sees every lease that a
--- concurrent lease call of the same runner committed, and "never more than capacity - active
--- leases" holds.
+-- The claim for any runner: second in the lease transaction, after runner_lock_for_lease and
+-- before lease_reject_unfit (the four are sent together, pipelined, with BEGIN and COMMIT: one
+-- round trip). Its own snapshot is taken after the lock was granted, so it sees every lease that
+-- a concurrent lease call of the same runner committed, and "never more than capacity - active
+-- leases" holds. lease_claim_plain.sql is the same claim for a runner that only plain jobs fit.
 -- $1 sha256(token), $2 runner id, $3 its workspace, $4 its owner (id, workspace and owner never
 -- change for a runner, so a replica may know them before the lock answers; the runner row is
 -- still matched on the token, so a wrong guess claims nothing), $5 most jobs wanted, $6 lease ttl
 -- ms, $7 whether to report 'more' (only a woken waiter passes its wake on).
 --
--- In order: jobs named for this runner that it cannot run (a required capability it does not
--- advertise, an exclusive name they do not require, a source it holds no approved target for,
--- a 'workspace' secret for a personal runner) are rejected; jobs named for it are taken, then its pool (for a workspace runner also the
--- workspace's 'any' jobs), skipping pool jobs it cannot run (a personal runner skips every job
--- that needs a workspace runner: one naming a 'workspace' secret); highest priority first, FIFO by id.
+-- In order: jobs named for this runner that it can run are taken, then its pool (for a
+-- workspace runner also the workspace's 'any' jobs), skipping jobs it cannot run (job_fits: a
+-- required capability it does not advertise, an exclusive name they do not require, a source it
+-- holds no approved target for, a 'workspace' secret for a personal runner); highest priority
+-- first, FIFO by id. Named jobs it cannot run are lease_reject_unfit's.
 -- Pool jobs are read one claim class at a time (plain, constrained: migration 0012), and a class
 -- no job of which can fit the runner is not read at all, so a head of unrunnable jobs costs
 -- nothing to a runner that could run none of them.
 -- Each candidate scan is ordered by its partial index and limited, with FOR UPDATE SKIP LOCKED,
--- and locks only the rows it takes. The rejection has no limit: it takes every unrunnable job
--- named for the runner at once.
--- Rows out: outcome 'leased' (one per job taken), 'rejected' (one per job rejected), one 'free'
--- row whose epoch column is how many this call could take, and a 'more' row when $7 and pool
--- jobs this call did not take are still parked.
+-- and locks only the rows it takes.
+-- Rows out: one per job taken, and always at least one: `free` (how many this call could take),
+-- `more` (with $7: pool jobs this call did not take are still parked) and `plain` (the runner
+-- advertises no capability and holds no approved target) on every row, the job's columns NULL
+-- on the one row of a call that took nothing. No row: the token is not live.
 WITH r AS (
     SELECT r.id, r.capabilities, r.exclusive, r.capacity, r.ephemeral, r.ephemeral_job,
            ARRAY(SELECT t.provider || ' ' || t.repository FROM runner_repo_targets t
@@ -36,19 +36,6 @@ slots AS (
                           r.capacity - (SELECT count(*) FROM jobs
                                          WHERE leased_by = $2 AND state = 'leased')), 0) AS take
       FROM r
-),
-rejected AS (
-    UPDATE jobs j
-       SET state = 'rejected', finished_at = now(), event_seq = j.event_seq + 1,
-           error = jsonb_build_object('reason', 'capability_mismatch', 'message',
-                       'the named runner does not advertise every required capability, requires '
-                       || 'an exclusive capability the job does not, or holds no approved '
-                       || 'repository target for its source')
-      FROM r
-     WHERE j.runner_id = $2 AND j.state = 'parked'
-       AND NOT job_fits(j.required_capabilities, j.source_key, j.needs_workspace_runner,
-                        r.capabilities, r.exclusive, r.sources, $4 LIKE 'ws:%')
-    RETURNING j.id, j.epoch, j.event_seq
 ),
 -- The candidate scans below each read their claim index in order. The inner LIMIT is a constant
 -- so that a generic plan (planned once per connection, for any parameters) always walks the
@@ -162,15 +149,16 @@ leased AS (
 -- An ephemeral runner takes one job in its life: remember which.
 ephemeral AS (
     UPDATE runners SET ephemeral_job = (SELECT id FROM leased ORDER BY id LIMIT 1)
-     WHERE id = $2 AND ephemeral AND ephemeral_job IS NULL AND EXISTS (SELECT 1 FROM leased)
+     WHERE (SELECT ephemeral FROM r) AND EXISTS (SELECT 1 FROM leased)
+       AND id = $2 AND ephemeral AND ephemeral_job IS NULL
 ),
--- A call that took and rejected nothing wrote only the runner's bookkeeping (seen, advertised),
--- which a crash may lose without harm: its transaction need not wait for the WAL flush. A call
--- that leased or rejected anything commits durably, as always (a lease answered to a runner
--- must survive a crash).
+-- A call that took nothing wrote only the runner's bookkeeping (seen, advertised), which a
+-- crash may lose without harm: its transaction need not wait for the WAL flush. A call that
+-- leased anything commits durably, as always (a lease answered to a runner must survive a
+-- crash); lease_reject_unfit, after this, puts the durable commit back when it rejects.
 commit_mode AS (
     SELECT set_config('synchronous_commit',
-                      CASE WHEN EXISTS (SELECT 1 FROM leased) OR EXISTS (SELECT 1 FROM rejected)
+                      CASE WHEN EXISTS (SELECT 1 FROM leased)
                            THEN current_setting('synchronous_commit') ELSE 'off' END,
                       true)
 ),
@@ -179,48 +167,43 @@ events AS (
     SELECT id, event_seq, 'state',
            jsonb_build_object('state', 'leased', 'reason', NULL, 'runner', $2::uuid, 'epoch', epoch)
       FROM leased
-    UNION ALL
-    SELECT id, event_seq, 'state',
-           jsonb_build_object('state', 'rejected', 'reason', 'capability_mismatch',
-                              'runner', $2::uuid, 'epoch', epoch)
-      FROM rejected
+),
+answer AS (
+    SELECT s.take AS free,
+           -- Only plain jobs fit it: the replica sends lease_claim_plain.sql next time.
+           (SELECT cardinality(capabilities) = 0 AND cardinality(exclusive) = 0
+                   AND cardinality(sources) = 0 FROM r) AS plain,
+           -- Pool jobs this call did not take (the ones it took still look parked to its
+           -- snapshot), of either class: another runner may run what this one cannot.
+           $7::boolean AND (EXISTS (SELECT 1 FROM (SELECT j.id FROM jobs j
+                              WHERE j.workspace = $3 AND j.owner = $4 AND j.runner_id IS NULL
+                                AND j.state = 'parked'
+                                AND job_claim_class(j.required_capabilities, j.source_key) = 0
+                              ORDER BY j.priority DESC, j.id
+                              LIMIT 1000) AS c
+                     WHERE c.id NOT IN (SELECT id FROM pool))
+            OR EXISTS (SELECT 1 FROM (SELECT j.id FROM jobs j
+                              WHERE j.workspace = $3 AND j.owner = $4 AND j.runner_id IS NULL
+                                AND j.state = 'parked'
+                                AND job_claim_class(j.required_capabilities, j.source_key) = 1
+                              ORDER BY j.priority DESC, j.id
+                              LIMIT 1000) AS c
+                     WHERE c.id NOT IN (SELECT id FROM pool))
+            OR ($4 LIKE 'ws:%' AND (EXISTS (SELECT 1 FROM (SELECT j.id FROM jobs j
+                              WHERE j.workspace = $3 AND j.pool = 'any' AND j.state = 'parked'
+                                AND job_claim_class(j.required_capabilities, j.source_key) = 0
+                              ORDER BY j.priority DESC, j.id
+                              LIMIT 1000) AS c
+                     WHERE c.id NOT IN (SELECT id FROM pool))
+                 OR EXISTS (SELECT 1 FROM (SELECT j.id FROM jobs j
+                              WHERE j.workspace = $3 AND j.pool = 'any' AND j.state = 'parked'
+                                AND job_claim_class(j.required_capabilities, j.source_key) = 1
+                              ORDER BY j.priority DESC, j.id
+                              LIMIT 1000) AS c
+                     WHERE c.id NOT IN (SELECT id FROM pool))))) AS more
+      FROM slots s, commit_mode
 )
-SELECT 'leased' AS outcome, id, workspace, epoch, attempts, kind, payload, required_capabilities,
-       priority, named, lease_expires_at, secrets, source, traceparent
-  FROM leased
-UNION ALL
-SELECT 'rejected', id, NULL, epoch, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
-  FROM rejected
-UNION ALL
-SELECT 'free', NULL, NULL, take, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
-  FROM slots, commit_mode
-UNION ALL
--- Pool jobs this call did not take (the ones it took still look parked to its snapshot).
-SELECT 'more', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
- WHERE $7::boolean
-   AND (EXISTS (SELECT 1 FROM (SELECT j.id FROM jobs j
-                          WHERE j.workspace = $3 AND j.owner = $4 AND j.runner_id IS NULL
-                            AND j.state = 'parked'
-                            AND job_claim_class(j.required_capabilities, j.source_key) = 0
-                          ORDER BY j.priority DESC, j.id
-                          LIMIT 1000) AS c
-                 WHERE c.id NOT IN (SELECT id FROM pool))
-        OR EXISTS (SELECT 1 FROM (SELECT j.id FROM jobs j
-                          WHERE j.workspace = $3 AND j.owner = $4 AND j.runner_id IS NULL
-                            AND j.state = 'parked'
-                            AND job_claim_class(j.required_capabilities, j.source_key) = 1
-                          ORDER BY j.priority DESC, j.id
-                          LIMIT 1000) AS c
-                 WHERE c.id NOT IN (SELECT id FROM pool))
-        OR ($4 LIKE 'ws:%' AND (EXISTS (SELECT 1 FROM (SELECT j.id FROM jobs j
-                          WHERE j.workspace = $3 AND j.pool = 'any' AND j.state = 'parked'
-                            AND job_claim_class(j.required_capabilities, j.source_key) = 0
-                          ORDER BY j.priority DESC, j.id
-                          LIMIT 1000) AS c
-                 WHERE c.id NOT IN (SELECT id FROM pool))
-             OR EXISTS (SELECT 1 FROM (SELECT j.id FROM jobs j
-                          WHERE j.workspace = $3 AND j.pool = 'any' AND j.state = 'parked'
-                            AND job_claim_class(j.required_capabilities, j.source_key) = 1
-                          ORDER BY j.priority DESC, j.id
-                          LIMIT 1000) AS c
-                 WHERE c.id NOT IN (SELECT id FROM pool)))))
+SELECT a.plain, a.free, a.more, l.id, l.workspace, l.epoch, l.attempts, l.kind, l.payload,
+       l.required_capabilities, l.priority, l.named, l.lease_expires_at, l.secrets, l.source,
+       l.traceparent
+  FROM answer a LEFT JOIN leased l ON true

@@ -3,7 +3,7 @@
 -- $6 whether the target is the 'any' pool (then the workspace's runners count too), $7 the
 -- job's source key (provider || ' ' || repository) or NULL.
 -- `matching`: runners advertising every required capability and requiring no exclusive name the
--- job does not; `usable`: of those, the ones not outdated and, for a source, holding an approved
+-- job does not (job_fits with no source and no workspace-only secret: the claim's rule); `usable`: of those, the ones not outdated and, for a source, holding an approved
 -- target for it (they could take the job); `online`: the usable ones seen within the window;
 -- `sourced`: matching runners holding an approved target for the source (all when none).
 SELECT count(*) AS matching,
@@ -21,5 +21,4 @@ SELECT count(*) AS matching,
    AND (r.id = $2
         OR ($2::uuid IS NULL AND r.owner = $1)
         OR ($6::boolean AND r.owner = 'ws:' || $5))
-   AND $3::text[] <@ r.capabilities
-   AND r.exclusive <@ $3::text[]
+   AND job_fits($3::text[], NULL, false, r.capabilities, r.exclusive, '{}', true)

@@ -17,8 +17,8 @@ use super::operators::resolve_target;
 use super::validate;
 use super::views;
 use super::AppState;
-use crate::domain::owner;
 use crate::domain::state::JobState;
+use crate::domain::{capabilities, owner};
 use crate::store::records::{ApiKey, Runner};
 use crate::store::{NewJob, SecretScope};
 use crate::wire;
@@ -151,33 +151,47 @@ fn new_job(
 }
 
 /// A named runner's 422: it cannot run a job with these requirements (a capability it lacks,
-/// an exclusive name the job does not require, no approved target for the job's source).
+/// an exclusive name the job does not require, no approved target for the job's source): the
+/// claim's rule ([`capabilities::unfit`]). A `workspace` secret for a personal runner is
+/// [`secret_scope`]'s 400, not this.
 fn named_mismatch(r: &crate::store::records::Runner, c: &Checked) -> ApiResult<()> {
-    if let Some(missing) = c.required.iter().find(|cap| !r.capabilities.contains(cap)) {
-        return Err(ApiError::CapabilityMismatch(format!(
+    let sources: Vec<String> = r
+        .repo_targets
+        .iter()
+        .filter(|t| t.status == "approved")
+        .map(|t| format!("{} {}", t.provider, t.repository))
+        .collect();
+    let job = capabilities::JobNeeds {
+        required: &c.required,
+        source_key: c.source_key.as_deref(),
+        needs_workspace_runner: false,
+    };
+    let runner = capabilities::RunnerOffers {
+        capabilities: &r.capabilities,
+        exclusive: &r.exclusive,
+        sources: &sources,
+        workspace_runner: true,
+    };
+    let message = match capabilities::unfit(&job, &runner) {
+        None => return Ok(()),
+        Some(capabilities::Unfit::Missing(missing)) => format!(
             "runner {} does not advertise required capability '{missing}'",
             r.id
-        )));
-    }
-    if let Some(canary) = r.exclusive.iter().find(|x| !c.required.contains(x)) {
-        return Err(ApiError::CapabilityMismatch(format!(
+        ),
+        Some(capabilities::Unfit::Exclusive(canary)) => format!(
             "runner {} takes only jobs that require its exclusive capability '{canary}'",
             r.id
-        )));
-    }
-    if let Some(key) = &c.source_key {
-        let approved = r
-            .repo_targets
-            .iter()
-            .any(|t| t.status == "approved" && format!("{} {}", t.provider, t.repository) == *key);
-        if !approved {
-            return Err(ApiError::CapabilityMismatch(format!(
-                "runner {} holds no approved repository target for this job's source",
-                r.id
-            )));
-        }
-    }
-    Ok(())
+        ),
+        Some(capabilities::Unfit::Source) => format!(
+            "runner {} holds no approved repository target for this job's source",
+            r.id
+        ),
+        Some(capabilities::Unfit::WorkspaceRunner) => format!(
+            "runner {} is a personal runner and the job needs a workspace runner",
+            r.id
+        ),
+    };
+    Err(ApiError::CapabilityMismatch(message))
 }
 
 /// The secret a checked job's source names as its credential.

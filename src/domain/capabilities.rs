@@ -3,6 +3,10 @@
 //! Advertised lists are forgiving (bad or unknown names are dropped); required lists are strict
 //! (a bad or unknown name is the caller's error), so a job can never require something no runner
 //! could ever advertise by accident.
+//!
+//! [`unfit`] is "this runner may run this job" in Rust, for the dispatch's 422 to a named
+//! runner; SQL's `job_fits()` (migration 0011) is the same rule for every statement, and a
+//! property test (`tests/it/fits.rs`) holds the two to the same answer on random inputs.
 
 use std::collections::BTreeSet;
 
@@ -76,6 +80,62 @@ impl Vocabulary {
             .collect::<BTreeSet<_>>()
             .into_iter()
             .collect())
+    }
+}
+
+/// What a job asks of a runner (the arguments of SQL's `job_fits()` on the job's side).
+#[derive(Debug, Clone, Copy)]
+pub struct JobNeeds<'a> {
+    pub required: &'a [String],
+    /// `provider || ' ' || repository` of the job's source.
+    pub source_key: Option<&'a str>,
+    /// It names a `workspace` secret.
+    pub needs_workspace_runner: bool,
+}
+
+/// What a runner offers (the arguments of `job_fits()` on the runner's side).
+#[derive(Debug, Clone, Copy)]
+pub struct RunnerOffers<'a> {
+    pub capabilities: &'a [String],
+    pub exclusive: &'a [String],
+    /// Source keys of its approved repository targets.
+    pub sources: &'a [String],
+    /// It is a workspace runner (not a personal one).
+    pub workspace_runner: bool,
+}
+
+/// Why a runner may not run a job: the first rule it breaks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unfit<'a> {
+    /// The job needs a workspace runner and this one is personal.
+    WorkspaceRunner,
+    /// A required capability the runner does not advertise.
+    Missing(&'a str),
+    /// An exclusive name of the runner the job does not require.
+    Exclusive(&'a str),
+    /// The runner holds no approved target for the job's source.
+    Source,
+}
+
+/// `None` when the runner may run the job; otherwise the first rule it breaks. The same rule as
+/// SQL's `job_fits()`.
+pub fn unfit<'a>(job: &JobNeeds<'a>, runner: &RunnerOffers<'a>) -> Option<Unfit<'a>> {
+    if job.needs_workspace_runner && !runner.workspace_runner {
+        return Some(Unfit::WorkspaceRunner);
+    }
+    if let Some(missing) = job
+        .required
+        .iter()
+        .find(|c| !runner.capabilities.contains(c))
+    {
+        return Some(Unfit::Missing(missing));
+    }
+    if let Some(x) = runner.exclusive.iter().find(|x| !job.required.contains(x)) {
+        return Some(Unfit::Exclusive(x));
+    }
+    match job.source_key {
+        Some(key) if !runner.sources.iter().any(|s| s == key) => Some(Unfit::Source),
+        _ => None,
     }
 }
 

@@ -168,30 +168,106 @@ impl Store {
         lease_ttl_ms: i64,
         want_more: bool,
     ) -> Result<LeaseOutcome> {
+        let Some(me) = known else {
+            return self
+                .lease_learning(token_hash, advertised, max_jobs, lease_ttl_ms, want_more)
+                .await;
+        };
+        // The plain claim when the runner was plain at its last claim and advertises nothing
+        // now that would change it (an exclusive name is always also a capability).
+        let plain = me.plain && advertised.capabilities.as_ref().is_none_or(Vec::is_empty);
         let client = self.client().await?;
-        let lock = client
-            .prepare_cached(sql::RUNNER_LOCK_FOR_LEASE)
-            .await
-            .map_err(|e| StoreError::pg(sql::RUNNER_LOCK_FOR_LEASE, e))?;
-        let claim = client
-            .prepare_cached(sql::LEASE_CLAIM)
-            .await
-            .map_err(|e| StoreError::pg(sql::LEASE_CLAIM, e))?;
-        let lock_params: [&(dyn ToSql + Sync); 5] = [
+        let lock = prepare(&client, sql::RUNNER_LOCK_FOR_LEASE).await?;
+        let claim_sql = claim_statement(plain);
+        let claim = prepare(&client, claim_sql).await?;
+        let reject = prepare(&client, sql::LEASE_REJECT_UNFIT).await?;
+        let lock_args = lock_params(&token_hash, advertised, &self.seen_refresh_ms);
+        let claim_params: [&(dyn ToSql + Sync); 7] = [
             &token_hash,
-            &advertised.capabilities,
-            &advertised.exclusive,
-            &advertised.version,
-            &self.seen_refresh_ms,
+            &me.id,
+            &me.workspace,
+            &me.owner,
+            &max_jobs,
+            &lease_ttl_ms,
+            &want_more,
         ];
-        let lock_err = |e| StoreError::pg(sql::RUNNER_LOCK_FOR_LEASE, e);
-        let claim_err = |e| StoreError::pg(sql::LEASE_CLAIM, e);
+        let reject_params: [&(dyn ToSql + Sync); 3] = [&token_hash, &me.id, &me.owner];
+        // Pipelined: all five are queued on the connection before any answer is read.
+        self.count(5);
+        let (begin, locked, claimed, rejected, commit) = tokio::join!(
+            client.batch_execute("BEGIN"),
+            client.query_opt(&lock, &lock_args),
+            client.query(&claim, &claim_params),
+            client.query(&reject, &reject_params),
+            client.batch_execute("COMMIT"),
+        );
+        client.release();
+        begin?;
+        let locked = locked.map_err(|e| StoreError::pg(sql::RUNNER_LOCK_FOR_LEASE, e))?;
+        let claimed = claimed.map_err(|e| StoreError::pg(claim_sql, e))?;
+        let rejected = rejected.map_err(|e| StoreError::pg(sql::LEASE_REJECT_UNFIT, e))?;
+        commit?;
+        let Some(row) = locked else {
+            return Ok(LeaseOutcome::default());
+        };
+        let identity = identity_of(&row);
+        if !identity.same_runner(me) {
+            // Never for a real runner (the identity of a token never changes), but a wrong
+            // guess claims nothing: answer with the identity, nothing taken, and the caller
+            // asks again.
+            return Ok(LeaseOutcome {
+                runner: Some(identity),
+                ..LeaseOutcome::default()
+            });
+        }
+        if plain && !claimed.first().is_some_and(|r| r.get::<_, bool>("plain")) {
+            // It was not plain after all (it advertised or was approved a target since): the
+            // plain claim took nothing, and the general one runs now. Rejections stand.
+            let mut out = self
+                .lease_learning(token_hash, advertised, max_jobs, lease_ttl_ms, want_more)
+                .await?;
+            out.rejected
+                .extend(rejected.iter().map(|r| r.get::<_, uuid::Uuid>("id")));
+            return Ok(out);
+        }
+        outcome(identity, row.get("version"), &claimed, &rejected)
+    }
 
-        let (identity, version, claimed_rows) = match known {
-            Some(me) => {
-                // Pipelined: all four are queued on the connection before any answer is read.
-                self.count(4);
-                let claim_params: [&(dyn ToSql + Sync); 7] = [
+    /// A lease of a runner this replica does not know yet (or whose plain claim found it was
+    /// not plain): learn who it is from the lock, then claim with the general claim (whose
+    /// `plain` tells which claim the next call sends). A real transaction, so a call dropped
+    /// half-way rolls back; two round trips.
+    async fn lease_learning(
+        &self,
+        token_hash: &[u8],
+        advertised: &Advertised,
+        max_jobs: i64,
+        lease_ttl_ms: i64,
+        want_more: bool,
+    ) -> Result<LeaseOutcome> {
+        let mut client = self.client().await?;
+        let lock = prepare(&client, sql::RUNNER_LOCK_FOR_LEASE).await?;
+        let claim = prepare(&client, sql::LEASE_CLAIM).await?;
+        let reject = prepare(&client, sql::LEASE_REJECT_UNFIT).await?;
+        self.count(5);
+        let tx = client.transaction().await?;
+        let Some(locked) = tx
+            .query_opt(
+                &lock,
+                &lock_params(&token_hash, advertised, &self.seen_refresh_ms),
+            )
+            .await
+            .map_err(|e| StoreError::pg(sql::RUNNER_LOCK_FOR_LEASE, e))?
+        else {
+            tx.rollback().await?;
+            client.release();
+            return Ok(LeaseOutcome::default());
+        };
+        let me = identity_of(&locked);
+        let claimed = tx
+            .query(
+                &claim,
+                &[
                     &token_hash,
                     &me.id,
                     &me.workspace,
@@ -199,94 +275,85 @@ impl Store {
                     &max_jobs,
                     &lease_ttl_ms,
                     &want_more,
-                ];
-                let (begin, locked, claimed, commit) = tokio::join!(
-                    client.batch_execute("BEGIN"),
-                    client.query_opt(&lock, &lock_params),
-                    client.query(&claim, &claim_params),
-                    client.batch_execute("COMMIT"),
-                );
-                client.release();
-                begin?;
-                let locked = locked.map_err(lock_err)?;
-                let claimed = claimed.map_err(claim_err)?;
-                commit?;
-                let Some(row) = locked else {
-                    return Ok(LeaseOutcome::default());
-                };
-                let identity = identity_of(&row);
-                if identity != *me {
-                    // Never for a real runner (the identity of a token never changes), but a
-                    // wrong guess claims nothing: answer with the identity, nothing taken, and
-                    // the caller asks again.
-                    return Ok(LeaseOutcome {
-                        runner: Some(identity),
-                        ..LeaseOutcome::default()
-                    });
-                }
-                (identity, row.get("version"), claimed)
-            }
-            None => {
-                // A runner this replica has not seen yet: learn who it is from the lock, then
-                // claim. A real transaction, so a call dropped half-way rolls back.
-                self.count(4);
-                let mut client = client;
-                let tx = client.transaction().await?;
-                let Some(locked) = tx.query_opt(&lock, &lock_params).await.map_err(lock_err)?
-                else {
-                    tx.rollback().await?;
-                    client.release();
-                    return Ok(LeaseOutcome::default());
-                };
-                let me = identity_of(&locked);
-                let claimed = tx
-                    .query(
-                        &claim,
-                        &[
-                            &token_hash,
-                            &me.id,
-                            &me.workspace,
-                            &me.owner,
-                            &max_jobs,
-                            &lease_ttl_ms,
-                            &want_more,
-                        ],
-                    )
-                    .await
-                    .map_err(claim_err)?;
-                tx.commit().await?;
-                client.release();
-                (me, locked.get("version"), claimed)
-            }
-        };
-
-        let mut out = LeaseOutcome {
-            runner: Some(identity),
-            version,
-            ..LeaseOutcome::default()
-        };
-        for row in &claimed_rows {
-            match row.get::<_, &str>("outcome") {
-                "leased" => out.claimed.push(rows::claimed(row)),
-                "rejected" => out.rejected.push(row.get("id")),
-                "free" => out.free = row.get("epoch"),
-                "more" => out.more = true,
-                other => {
-                    return Err(StoreError::Invalid(format!(
-                        "unknown claim outcome {other:?}"
-                    )))
-                }
-            }
-        }
-        // Named jobs first, then by priority, then FIFO: the order the claim took them in.
-        out.claimed.sort_by(|a, b| {
-            b.named
-                .cmp(&a.named)
-                .then(b.priority.cmp(&a.priority))
-                .then(a.id.cmp(&b.id))
-        });
-        Ok(out)
+                ],
+            )
+            .await
+            .map_err(|e| StoreError::pg(sql::LEASE_CLAIM, e))?;
+        let rejected = tx
+            .query(&reject, &[&token_hash, &me.id, &me.owner])
+            .await
+            .map_err(|e| StoreError::pg(sql::LEASE_REJECT_UNFIT, e))?;
+        tx.commit().await?;
+        client.release();
+        let version = locked.get("version");
+        outcome(me, version, &claimed, &rejected)
     }
+}
+
+/// The claim for a runner: the plain one (`lease_claim_plain.sql`) or the general one.
+fn claim_statement(plain: bool) -> &'static str {
+    if plain {
+        sql::LEASE_CLAIM_PLAIN
+    } else {
+        sql::LEASE_CLAIM
+    }
+}
+
+async fn prepare(
+    client: &deadpool_postgres::Object,
+    text: &'static str,
+) -> Result<tokio_postgres::Statement> {
+    client
+        .prepare_cached(text)
+        .await
+        .map_err(|e| StoreError::pg(text, e))
+}
+
+fn lock_params<'a>(
+    token_hash: &'a &'a [u8],
+    advertised: &'a Advertised,
+    seen_refresh_ms: &'a i64,
+) -> [&'a (dyn ToSql + Sync); 5] {
+    [
+        token_hash,
+        &advertised.capabilities,
+        &advertised.exclusive,
+        &advertised.version,
+        seen_refresh_ms,
+    ]
+}
+
+/// What a lease transaction did, from the claim's rows (every row carries `free` and `more`; a
+/// row with a NULL `id` took nothing) and the rejection's.
+fn outcome(
+    identity: LeaseIdentity,
+    version: Option<String>,
+    claimed: &[tokio_postgres::Row],
+    rejected: &[tokio_postgres::Row],
+) -> Result<LeaseOutcome> {
+    let mut identity = identity;
+    identity.plain = claimed.first().is_some_and(|r| r.get("plain"));
+    let mut out = LeaseOutcome {
+        runner: Some(identity),
+        version,
+        rejected: rejected.iter().map(|r| r.get("id")).collect(),
+        ..LeaseOutcome::default()
+    };
+    for row in claimed {
+        out.free = row.get("free");
+        out.more = row.get("more");
+        if row.get::<_, Option<uuid::Uuid>>("id").is_some() {
+            out.claimed.push(rows::claimed(row));
+        }
+    }
+    // Named jobs first, then by priority, then FIFO: the order the claim took them in.
+    out.claimed.sort_by(|a, b| {
+        b.named
+            .cmp(&a.named)
+            .then(b.priority.cmp(&a.priority))
+            .then(a.id.cmp(&b.id))
+    });
+    Ok(out)
 }
 
 fn identity_of(row: &tokio_postgres::Row) -> LeaseIdentity {
@@ -294,5 +361,7 @@ fn identity_of(row: &tokio_postgres::Row) -> LeaseIdentity {
         id: row.get("id"),
         workspace: row.get("workspace"),
         owner: row.get("owner"),
+        // Learnt from the claim's answer (see `outcome`).
+        plain: false,
     }
 }

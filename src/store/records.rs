@@ -22,6 +22,17 @@ pub struct LeaseIdentity {
     pub id: Uuid,
     pub workspace: String,
     pub owner: String,
+    /// Not identity but a hint, as of the runner's last claim: it advertised no capability and
+    /// held no approved repository target, so only plain jobs fit it (the next lease then sends
+    /// the plain claim, which checks it again).
+    pub plain: bool,
+}
+
+impl LeaseIdentity {
+    /// The same runner (id, workspace, owner), whatever the hint says.
+    pub fn same_runner(&self, other: &Self) -> bool {
+        self.id == other.id && self.workspace == other.workspace && self.owner == other.owner
+    }
 }
 
 /// An authenticated runner token.

@@ -95,7 +95,8 @@ mapping!(
 );
 
 mapping!(
-    /// A job the claim leased (`outcome = 'leased'` rows of `lease_claim.sql`).
+    /// A job the claim leased (the rows of `lease_claim.sql` and `lease_claim_plain.sql` whose
+    /// `id` is not NULL).
     CLAIMED_COLUMNS, claimed -> Claimed {
         id: "id",
         workspace: "workspace",
@@ -137,8 +138,15 @@ pub const MAPPED: &[(&str, &[&str])] = &[
     ("sweep_lapsed_leases.sql", MOVED_COLUMNS),
     ("sweep_no_runner.sql", MOVED_COLUMNS),
     ("sweep_queue_timeout.sql", MOVED_COLUMNS),
-    ("lease_claim.sql", &["outcome"]),
+    ("lease_claim.sql", &["plain", "free", "more"]),
     ("lease_claim.sql", CLAIMED_COLUMNS),
+    ("lease_claim_plain.sql", &["plain", "free", "more"]),
+    ("lease_claim_plain.sql", CLAIMED_COLUMNS),
+    ("lease_reject_unfit.sql", &["id"]),
+    (
+        "runner_lock_for_lease.sql",
+        &["id", "owner", "workspace", "version"],
+    ),
 ];
 
 use super::{Result, StoreError};

@@ -41,6 +41,8 @@ statements! {
     JOB_EVENTS_APPEND => "job_events_append.sql",
     JOB_EVENTS_LIST => "job_events_list.sql",
     LEASE_CLAIM => "lease_claim.sql",
+    LEASE_CLAIM_PLAIN => "lease_claim_plain.sql",
+    LEASE_REJECT_UNFIT => "lease_reject_unfit.sql",
     LEASE_PROBE => "lease_probe.sql",
     SWEEP_LAPSED_LEASES => "sweep_lapsed_leases.sql",
     SWEEP_NO_RUNNER => "sweep_no_runner.sql",

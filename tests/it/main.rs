@@ -12,6 +12,7 @@ mod enrolment;
 mod errors;
 mod failover;
 mod faults;
+mod fits;
 mod fuzz;
 mod holes;
 mod lease;

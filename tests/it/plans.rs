@@ -95,6 +95,16 @@ async fn check_hot_plans(app: &TestApp) {
             format!("{token}, {runner}, 'acme', 'ws:acme', 10, 120000, true"),
         ),
         (
+            "lease_claim_plain",
+            sql::LEASE_CLAIM_PLAIN,
+            format!("{token}, {runner}, 'acme', 'ws:acme', 10, 120000, true"),
+        ),
+        (
+            "lease_reject_unfit",
+            sql::LEASE_REJECT_UNFIT,
+            format!("{token}, {runner}, 'ws:acme'"),
+        ),
+        (
             "lease_probe",
             sql::LEASE_PROBE,
             format!("{token}, {runner}, 'acme', 'ws:acme', 30000"),
@@ -154,29 +164,38 @@ async fn check_hot_plans(app: &TestApp) {
         let i = statements.iter().position(|(n, _, _)| *n == name).unwrap();
         plans[i].as_str()
     };
-    // The claim walks each claim index in order; it never reads or sorts a whole queue.
-    assert_plan(
-        "lease_claim",
-        plan("lease_claim"),
-        &[
-            "Index Scan using jobs_claim_named",
-            "Index Scan using jobs_claim_pool",
-            "Index Scan using jobs_claim_any",
-            "jobs_pkey",
-        ],
-        &["Seq Scan"],
-    );
-    assert!(
-        plan("lease_claim").contains("CTE r\n    ->  Index Scan using runners_"),
-        "the claim finds its runner by a unique index:\n{}",
-        plan("lease_claim")
-    );
-    for line in plan("lease_claim").lines() {
-        assert!(
-            !(line.contains("Sort") && line.contains("j_")),
-            "the claim sorts job rows itself: {line}"
+    // Both claims walk each claim index in order; they never read or sort a whole queue.
+    for name in ["lease_claim", "lease_claim_plain"] {
+        assert_plan(
+            name,
+            plan(name),
+            &[
+                "Index Scan using jobs_claim_named",
+                "Index Scan using jobs_claim_pool",
+                "Index Scan using jobs_claim_any",
+                "jobs_pkey",
+            ],
+            &["Seq Scan"],
         );
+        assert!(
+            plan(name).contains("CTE r\n    ->  Index Scan using runners_"),
+            "{name} finds its runner by a unique index:\n{}",
+            plan(name)
+        );
+        for line in plan(name).lines() {
+            assert!(
+                !(line.contains("Sort") && line.contains("j_")),
+                "{name} sorts job rows itself: {line}"
+            );
+        }
     }
+    // The rejection reads the runner's named jobs by their index, and its runner by a key.
+    assert_plan(
+        "lease_reject_unfit",
+        plan("lease_reject_unfit"),
+        &["jobs_claim_named", "Index Scan using runners_"],
+        &["Seq Scan", "Sort"],
+    );
     // Fenced statements reach their job by primary key and their runner by its token.
     for name in [
         "job_complete",
@@ -257,47 +276,56 @@ async fn a_claim_behind_an_unfit_head_reads_none_of_it() {
         .await
         .unwrap();
     let (runner, token): (uuid::Uuid, String) = (row.get(0), row.get(1));
-    let tx = db.transaction().await.unwrap();
-    tx.batch_execute(
-        "SET LOCAL plan_cache_mode = force_generic_plan; SET LOCAL enable_seqscan = off",
-    )
-    .await
-    .unwrap();
-    tx.batch_execute(&format!("PREPARE claim AS {}", sql::LEASE_CLAIM))
+    // The plain claim is the one a replica sends for such a runner; the general one must not
+    // read the head either.
+    for (name, claim) in [
+        ("lease_claim", sql::LEASE_CLAIM),
+        ("lease_claim_plain", sql::LEASE_CLAIM_PLAIN),
+    ] {
+        let tx = db.transaction().await.unwrap();
+        tx.batch_execute(
+            "SET LOCAL plan_cache_mode = force_generic_plan; SET LOCAL enable_seqscan = off",
+        )
         .await
         .unwrap();
-    let plan = first_column(
-        &tx,
-        &format!(
-            "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) EXECUTE claim(sha256('{token}'::bytea), \
-             '{runner}', 'acme', 'ws:acme', 1, 120000, true)"
-        ),
-    )
-    .await
-    .join("\n");
-    let leased = first_column(
-        &tx,
-        &format!(
-            "SELECT required_capabilities::text FROM jobs \
-             WHERE leased_by = '{runner}' AND state = 'leased'"
-        ),
-    )
-    .await;
-    tx.rollback().await.unwrap();
-    assert_eq!(
-        leased,
-        vec!["{}".to_owned()],
-        "one runnable job leased:\n{plan}"
-    );
-    let removed: u64 = plan
-        .lines()
-        .filter_map(|l| l.trim().strip_prefix("Rows Removed by Filter: "))
-        .map(|n| n.parse::<u64>().unwrap())
-        .sum();
-    assert!(
-        removed < 100,
-        "the claim read and discarded {removed} rows:\n{plan}"
-    );
+        tx.batch_execute(&format!("PREPARE claim AS {claim}"))
+            .await
+            .unwrap();
+        let plan = first_column(
+            &tx,
+            &format!(
+                "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) EXECUTE claim(sha256('{token}'::bytea), \
+                 '{runner}', 'acme', 'ws:acme', 1, 120000, true)"
+            ),
+        )
+        .await
+        .join("\n");
+        let leased = first_column(
+            &tx,
+            &format!(
+                "SELECT required_capabilities::text FROM jobs \
+                 WHERE leased_by = '{runner}' AND state = 'leased'"
+            ),
+        )
+        .await;
+        tx.rollback().await.unwrap();
+        // A prepared statement outlives its transaction.
+        db.batch_execute("DEALLOCATE claim").await.unwrap();
+        assert_eq!(
+            leased,
+            vec!["{}".to_owned()],
+            "{name}: one runnable job leased:\n{plan}"
+        );
+        let removed: u64 = plan
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("Rows Removed by Filter: "))
+            .map(|n| n.parse::<u64>().unwrap())
+            .sum();
+        assert!(
+            removed < 100,
+            "{name} read and discarded {removed} rows:\n{plan}"
+        );
+    }
 }
 
 /// The first column of every row `sql` (simple protocol) returns, as text.

@@ -85,6 +85,10 @@ pub struct BenchArgs {
     /// How long the soak scenario holds its snapshot open under load, seconds.
     #[arg(long, default_value_t = 600)]
     pub soak_seconds: u64,
+    /// How long the soak scenario runs the reference cycle under a snapshot, for each of its
+    /// two shapes, seconds (0: not at all).
+    #[arg(long, default_value_t = 120)]
+    pub soak_reference_seconds: u64,
 }
 
 /// Progress on stderr, one line rewritten in place.

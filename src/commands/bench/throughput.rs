@@ -25,7 +25,7 @@ use crate::store::lease::Advertised;
 use crate::store::{NewJob, Report as JobReport, Store};
 use crate::wire;
 
-const CYCLE_SQL: &str = include_str!("../../../bench/cycle.sql");
+pub(super) const CYCLE_SQL: &str = include_str!("../../../bench/cycle.sql");
 const CYCLE_SCHEMA: &str = include_str!("../../../bench/schema.sql");
 
 pub async fn run(dep: &Deployment, args: &BenchArgs, report: &mut Report) -> anyhow::Result<()> {
@@ -151,31 +151,10 @@ async fn truncate(url: &str) -> anyhow::Result<()> {
 /// PostgreSQL's own time per completed job, where `pg_stat_statements` is loaded.
 async fn pgbench_cycle(dep: &Deployment, args: &BenchArgs) -> anyhow::Result<(f64, Option<f64>)> {
     let name = "leasehold_bench_raw";
-    let url = dep.empty_database(name).await?;
-    setup::connect(&url)
-        .await?
-        .batch_execute(CYCLE_SCHEMA)
-        .await?;
-    let script = std::env::temp_dir().join(format!("leasehold-cycle-{}.sql", Uuid::now_v7()));
-    std::fs::write(&script, CYCLE_SQL)?;
-    let pgbench = crate::tooling::private_pg::find_tool("pgbench")
-        .context("pgbench (PostgreSQL's client tools) not found")?;
+    let url = reference_database(dep, name).await?;
     let pg_before = setup::pg_time_ms(dep, name).await;
-    let output = tokio::process::Command::new(pgbench)
-        .args(["-n", "-M", "prepared", "-c", "16", "-j", "2", "-T"])
-        .arg(args.seconds.to_string())
-        .arg("-f")
-        .arg(&script)
-        .arg(&url)
-        .output()
-        .await?;
-    let _ = std::fs::remove_file(&script);
+    let output = run_pgbench(&url, args.seconds, CYCLE_SQL, &[]).await?;
     let stdout = String::from_utf8_lossy(&output.stdout);
-    anyhow::ensure!(
-        output.status.success(),
-        "pgbench failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
     let tps = stdout
         .lines()
         .find_map(|l| l.strip_prefix("tps = "))
@@ -192,6 +171,48 @@ async fn pgbench_cycle(dep: &Deployment, args: &BenchArgs) -> anyhow::Result<(f6
         .map(|(before, after)| (after - before) / completed.max(1) as f64);
     dep.drop_database(name).await?;
     Ok((tps, pg_ms))
+}
+
+/// A new database `name` on the deployment's server holding the reference's table
+/// (`bench/schema.sql`); its URL.
+pub(super) async fn reference_database(dep: &Deployment, name: &str) -> anyhow::Result<String> {
+    let url = dep.empty_database(name).await?;
+    setup::connect(&url)
+        .await?
+        .batch_execute(CYCLE_SCHEMA)
+        .await?;
+    Ok(url)
+}
+
+/// pgbench's 16 clients running `script` (the reference cycle, or a variant of it) against
+/// `url` for `seconds`, with `extra` arguments; its output, once it succeeded.
+pub(super) async fn run_pgbench(
+    url: &str,
+    seconds: u64,
+    script: &str,
+    extra: &[&str],
+) -> anyhow::Result<std::process::Output> {
+    let path = std::env::temp_dir().join(format!("leasehold-cycle-{}.sql", Uuid::now_v7()));
+    std::fs::write(&path, script)?;
+    let pgbench = crate::tooling::private_pg::find_tool("pgbench")
+        .context("pgbench (PostgreSQL's client tools) not found")?;
+    let output = tokio::process::Command::new(pgbench)
+        .args(["-n", "-M", "prepared", "-c", "16", "-j", "2", "-T"])
+        .arg(seconds.to_string())
+        .args(extra)
+        .arg("-f")
+        .arg(&path)
+        .arg(url)
+        .output()
+        .await;
+    let _ = std::fs::remove_file(&path);
+    let output = output?;
+    anyhow::ensure!(
+        output.status.success(),
+        "pgbench failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    Ok(output)
 }
 
 /// Completed jobs per second over the measured window (after a one-second warm-up).
