@@ -5,8 +5,9 @@
 //! then stop the background loops, all under one deadline. Connections are accepted by
 //! [`proxy_protocol::ClientListener`], which learns each one's client from a trusted load
 //! balancer's PROXY header when `LEASEHOLD_PROXY_PROTOCOL` is on, and, with `--tls-cert`, go
-//! through a TLS handshake ([`tls`]) before HTTP.
+//! through a TLS handshake ([`tls`]) before HTTP ([`connections`]).
 
+mod connections;
 mod proxy_protocol;
 pub mod tls;
 
@@ -14,7 +15,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::serve::ListenerExt;
 use rand::RngCore;
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
@@ -147,17 +147,9 @@ pub async fn start(config: Config, listener: TcpListener) -> anyhow::Result<Repl
             .then(|| config.trusted_proxies.clone()),
         certificates.as_ref().map(Certificates::acceptor),
     );
-    let serve = axum::serve(
-        // A no-op tap: axum's `ConnectInfo<SocketAddr>` is implemented for tapped listeners,
-        // so handlers see the client's address as the listener reports it.
-        listener.tap_io(|_| {}),
-        app.into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(shutdown.clone().cancelled_owned());
+    let serve = connections::serve(listener, app, shutdown.clone());
     let server = tokio::spawn(async move {
-        if let Err(e) = serve.await {
-            tracing::error!(error = %e, "server failed");
-        }
+        serve.await;
         background.cancel();
         let _ = notifier_task.await;
         while tasks.join_next().await.is_some() {}

@@ -143,8 +143,12 @@ pub async fn lease(
         .lease(&token.hash, advertised, max_jobs, wait, &st.shutdown)
         .await?
     {
+        LeaseAnswer::Jobs(jobs) if jobs.is_empty() => Ok(Json(wire::Leased { jobs: Vec::new() })),
+        // Boxed, like every database call this handler makes: the handler's own future is
+        // what a parked long-poll holds (10,000 at once), so it must not carry the state of
+        // the calls it makes before or after its wait (13 KB inline).
         LeaseAnswer::Jobs(jobs) => Ok(Json(wire::Leased {
-            jobs: hand_over(&st, &token, jobs).await?,
+            jobs: Box::pin(hand_over(&st, &token, jobs)).await?,
         })),
         LeaseAnswer::RunnerGone => Err(st.auth_failed(token.ip)),
     }
@@ -244,12 +248,15 @@ async fn placement_check(
             return Ok(());
         }
     }
-    let caller = st
-        .hub
-        .store
-        .advertise_for_lease(&token.hash, version, outdated, targets)
-        .await?
-        .ok_or_else(|| st.auth_failed(token.ip))?;
+    // Boxed: see the lease handler.
+    let caller = Box::pin(st.hub.store.advertise_for_lease(
+        &token.hash,
+        version,
+        outdated,
+        targets,
+    ))
+    .await?
+    .ok_or_else(|| st.auth_failed(token.ip))?;
     match min {
         Some(min) if caller.outdated => Err(ApiError::RunnerOutdated {
             min_version: min.to_string(),
