@@ -3,10 +3,11 @@
 //! Start order: migrate (under an advisory lock), pool, notifier, LISTEN, sweeper, re-check
 //! loop, HTTP. Stop order: answer long-polls and stop accepting, let in-flight requests finish,
 //! then stop the background loops, all under one deadline. Connections are accepted by
-//! [`proxy_protocol::ClientListener`], which learns each one's client from a trusted load
+//! [`accept::ClientListener`], which learns each one's client from a trusted load
 //! balancer's PROXY header when `LEASEHOLD_PROXY_PROTOCOL` is on, and, with `--tls-cert`, go
 //! through a TLS handshake ([`tls`]) before HTTP ([`connections`]).
 
+mod accept;
 mod connections;
 mod proxy_protocol;
 pub mod tls;
@@ -140,7 +141,7 @@ pub async fn start(config: Config, listener: TcpListener) -> anyhow::Result<Repl
     }
     let app = api::router(state);
     let addr = listener.local_addr()?;
-    let listener = proxy_protocol::ClientListener::new(
+    let listener = accept::ClientListener::new(
         listener,
         config
             .proxy_protocol

@@ -22,7 +22,7 @@ use hyper_util::rt::TokioIo;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::proxy_protocol::ClientListener;
+use super::accept::ClientListener;
 
 /// Serve `app` on every connection `listener` accepts until `shutdown` fires, then let the
 /// open connections finish and return. Handlers see the client's address (the listener's,

@@ -1,7 +1,8 @@
 //! The PROXY protocol (HAProxy's, text v1 and binary v2): the header a load balancer in TCP
 //! mode sends first on each connection it opens to a replica, naming the client it carries.
-//! [`ClientListener`] accepts connections for the HTTP server and reads that header, then, when
-//! the replica serves HTTPS, hands the stream to the TLS handshake ([`super::tls`]).
+//! [`handshake`] reads that header from a trusted proxy's connection and [`sniff`] refuses one
+//! from any other peer; the replica's listener (`super::accept`) calls them, then the TLS
+//! handshake.
 //!
 //! Invariants: a header is read only from a peer in `LEASEHOLD_TRUSTED_PROXIES`, and from such
 //! a peer it is required: a connection from a trusted proxy without a valid header is closed
@@ -18,11 +19,8 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::task::JoinSet;
+use tokio::net::TcpStream;
 
-use super::tls::{self, Conn};
-use crate::config::TrustedProxies;
 use crate::wire::{ErrorBody, ErrorDetail};
 
 /// How long a trusted proxy has to send its header once connected.
@@ -195,7 +193,10 @@ async fn read_header(tcp: &mut TcpStream) -> Result<(Header, Vec<u8>), Refused> 
 }
 
 /// A connection from a trusted proxy, once its header is read: the stream and the client.
-async fn handshake(mut tcp: TcpStream, peer: SocketAddr) -> Option<(ClientStream, SocketAddr)> {
+pub(super) async fn handshake(
+    mut tcp: TcpStream,
+    peer: SocketAddr,
+) -> Option<(ClientStream, SocketAddr)> {
     let why = match tokio::time::timeout(HEADER_TIMEOUT, read_header(&mut tcp)).await {
         Ok(Ok((header, head))) => {
             let client = match header {
@@ -217,7 +218,10 @@ async fn handshake(mut tcp: TcpStream, peer: SocketAddr) -> Option<(ClientStream
 /// HTTP sees them. If they begin a PROXY header, the peer is answered `400` with the
 /// contract's error JSON and the connection closed; anything else (and a peer that sends
 /// nothing within [`HEADER_TIMEOUT`]) goes to HTTP with the bytes read, untouched.
-async fn sniff(mut tcp: TcpStream, peer: SocketAddr) -> Option<(ClientStream, SocketAddr)> {
+pub(super) async fn sniff(
+    mut tcp: TcpStream,
+    peer: SocketAddr,
+) -> Option<(ClientStream, SocketAddr)> {
     let mut head = Vec::with_capacity(1024);
     let deadline = tokio::time::Instant::now() + HEADER_TIMEOUT;
     loop {
@@ -281,106 +285,23 @@ async fn refuse(mut tcp: TcpStream, message: &str) {
     let _ = tokio::time::timeout(Duration::from_secs(1), drain).await;
 }
 
-/// The replica's listener: accepts TCP connections and, with the PROXY protocol on, reads the
-/// header of trusted proxies' connections, then, with TLS on, runs the TLS handshake (each
-/// connection's header and handshake in its own task). Its address for a connection is the
-/// client's: the PROXY header's source, or the TCP peer.
-pub struct ClientListener {
-    tcp: TcpListener,
-    /// The peers whose header is read, when the PROXY protocol is on.
-    proxies: Option<TrustedProxies>,
-    /// The TLS handshake every connection goes through, when the replica serves HTTPS.
-    tls: Option<tokio_rustls::TlsAcceptor>,
-    handshakes: JoinSet<Option<(Conn, SocketAddr)>>,
-}
-
-impl ClientListener {
-    pub fn new(
-        tcp: TcpListener,
-        proxies: Option<TrustedProxies>,
-        tls: Option<tokio_rustls::TlsAcceptor>,
-    ) -> Self {
-        Self {
-            tcp,
-            proxies,
-            tls,
-            handshakes: JoinSet::new(),
-        }
-    }
-}
-
-impl axum::serve::Listener for ClientListener {
-    type Io = Conn;
-    type Addr = SocketAddr;
-
-    async fn accept(&mut self) -> (Conn, SocketAddr) {
-        loop {
-            tokio::select! {
-                accepted = self.tcp.accept() => match accepted {
-                    Ok((tcp, peer)) => {
-                        let proxied = self.proxies.as_ref().is_some_and(|p| p.contains(peer.ip()));
-                        let tls = self.tls.clone();
-                        if proxied {
-                            self.handshakes.spawn(async move {
-                                let (stream, client) = handshake(tcp, peer).await?;
-                                Some((secure(tls, stream).await?, client))
-                            });
-                        } else if let Some(tls) = tls {
-                            let stream = ClientStream { head: Vec::new(), at: 0, tcp };
-                            self.handshakes.spawn(async move {
-                                Some((tls::handshake(tls, stream).await?, peer))
-                            });
-                        } else {
-                            self.handshakes.spawn(async move {
-                                let (stream, client) = sniff(tcp, peer).await?;
-                                Some((Conn::Plain(stream), client))
-                            });
-                        }
-                    }
-                    Err(e) => accept_failed(e).await,
-                },
-                Some(done) = self.handshakes.join_next(), if !self.handshakes.is_empty() => {
-                    if let Ok(Some(connection)) = done {
-                        return connection;
-                    }
-                }
-            }
-        }
-    }
-
-    fn local_addr(&self) -> io::Result<SocketAddr> {
-        self.tcp.local_addr()
-    }
-}
-
-/// The stream as HTTP reads it: through a TLS handshake when `tls` is given.
-async fn secure(tls: Option<tokio_rustls::TlsAcceptor>, stream: ClientStream) -> Option<Conn> {
-    match tls {
-        Some(tls) => tls::handshake(tls, stream).await,
-        None => Some(Conn::Plain(stream)),
-    }
-}
-
-/// As axum does for its own listener: a connection that died in the queue is skipped; anything
-/// else (out of file descriptors) is logged and retried after a second.
-async fn accept_failed(e: io::Error) {
-    use io::ErrorKind::{ConnectionAborted, ConnectionRefused, ConnectionReset};
-    if matches!(
-        e.kind(),
-        ConnectionRefused | ConnectionAborted | ConnectionReset
-    ) {
-        return;
-    }
-    tracing::error!(error = %e, "accept failed");
-    tokio::time::sleep(Duration::from_secs(1)).await;
-}
-
 /// An accepted connection: what was read with the PROXY header but belongs to HTTP, then the
 /// socket.
 pub struct ClientStream {
     head: Vec<u8>,
     at: usize,
     tcp: TcpStream,
+}
+
+impl ClientStream {
+    /// A connection no header was read from: HTTP (or TLS) reads the socket from its start.
+    pub(super) fn untouched(tcp: TcpStream) -> Self {
+        Self {
+            head: Vec::new(),
+            at: 0,
+            tcp,
+        }
+    }
 }
 
 impl AsyncRead for ClientStream {
