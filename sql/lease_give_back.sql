@@ -10,7 +10,7 @@ WITH me AS (
 ),
 back AS (
     UPDATE jobs j
-       SET state = 'parked', attempts = j.attempts - 1,
+       SET state = 'parked', parked_xid = pg_current_xact_id(), attempts = j.attempts - 1,
            leased_by = NULL, lease_expires_at = NULL, lease_check_at = NULL,
            billing_tenant = CASE WHEN j.pool = 'any' THEN NULL ELSE j.billing_tenant END,
            event_seq = j.event_seq + 1

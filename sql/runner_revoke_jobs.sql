@@ -3,7 +3,7 @@
 -- rejected runner_revoked. Settled jobs are never touched. $1 runner id.
 WITH reparked AS (
     UPDATE jobs j
-       SET state = 'parked', leased_by = NULL, lease_expires_at = NULL,
+       SET state = 'parked', parked_xid = pg_current_xact_id(), leased_by = NULL, lease_expires_at = NULL,
            event_seq = j.event_seq + 1
      WHERE j.leased_by = $1 AND j.state = 'leased' AND j.runner_id IS NULL
     RETURNING j.id, j.workspace, j.owner, j.runner_id, j.pool, j.epoch, j.event_seq, j.state

@@ -16,6 +16,8 @@ judged AS (
        SET state = CASE WHEN j.lease_expires_at > now() THEN 'leased'
                         WHEN j.attempts >= j.max_attempts THEN 'failed'
                         ELSE 'parked' END,
+           parked_xid = CASE WHEN j.lease_expires_at <= now() AND j.attempts < j.max_attempts
+                             THEN pg_current_xact_id() ELSE j.parked_xid END,
            lease_check_at = CASE WHEN j.lease_expires_at > now() THEN j.lease_expires_at END,
            finished_at = CASE WHEN j.lease_expires_at <= now() AND j.attempts >= j.max_attempts
                               THEN now() END,

@@ -110,6 +110,11 @@ pub struct Config {
     /// How long a call waits for a free pooled connection before it answers 503.
     #[arg(long, env = "LEASEHOLD_POOL_TIMEOUT_MS", default_value_t = 5_000)]
     pub pool_timeout_ms: u64,
+    /// A plain claim starts where the last one of its queue on this replica found the first
+    /// parked job (docs/design.md, "Where a claim starts"); at least this often, each queue is
+    /// read from its head instead.
+    #[arg(long, env = "LEASEHOLD_CLAIM_FULL_WALK_MS", default_value_t = 1_000)]
+    pub claim_full_walk_ms: u64,
     /// Concurrent lease calls one runner token may hold open on one replica; beyond it a lease
     /// call answers 429 `rate_limited` with `Retry-After`, before any database work.
     #[arg(long, env = "LEASEHOLD_MAX_POLLS_PER_RUNNER", default_value_t = 16)]
@@ -191,6 +196,11 @@ impl Config {
     /// See [`Config::pool_timeout_ms`].
     pub fn pool_timeout(&self) -> Duration {
         Duration::from_millis(self.pool_timeout_ms.max(1))
+    }
+
+    /// See [`Config::claim_full_walk_ms`].
+    pub fn claim_full_walk(&self) -> Duration {
+        Duration::from_millis(self.claim_full_walk_ms)
     }
 
     /// A replica holding a runner's long-poll refreshes its `last_seen_at` this often, a third

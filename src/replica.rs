@@ -95,7 +95,8 @@ pub async fn start(config: Config, listener: TcpListener) -> anyhow::Result<Repl
     .with_deadlines(Deadlines {
         operation: config.request_timeout(),
         checkout: config.pool_timeout(),
-    });
+    })
+    .with_claim_full_walk_every(config.claim_full_walk());
     let origin = format!("{:016x}", rand::rng().next_u64());
     let background = CancellationToken::new();
     let shutdown = CancellationToken::new();

@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use tokio_postgres::types::ToSql;
 
-use super::{rows, sql, Result, Store, StoreError};
+use super::{bounds, rows, sql, Result, Store, StoreError};
 use crate::store::records::{Claimed, LeaseIdentity};
 
 /// What a runner advertises on a lease call; `None` keeps what is recorded.
@@ -182,7 +182,9 @@ impl Store {
         let claim = prepare(&client, claim_sql).await?;
         let reject = prepare(&client, sql::LEASE_REJECT_UNFIT).await?;
         let lock_args = lock_params(&token_hash, advertised, &self.seen_refresh_ms);
-        let claim_params: [&(dyn ToSql + Sync); 7] = [
+        let starts = self.claim_bounds.starts(&me.workspace, &me.owner);
+        let (own, any) = (StartParams::of(&starts.own), StartParams::of(&starts.any));
+        let general: [&(dyn ToSql + Sync); 7] = [
             &token_hash,
             &me.id,
             &me.workspace,
@@ -191,13 +193,29 @@ impl Store {
             &lease_ttl_ms,
             &want_more,
         ];
+        let bounded: [&(dyn ToSql + Sync); 13] = [
+            &token_hash,
+            &me.id,
+            &me.workspace,
+            &me.owner,
+            &max_jobs,
+            &lease_ttl_ms,
+            &want_more,
+            &own.priority,
+            &own.id,
+            &own.xmin,
+            &any.priority,
+            &any.id,
+            &any.xmin,
+        ];
+        let claim_params: &[&(dyn ToSql + Sync)] = if plain { &bounded } else { &general };
         let reject_params: [&(dyn ToSql + Sync); 3] = [&token_hash, &me.id, &me.owner];
         // Pipelined: all five are queued on the connection before any answer is read.
         self.count(5);
         let (begin, locked, claimed, rejected, commit) = tokio::join!(
             client.batch_execute("BEGIN"),
             client.query_opt(&lock, &lock_args),
-            client.query(&claim, &claim_params),
+            client.query(&claim, claim_params),
             client.query(&reject, &reject_params),
             client.batch_execute("COMMIT"),
         );
@@ -230,7 +248,41 @@ impl Store {
                 .extend(rejected.iter().map(|r| r.get::<_, uuid::Uuid>("id")));
             return Ok(out);
         }
+        if plain {
+            if let Some(first) = claimed.first() {
+                self.learn_places(&me.workspace, &me.owner, &starts, first)?;
+            }
+        }
         outcome(identity, row.get("version"), &claimed, &rejected)
+    }
+
+    /// Remember where the next plain claim of the runner's queues starts, from a committed
+    /// plain claim's first row.
+    fn learn_places(
+        &self,
+        workspace: &str,
+        owner: &str,
+        starts: &bounds::Starts,
+        row: &tokio_postgres::Row,
+    ) -> Result<()> {
+        let xmin: String = row.get("snapshot_xmin");
+        let xmin = xmin
+            .parse::<u64>()
+            .map_err(|e| StoreError::Invalid(format!("a snapshot xmin {xmin:?}: {e}")))?;
+        let own = bounds::Place {
+            priority: row.get("own_next_priority"),
+            id: row.get("own_next_id"),
+            xmin,
+        };
+        let any = match (
+            row.get::<_, Option<i32>>("any_next_priority"),
+            row.get::<_, Option<uuid::Uuid>>("any_next_id"),
+        ) {
+            (Some(priority), Some(id)) => Some(bounds::Place { priority, id, xmin }),
+            _ => None,
+        };
+        self.claim_bounds.learn(workspace, owner, starts, own, any);
+        Ok(())
     }
 
     /// A lease of a runner this replica does not know yet (or whose plain claim found it was
@@ -287,6 +339,30 @@ impl Store {
         client.release();
         let version = locked.get("version");
         outcome(me, version, &claimed, &rejected)
+    }
+}
+
+/// A plain claim's start as its parameters: a remembered place, or the head (no xmin).
+struct StartParams {
+    priority: i32,
+    id: uuid::Uuid,
+    xmin: Option<String>,
+}
+
+impl StartParams {
+    fn of(place: &Option<bounds::Place>) -> Self {
+        match place {
+            Some(p) => Self {
+                priority: p.priority,
+                id: p.id,
+                xmin: Some(p.xmin.to_string()),
+            },
+            None => Self {
+                priority: bounds::Place::HEAD_PRIORITY,
+                id: uuid::Uuid::nil(),
+                xmin: None,
+            },
+        }
     }
 }
 

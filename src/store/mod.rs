@@ -9,7 +9,8 @@
 //!   runner transitions; [`queues`]: pool counts, preflight and the wake-up safety net;
 //!   [`sweep`]: maintenance; [`records`]: what the store hands back; [`rows`]: rows to
 //!   records; [`combine`]: coalescing concurrent calls into one statement; [`conn`]: a
-//!   checked-out connection and the deadlines every operation runs under.
+//!   checked-out connection and the deadlines every operation runs under; [`bounds`]: where
+//!   each queue's next plain claim starts.
 //!
 //! Invariants: every job transition is one fenced statement that also authenticates its caller
 //! (or, for the lease and revocation, one short transaction that locks the runner row first);
@@ -17,6 +18,7 @@
 //! operation finishes within [`Deadlines::operation`], and a connection an operation left
 //! mid-statement never goes back to the pool.
 
+pub mod bounds;
 pub mod combine;
 pub mod conn;
 mod depth;
@@ -77,6 +79,8 @@ pub struct Store {
     deadlines: Deadlines,
     /// One lease transaction at a time per runner token (see [`lease`]).
     lease_turns: Arc<lease::LeaseTurns>,
+    /// Where the next plain claim of each queue starts (see [`bounds`]).
+    claim_bounds: Arc<bounds::ClaimBounds>,
 }
 
 impl Store {
@@ -138,6 +142,7 @@ impl Store {
             reporter: Arc::new(OnceLock::new()),
             deadlines: Deadlines::default(),
             lease_turns: Arc::default(),
+            claim_bounds: Arc::default(),
         })
     }
 
@@ -147,6 +152,14 @@ impl Store {
     #[must_use]
     pub fn with_deadlines(mut self, deadlines: Deadlines) -> Self {
         self.deadlines = deadlines;
+        self
+    }
+
+    /// The same store reading each queue from its head at least this often
+    /// (`LEASEHOLD_CLAIM_FULL_WALK_MS`; see [`bounds`]). Call before first use.
+    #[must_use]
+    pub fn with_claim_full_walk_every(mut self, every: Duration) -> Self {
+        self.claim_bounds = Arc::new(bounds::ClaimBounds::new(every));
         self
     }
 

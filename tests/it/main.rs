@@ -5,6 +5,7 @@ mod support;
 
 mod balancer;
 mod browser;
+mod claim_start;
 mod contain;
 mod deadlines;
 mod dispatch;

@@ -97,7 +97,10 @@ async fn check_hot_plans(app: &TestApp) {
         (
             "lease_claim_plain",
             sql::LEASE_CLAIM_PLAIN,
-            format!("{token}, {runner}, 'acme', 'ws:acme', 10, 120000, true"),
+            format!(
+                "{token}, {runner}, 'acme', 'ws:acme', 10, 120000, true, \
+                 0, {job}, '1000', 0, {job}, '1000'"
+            ),
         ),
         (
             "lease_reject_unfit",
@@ -177,6 +180,19 @@ async fn check_hot_plans(app: &TestApp) {
             ],
             &["Seq Scan"],
         );
+        if name == "lease_claim_plain" {
+            // The parks since the remembered place come from their own indexes, never from a
+            // walk of the claim index.
+            assert_plan(
+                name,
+                plan(name),
+                &[
+                    "Index Scan using jobs_parked_since_pool",
+                    "Index Scan using jobs_parked_since_any",
+                ],
+                &[],
+            );
+        }
         assert!(
             plan(name).contains("CTE r\n    ->  Index Scan using runners_"),
             "{name} finds its runner by a unique index:\n{}",
@@ -291,11 +307,18 @@ async fn a_claim_behind_an_unfit_head_reads_none_of_it() {
         tx.batch_execute(&format!("PREPARE claim AS {claim}"))
             .await
             .unwrap();
+        // The plain claim from the head (no remembered place).
+        let head = if name == "lease_claim_plain" {
+            ", 1001, '00000000-0000-0000-0000-000000000000', NULL, \
+             1001, '00000000-0000-0000-0000-000000000000', NULL"
+        } else {
+            ""
+        };
         let plan = first_column(
             &tx,
             &format!(
                 "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) EXECUTE claim(sha256('{token}'::bytea), \
-                 '{runner}', 'acme', 'ws:acme', 1, 120000, true)"
+                 '{runner}', 'acme', 'ws:acme', 1, 120000, true{head})"
             ),
         )
         .await

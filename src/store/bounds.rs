@@ -1,0 +1,260 @@
+//! Where this replica's next plain claim of each queue starts (`lease_claim_plain.sql`,
+//! migration 0013).
+//!
+//! A claim index keeps an entry for every job taken until that job's old row version is dead
+//! to every snapshot, so a claim that reads its queue from the head walks one entry per job
+//! taken since the oldest snapshot any session holds (an analytics query held for an hour
+//! makes it an hour of jobs). A plain claim instead starts at the place the last one
+//! answered: the first parked job at or after its own start, locked or not, with its
+//! snapshot's xmin.
+//!
+//! Invariant: a remembered place misses no job. Every job before it was not parked in that
+//! claim's snapshot (a job locked by a lease still in flight is parked in it, so the place
+//! never passes a lease that may yet roll back), and a job that becomes parked before it later
+//! does so in a transaction that snapshot did not see, whose xid (`parked_xid`) is at least the
+//! remembered xmin: the next claim reads those first. What the invariant cannot cover is a
+//! database that moved back in time (a failover to a standby that had not received the last
+//! transactions may hand out their xids again), so a replica that sees an xmin lower than one it
+//! remembered forgets every place, and every queue is read from the head again at least once
+//! per [`ClaimBounds::full_walk_every`] whatever happens.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use uuid::Uuid;
+
+/// How often a queue is read from its head at the latest: the default of
+/// `LEASEHOLD_CLAIM_FULL_WALK_MS`.
+pub const FULL_WALK_EVERY: Duration = Duration::from_secs(1);
+
+/// At most this many queues are remembered; past it, places older than a full walk go.
+const MOST_QUEUES: usize = 10_000;
+
+/// A place in a claim index's order (priority descending, then id), and the xmin of the
+/// snapshot that found it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Place {
+    pub priority: i32,
+    pub id: Uuid,
+    pub xmin: u64,
+}
+
+impl Place {
+    /// The head of a queue: above every priority (the schema allows -1000..1000).
+    pub const HEAD_PRIORITY: i32 = 1001;
+}
+
+/// A remembered place, and when its chain of claims last started from the head.
+#[derive(Debug, Clone)]
+struct Remembered {
+    place: Place,
+    walked_at: Instant,
+}
+
+/// Where a claim starts: a remembered place, or the head (`None`).
+#[derive(Debug, Clone, Default)]
+pub struct Starts {
+    pub own: Option<Place>,
+    pub any: Option<Place>,
+    own_walked_at: Option<Instant>,
+    any_walked_at: Option<Instant>,
+}
+
+/// The places, per queue: a pool's plain class by (workspace, owner), and a workspace's 'any'
+/// jobs by workspace.
+#[derive(Debug)]
+pub struct ClaimBounds {
+    full_walk_every: Duration,
+    own: Mutex<HashMap<(String, String), Remembered>>,
+    any: Mutex<HashMap<String, Remembered>>,
+}
+
+impl Default for ClaimBounds {
+    fn default() -> Self {
+        Self::new(FULL_WALK_EVERY)
+    }
+}
+
+impl ClaimBounds {
+    pub fn new(full_walk_every: Duration) -> Self {
+        Self {
+            full_walk_every,
+            own: Mutex::default(),
+            any: Mutex::default(),
+        }
+    }
+
+    /// Where a plain claim of this queue starts now.
+    pub fn starts(&self, workspace: &str, owner: &str) -> Starts {
+        let now = Instant::now();
+        let fresh = |r: &Remembered| now.duration_since(r.walked_at) < self.full_walk_every;
+        let own = lock(&self.own)
+            .get(&(workspace.to_owned(), owner.to_owned()))
+            .filter(|r| fresh(r))
+            .cloned();
+        let any = if owner.starts_with("ws:") {
+            lock(&self.any).get(workspace).filter(|r| fresh(r)).cloned()
+        } else {
+            None
+        };
+        Starts {
+            own_walked_at: own.as_ref().map(|r| r.walked_at),
+            any_walked_at: any.as_ref().map(|r| r.walked_at),
+            own: own.map(|r| r.place),
+            any: any.map(|r| r.place),
+        }
+    }
+
+    /// Remember what a committed plain claim that started at `starts` answered: the next place
+    /// of its pool's plain class, and of the workspace's 'any' jobs when it read those.
+    pub fn learn(
+        &self,
+        workspace: &str,
+        owner: &str,
+        starts: &Starts,
+        own: Place,
+        any: Option<Place>,
+    ) {
+        let went_back = [&starts.own, &starts.any]
+            .into_iter()
+            .flatten()
+            .any(|used| own.xmin < used.xmin);
+        if went_back {
+            // The database handed out an xmin below one it handed out before: forget them all.
+            lock(&self.own).clear();
+            lock(&self.any).clear();
+            return;
+        }
+        let now = Instant::now();
+        remember(
+            &self.own,
+            (workspace.to_owned(), owner.to_owned()),
+            own,
+            starts.own_walked_at.unwrap_or(now),
+            self.full_walk_every,
+        );
+        if let Some(any) = any {
+            remember(
+                &self.any,
+                workspace.to_owned(),
+                any,
+                starts.any_walked_at.unwrap_or(now),
+                self.full_walk_every,
+            );
+        }
+    }
+}
+
+fn remember<K: std::hash::Hash + Eq>(
+    map: &Mutex<HashMap<K, Remembered>>,
+    key: K,
+    place: Place,
+    walked_at: Instant,
+    full_walk_every: Duration,
+) {
+    let mut map = lock(map);
+    if map.len() >= MOST_QUEUES {
+        let now = Instant::now();
+        map.retain(|_, r| now.duration_since(r.walked_at) < full_walk_every);
+    }
+    map.insert(key, Remembered { place, walked_at });
+}
+
+/// The maps hold plain data: nothing panics while they are locked.
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn place(xmin: u64) -> Place {
+        Place {
+            priority: 0,
+            id: Uuid::now_v7(),
+            xmin,
+        }
+    }
+
+    #[test]
+    fn a_queue_starts_at_its_head_until_a_claim_answered() {
+        let b = ClaimBounds::default();
+        let s = b.starts("w", "ws:w");
+        assert!(s.own.is_none() && s.any.is_none());
+        let (own, any) = (place(10), place(10));
+        b.learn("w", "ws:w", &s, own.clone(), Some(any.clone()));
+        let s = b.starts("w", "ws:w");
+        assert_eq!(s.own, Some(own));
+        assert_eq!(s.any, Some(any));
+        // Another owner's queue, and a personal queue's 'any' (it reads none).
+        assert!(b.starts("w", "alice").own.is_none());
+        assert!(b.starts("w", "alice").any.is_none());
+    }
+
+    #[test]
+    fn a_lower_xmin_forgets_every_place() {
+        let b = ClaimBounds::default();
+        b.learn("w", "ws:w", &Starts::default(), place(10), None);
+        b.learn("w", "bob", &Starts::default(), place(10), None);
+        let s = b.starts("w", "ws:w");
+        b.learn("w", "ws:w", &s, place(9), None);
+        assert!(b.starts("w", "ws:w").own.is_none());
+        assert!(b.starts("w", "bob").own.is_none());
+    }
+
+    #[test]
+    fn a_chain_of_claims_reads_from_the_head_again_after_a_full_walk_interval() {
+        let b = ClaimBounds::new(Duration::from_millis(50));
+        b.learn("w", "ws:w", &Starts::default(), place(10), None);
+        let s = b.starts("w", "ws:w");
+        assert!(s.own.is_some());
+        // Claims that started from a remembered place keep the time of the walk they came from.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let s = b.starts("w", "ws:w");
+            if s.own.is_none() {
+                break;
+            }
+            b.learn("w", "ws:w", &s, place(11), None);
+            assert!(Instant::now() < deadline, "never read from the head again");
+            std::thread::yield_now();
+        }
+    }
+}
+
+#[cfg(test)]
+mod stamping {
+    use crate::store::sql;
+
+    /// The invariant rests on every transition into `parked` stamping `parked_xid` (an insert
+    /// gets it from the column's default).
+    #[test]
+    fn every_statement_that_parks_a_job_stamps_its_parked_xid() {
+        for (file, text) in sql::ALL {
+            let code: String = text
+                .lines()
+                .map(|l| l.split("--").next().unwrap_or(""))
+                .collect::<Vec<_>>()
+                .join("\n");
+            // The no-runner sweep reads parked jobs only: its 'parked' keeps a job where it is.
+            let keeps = *file == "sweep_no_runner.sql";
+            let parks = !keeps
+                && (code.contains("SET state = 'parked'") || code.contains("ELSE 'parked' END"));
+            if parks {
+                assert!(
+                    code.contains("parked_xid = pg_current_xact_id()")
+                        || code.contains("THEN pg_current_xact_id()"),
+                    "{file} makes a job parked without stamping parked_xid"
+                );
+            }
+            if code.contains("INSERT INTO jobs") {
+                assert!(
+                    !code.contains("parked_xid"),
+                    "{file}: a parked job's parked_xid comes from the column's default"
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,140 @@
+//! Where a plain claim starts (store::bounds, migration 0013): a replica remembers, per queue,
+//! the first parked job its last plain claim saw, and the next claim starts there. Nothing
+//! behind that place is ever skipped: a job released or re-delivered behind it, a job
+//! dispatched since with a higher priority, and a job a lease held locked and then rolled back
+//! are all taken before the jobs after it, in priority-then-FIFO order.
+//!
+//! Every test runs its replicas with a full walk every hour, so each claim after the first
+//! plain one starts from a remembered place (a claim from the head would pass these tests
+//! trivially).
+
+use std::time::Duration;
+
+use leasehold::client::Client;
+use leasehold::wire::{self, Tier};
+use serde_json::json;
+
+use crate::support::{connect, dispatch, eventually, lease, pair, personal, TestApp};
+
+fn remember_for_an_hour(c: &mut leasehold::config::Config) {
+    c.claim_full_walk_ms = 3_600_000;
+}
+
+/// Lease one job and say which.
+async fn next(runner: &Client) -> wire::LeasedJob {
+    let mut got = lease(runner, 0, 1).await;
+    assert_eq!(got.len(), 1, "a job to lease");
+    got.remove(0)
+}
+
+/// Park `n` jobs in alice's personal pool, in order.
+async fn park(alice: &Client, n: usize) -> Vec<uuid::Uuid> {
+    let mut ids = Vec::new();
+    for i in 0..n {
+        ids.push(dispatch(alice, personal(), json!(i)).await.id);
+    }
+    ids
+}
+
+#[tokio::test]
+async fn a_job_released_on_another_replica_behind_the_place_is_taken_first() {
+    let app = TestApp::spawn_with(2, remember_for_an_hour).await;
+    let alice = app.operator("acme", "alice", false).await;
+    let (_, r) = pair(&alice, Tier::Personal, &[], 10).await;
+    // A second runner of the same queue, on the other replica.
+    let (_, other) = pair(&alice, Tier::Personal, &[], 10).await;
+    let other = Client::new(app.url(1), other.token().map(str::to_owned));
+    let ids = park(&alice, 5).await;
+    // The first call learns who the runner is (general claim), the second is the plain claim
+    // from the head, the third starts where the second left off.
+    assert_eq!(next(&r).await.id, ids[0]);
+    let held = next(&other).await;
+    assert_eq!(held.id, ids[1]);
+    assert_eq!(next(&r).await.id, ids[2]);
+    assert_eq!(next(&r).await.id, ids[3]);
+    // ids[1] goes back to parked, behind the place replica 0 remembers (ids[4]).
+    other.release(held.id, held.epoch).await.unwrap();
+    assert_eq!(next(&r).await.id, ids[1], "the released job first");
+    assert_eq!(next(&r).await.id, ids[4]);
+    assert!(lease(&r, 0, 1).await.is_empty());
+}
+
+#[tokio::test]
+async fn a_job_dispatched_with_a_higher_priority_after_the_place_is_taken_first() {
+    let app = TestApp::spawn_with(1, remember_for_an_hour).await;
+    let alice = app.operator("acme", "alice", false).await;
+    let (_, r) = pair(&alice, Tier::Personal, &[], 10).await;
+    let ids = park(&alice, 4).await;
+    for id in &ids[..3] {
+        assert_eq!(next(&r).await.id, *id);
+    }
+    let mut urgent = wire::Dispatch::new(personal(), json!("urgent"));
+    urgent.priority = Some(5);
+    let urgent = alice.dispatch(&urgent).await.unwrap();
+    let mut behind = wire::Dispatch::new(personal(), json!("low"));
+    behind.priority = Some(-5);
+    let behind = alice.dispatch(&behind).await.unwrap();
+    assert_eq!(next(&r).await.id, urgent.id, "the higher priority first");
+    assert_eq!(next(&r).await.id, ids[3]);
+    assert_eq!(next(&r).await.id, behind.id, "the lower priority last");
+}
+
+#[tokio::test]
+async fn a_job_locked_by_a_lease_that_rolls_back_is_taken_by_the_next_claim() {
+    let app = TestApp::spawn_with(1, remember_for_an_hour).await;
+    let alice = app.operator("acme", "alice", false).await;
+    let (_, r) = pair(&alice, Tier::Personal, &[], 10).await;
+    let ids = park(&alice, 5).await;
+    assert_eq!(next(&r).await.id, ids[0]);
+    assert_eq!(next(&r).await.id, ids[1]);
+    // Another claimer (a replica that will crash mid-lease) holds ids[2] locked.
+    let mut db = connect(&app.database_url).await;
+    let tx = db.transaction().await.unwrap();
+    tx.execute(
+        "SELECT 1 FROM jobs WHERE id = $1 AND state = 'parked' FOR UPDATE",
+        &[&ids[2]],
+    )
+    .await
+    .unwrap();
+    assert_eq!(next(&r).await.id, ids[3], "the locked job is skipped");
+    tx.rollback().await.unwrap();
+    assert_eq!(
+        next(&r).await.id,
+        ids[2],
+        "the job the rolled-back lease held comes next, not ids[4]"
+    );
+    assert_eq!(next(&r).await.id, ids[4]);
+}
+
+#[tokio::test]
+async fn a_lapsed_lease_behind_the_place_is_redelivered_first() {
+    let app = TestApp::spawn_with(1, |c| {
+        remember_for_an_hour(c);
+        c.lease_ttl_ms = 1_500;
+    })
+    .await;
+    let alice = app.operator("acme", "alice", false).await;
+    let (_, r) = pair(&alice, Tier::Personal, &[], 10).await;
+    let ids = park(&alice, 4).await;
+    let lapsing = next(&r).await;
+    assert_eq!(lapsing.id, ids[0]);
+    // The next two settle at once; only ids[0] lapses.
+    for id in &ids[1..3] {
+        let l = next(&r).await;
+        assert_eq!(l.id, *id);
+        r.complete(l.id, l.epoch, json!(null)).await.unwrap();
+    }
+    // No heartbeat: the sweeper parks ids[0] again, behind the place.
+    eventually(Duration::from_secs(10), "the lease lapses", || async {
+        let job = alice.job(ids[0]).await.unwrap();
+        (job.state == "parked").then_some(())
+    })
+    .await;
+    let again = next(&r).await;
+    assert_eq!(
+        (again.id, again.attempt),
+        (ids[0], 2),
+        "re-delivered before ids[3]"
+    );
+    assert_eq!(next(&r).await.id, ids[3]);
+}
