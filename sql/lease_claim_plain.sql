@@ -6,9 +6,7 @@
 -- runs lease_claim.sql in a new transaction. The replica chooses this claim by the `plain` of
 -- the runner's previous claim.
 -- $1 sha256(token), $2 runner id, $3 its workspace, $4 its owner, $5 most jobs wanted, $6 lease
--- ttl ms, $7 whether to report 'more'; where to start in its pool's plain class: $8 priority,
--- $9 id, $10 the xmin (as text) of the claim that found that place, NULL with the head (1001,
--- nil); $11, $12, $13 the same for the workspace's 'any' jobs.
+-- ttl ms, $7 whether to report 'more'.
 --
 -- Named jobs the runner can run are taken first, then its pool's plain jobs (for a workspace
 -- runner also the workspace's 'any' ones), highest priority first, FIFO by id; job_fits() with
@@ -51,164 +49,30 @@ named AS (
            FOR UPDATE SKIP LOCKED) AS c
      LIMIT COALESCE((SELECT take FROM slots), 0)
 ),
--- The pool's plain class (migration 0012) only: the constrained one is never read. The scan
--- starts at a place (priority, id) in the claim index's order that the replica remembered from
--- its last plain claim of this queue ($8, $9: store::bounds), or at the head (1001, nil: above
--- every priority) when it remembers none. Every job before that place was taken, or not
--- parked, when that claim looked, except jobs parked since by a transaction its snapshot did
--- not see, whose parked_xid is at least that snapshot's xmin ($10; NULL with the head):
--- `own_since` finds the first of those, and the scan starts there when it is earlier
--- (migration 0013 says why this misses nothing). They are read whole through
--- jobs_parked_since_pool (parks since a moment ago: a few), in that index's order, so that no
--- plan prefers walking the claim index from its head to find the first.
-own_since_all AS MATERIALIZED (
-    SELECT j.priority, j.id FROM jobs j
-     WHERE j.workspace = $3 AND j.owner = $4 AND j.runner_id IS NULL AND j.state = 'parked'
-       AND job_claim_class(j.required_capabilities, j.source_key) = 0
-       AND j.parked_xid >= $10::text::xid8
-       AND (j.priority > $8 OR (j.priority = $8 AND j.id < $9))
-       AND job_fits(j.required_capabilities, j.source_key, j.needs_workspace_runner,
-                    '{}', '{}', '{}', $4 LIKE 'ws:%')
-     ORDER BY j.parked_xid
-),
-own_since AS (
-    SELECT priority, id FROM own_since_all ORDER BY priority DESC, id LIMIT 1
-),
-own_start AS (
-    SELECT COALESCE((SELECT priority FROM own_since), $8) AS priority,
-           COALESCE((SELECT id FROM own_since), $9::uuid) AS id
-),
--- The parked jobs at or after the start, locked or not (no lock taken), one more than this call
--- may take. The first is where the next claim may start: a job another call holds locked
--- stays at or after it until that call commits its lease, so a lease rolled back leaves
--- nothing behind the place remembered. Any of them this call does not take is `more`.
-own_ahead AS (
-    SELECT * FROM (
-        SELECT * FROM (SELECT j.priority, j.id FROM jobs j
-                        WHERE j.workspace = $3 AND j.owner = $4 AND j.runner_id IS NULL
-                          AND j.state = 'parked'
-                          AND job_claim_class(j.required_capabilities, j.source_key) = 0
-                          AND j.priority = (SELECT priority FROM own_start)
-                          AND j.id >= (SELECT id FROM own_start)
-                          AND job_fits(j.required_capabilities, j.source_key,
-                                       j.needs_workspace_runner, '{}', '{}', '{}',
-                                       $4 LIKE 'ws:%')
-                        ORDER BY j.id
-                        LIMIT 1000) AS same_priority
-        UNION ALL
-        SELECT * FROM (SELECT j.priority, j.id FROM jobs j
-                        WHERE j.workspace = $3 AND j.owner = $4 AND j.runner_id IS NULL
-                          AND j.state = 'parked'
-                          AND job_claim_class(j.required_capabilities, j.source_key) = 0
-                          AND j.priority < (SELECT priority FROM own_start)
-                          AND job_fits(j.required_capabilities, j.source_key,
-                                       j.needs_workspace_runner, '{}', '{}', '{}',
-                                       $4 LIKE 'ws:%')
-                        ORDER BY j.priority DESC, j.id
-                        LIMIT 1000) AS lower_priority
-    ) AS ahead
-     LIMIT COALESCE((SELECT take FROM slots), 0) + 1
-),
--- The claim proper, from the start: the rest of the start's priority, then the lower ones.
--- Append reads its branches in turn, so rows are locked only as they are taken.
+-- The pool's plain class (migration 0012) only: the constrained one is never read.
 own_plain AS (
     SELECT id, priority FROM (
-        SELECT * FROM (SELECT j.id, j.priority FROM jobs j
-                        WHERE j.workspace = $3 AND j.owner = $4 AND j.runner_id IS NULL
-                          AND j.state = 'parked'
-                          AND job_claim_class(j.required_capabilities, j.source_key) = 0
-                          AND j.priority = (SELECT priority FROM own_start)
-                          AND j.id >= (SELECT id FROM own_start)
-                          AND job_fits(j.required_capabilities, j.source_key,
-                                       j.needs_workspace_runner, '{}', '{}', '{}',
-                                       $4 LIKE 'ws:%')
-                        ORDER BY j.id
-                        LIMIT 1000
-                          FOR UPDATE SKIP LOCKED) AS same_priority
-        UNION ALL
-        SELECT * FROM (SELECT j.id, j.priority FROM jobs j
-                        WHERE j.workspace = $3 AND j.owner = $4 AND j.runner_id IS NULL
-                          AND j.state = 'parked'
-                          AND job_claim_class(j.required_capabilities, j.source_key) = 0
-                          AND j.priority < (SELECT priority FROM own_start)
-                          AND job_fits(j.required_capabilities, j.source_key,
-                                       j.needs_workspace_runner, '{}', '{}', '{}',
-                                       $4 LIKE 'ws:%')
-                        ORDER BY j.priority DESC, j.id
-                        LIMIT 1000
-                          FOR UPDATE SKIP LOCKED) AS lower_priority
-    ) AS c
+        SELECT j.id, j.priority FROM jobs j
+         WHERE j.workspace = $3 AND j.owner = $4 AND j.runner_id IS NULL AND j.state = 'parked'
+           AND job_claim_class(j.required_capabilities, j.source_key) = 0
+           AND job_fits(j.required_capabilities, j.source_key, j.needs_workspace_runner,
+                        '{}', '{}', '{}', $4 LIKE 'ws:%')
+         ORDER BY j.priority DESC, j.id
+         LIMIT 1000
+           FOR UPDATE SKIP LOCKED) AS c
      LIMIT greatest(COALESCE((SELECT take FROM slots), 0) - (SELECT count(*) FROM named), 0)
 ),
--- A workspace runner also serves the workspace's 'any' jobs (owned by their subjects), read
--- the same way from its own remembered place ($11, $12, $13).
-any_since_all AS MATERIALIZED (
-    SELECT j.priority, j.id FROM jobs j
-     WHERE $4 LIKE 'ws:%' AND j.workspace = $3 AND j.pool = 'any' AND j.state = 'parked'
-       AND job_claim_class(j.required_capabilities, j.source_key) = 0
-       AND j.parked_xid >= $13::text::xid8
-       AND (j.priority > $11 OR (j.priority = $11 AND j.id < $12))
-       AND job_fits(j.required_capabilities, j.source_key, j.needs_workspace_runner,
-                    '{}', '{}', '{}', true)
-     ORDER BY j.parked_xid
-),
-any_since AS (
-    SELECT priority, id FROM any_since_all ORDER BY priority DESC, id LIMIT 1
-),
-any_start AS (
-    SELECT COALESCE((SELECT priority FROM any_since), $11) AS priority,
-           COALESCE((SELECT id FROM any_since), $12::uuid) AS id
-),
-any_ahead AS (
-    SELECT * FROM (
-        SELECT * FROM (SELECT j.priority, j.id FROM jobs j
-                        WHERE $4 LIKE 'ws:%' AND j.workspace = $3 AND j.pool = 'any'
-                          AND j.state = 'parked'
-                          AND job_claim_class(j.required_capabilities, j.source_key) = 0
-                          AND j.priority = (SELECT priority FROM any_start)
-                          AND j.id >= (SELECT id FROM any_start)
-                          AND job_fits(j.required_capabilities, j.source_key,
-                                       j.needs_workspace_runner, '{}', '{}', '{}', true)
-                        ORDER BY j.id
-                        LIMIT 1000) AS same_priority
-        UNION ALL
-        SELECT * FROM (SELECT j.priority, j.id FROM jobs j
-                        WHERE $4 LIKE 'ws:%' AND j.workspace = $3 AND j.pool = 'any'
-                          AND j.state = 'parked'
-                          AND job_claim_class(j.required_capabilities, j.source_key) = 0
-                          AND j.priority < (SELECT priority FROM any_start)
-                          AND job_fits(j.required_capabilities, j.source_key,
-                                       j.needs_workspace_runner, '{}', '{}', '{}', true)
-                        ORDER BY j.priority DESC, j.id
-                        LIMIT 1000) AS lower_priority
-    ) AS ahead
-     LIMIT COALESCE((SELECT take FROM slots), 0) + 1
-),
+-- A workspace runner also serves the workspace's 'any' jobs (owned by their subjects).
 any_plain AS (
     SELECT id, priority FROM (
-        SELECT * FROM (SELECT j.id, j.priority FROM jobs j
-                        WHERE $4 LIKE 'ws:%' AND j.workspace = $3 AND j.pool = 'any'
-                          AND j.state = 'parked'
-                          AND job_claim_class(j.required_capabilities, j.source_key) = 0
-                          AND j.priority = (SELECT priority FROM any_start)
-                          AND j.id >= (SELECT id FROM any_start)
-                          AND job_fits(j.required_capabilities, j.source_key,
-                                       j.needs_workspace_runner, '{}', '{}', '{}', true)
-                        ORDER BY j.id
-                        LIMIT 1000
-                          FOR UPDATE SKIP LOCKED) AS same_priority
-        UNION ALL
-        SELECT * FROM (SELECT j.id, j.priority FROM jobs j
-                        WHERE $4 LIKE 'ws:%' AND j.workspace = $3 AND j.pool = 'any'
-                          AND j.state = 'parked'
-                          AND job_claim_class(j.required_capabilities, j.source_key) = 0
-                          AND j.priority < (SELECT priority FROM any_start)
-                          AND job_fits(j.required_capabilities, j.source_key,
-                                       j.needs_workspace_runner, '{}', '{}', '{}', true)
-                        ORDER BY j.priority DESC, j.id
-                        LIMIT 1000
-                          FOR UPDATE SKIP LOCKED) AS lower_priority
-    ) AS c
+        SELECT j.id, j.priority FROM jobs j
+         WHERE $4 LIKE 'ws:%' AND j.workspace = $3 AND j.pool = 'any' AND j.state = 'parked'
+           AND job_claim_class(j.required_capabilities, j.source_key) = 0
+           AND job_fits(j.required_capabilities, j.source_key, j.needs_workspace_runner,
+                        '{}', '{}', '{}', $4 LIKE 'ws:%')
+         ORDER BY j.priority DESC, j.id
+         LIMIT 1000
+           FOR UPDATE SKIP LOCKED) AS c
      LIMIT greatest(COALESCE((SELECT take FROM slots), 0) - (SELECT count(*) FROM named), 0)
 ),
 pool AS (
@@ -261,10 +125,14 @@ events AS (
 answer AS (
     SELECT s.plain, s.take AS free,
            -- Pool jobs this call did not take (the ones it took still look parked to its
-           -- snapshot), of either class: another runner may run what this one cannot. The
-           -- plain class is read from the start (own_ahead, any_ahead), the constrained one
-           -- from its head.
-           $7::boolean AND (EXISTS (SELECT 1 FROM own_ahead c WHERE c.id NOT IN (SELECT id FROM pool))
+           -- snapshot), of either class: another runner may run what this one cannot.
+           $7::boolean AND (EXISTS (SELECT 1 FROM (SELECT j.id FROM jobs j
+                              WHERE j.workspace = $3 AND j.owner = $4 AND j.runner_id IS NULL
+                                AND j.state = 'parked'
+                                AND job_claim_class(j.required_capabilities, j.source_key) = 0
+                              ORDER BY j.priority DESC, j.id
+                              LIMIT 1000) AS c
+                     WHERE c.id NOT IN (SELECT id FROM pool))
             OR EXISTS (SELECT 1 FROM (SELECT j.id FROM jobs j
                               WHERE j.workspace = $3 AND j.owner = $4 AND j.runner_id IS NULL
                                 AND j.state = 'parked'
@@ -272,8 +140,12 @@ answer AS (
                               ORDER BY j.priority DESC, j.id
                               LIMIT 1000) AS c
                      WHERE c.id NOT IN (SELECT id FROM pool))
-            OR ($4 LIKE 'ws:%' AND (EXISTS (SELECT 1 FROM any_ahead c
-                                          WHERE c.id NOT IN (SELECT id FROM pool))
+            OR ($4 LIKE 'ws:%' AND (EXISTS (SELECT 1 FROM (SELECT j.id FROM jobs j
+                              WHERE j.workspace = $3 AND j.pool = 'any' AND j.state = 'parked'
+                                AND job_claim_class(j.required_capabilities, j.source_key) = 0
+                              ORDER BY j.priority DESC, j.id
+                              LIMIT 1000) AS c
+                     WHERE c.id NOT IN (SELECT id FROM pool))
                  OR EXISTS (SELECT 1 FROM (SELECT j.id FROM jobs j
                               WHERE j.workspace = $3 AND j.pool = 'any' AND j.state = 'parked'
                                 AND job_claim_class(j.required_capabilities, j.source_key) = 1
@@ -281,25 +153,8 @@ answer AS (
                               LIMIT 1000) AS c
                      WHERE c.id NOT IN (SELECT id FROM pool))))) AS more
       FROM slots s, commit_mode
-),
--- Where the next plain claim of each queue may start (store::bounds): the first parked job at or
--- after this one's start, or (-1001, nil), past every job, when there was none; and this
--- statement's snapshot xmin. The 'any' place is NULL for a personal runner.
-places AS (
-    SELECT COALESCE((SELECT priority FROM own_ahead ORDER BY priority DESC, id LIMIT 1), -1001)
-               AS own_next_priority,
-           COALESCE((SELECT id FROM own_ahead ORDER BY priority DESC, id LIMIT 1),
-                    '00000000-0000-0000-0000-000000000000'::uuid) AS own_next_id,
-           CASE WHEN $4 LIKE 'ws:%'
-                THEN COALESCE((SELECT priority FROM any_ahead ORDER BY priority DESC, id LIMIT 1),
-                              -1001) END AS any_next_priority,
-           CASE WHEN $4 LIKE 'ws:%'
-                THEN COALESCE((SELECT id FROM any_ahead ORDER BY priority DESC, id LIMIT 1),
-                              '00000000-0000-0000-0000-000000000000'::uuid) END AS any_next_id,
-           pg_snapshot_xmin(pg_current_snapshot())::text AS snapshot_xmin
 )
-SELECT a.plain, a.free, a.more, p.own_next_priority, p.own_next_id, p.any_next_priority,
-       p.any_next_id, p.snapshot_xmin, l.id, l.workspace, l.epoch, l.attempts, l.kind, l.payload,
+SELECT a.plain, a.free, a.more, l.id, l.workspace, l.epoch, l.attempts, l.kind, l.payload,
        l.required_capabilities, l.priority, l.named, l.lease_expires_at, l.secrets, l.source,
        l.traceparent
-  FROM answer a CROSS JOIN places p LEFT JOIN leased l ON true
+  FROM answer a LEFT JOIN leased l ON true

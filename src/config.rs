@@ -110,10 +110,15 @@ pub struct Config {
     /// How long a call waits for a free pooled connection before it answers 503.
     #[arg(long, env = "LEASEHOLD_POOL_TIMEOUT_MS", default_value_t = 5_000)]
     pub pool_timeout_ms: u64,
-    /// A plain claim starts where the last one of its queue on this replica found the first
-    /// parked job (docs/design.md, "Where a claim starts"); at least this often, each queue is
-    /// read from its head instead.
-    #[arg(long, env = "LEASEHOLD_CLAIM_FULL_WALK_MS", default_value_t = 1_000)]
+    /// While the oldest snapshot the database keeps (a long analytics query, a replication
+    /// slot) is at least this many transactions old, a plain claim starts where the last one of
+    /// its queue on this replica found the first parked job, not at the queue's head
+    /// (docs/design.md, "Where a claim starts"). 0: always.
+    #[arg(long, env = "LEASEHOLD_CLAIM_BOUND_AGE", default_value_t = 5_000)]
+    pub claim_bound_age: u64,
+    /// Claims that start from remembered places still read each queue from its head at least
+    /// this often.
+    #[arg(long, env = "LEASEHOLD_CLAIM_FULL_WALK_MS", default_value_t = 5_000)]
     pub claim_full_walk_ms: u64,
     /// Concurrent lease calls one runner token may hold open on one replica; beyond it a lease
     /// call answers 429 `rate_limited` with `Retry-After`, before any database work.

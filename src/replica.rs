@@ -96,7 +96,7 @@ pub async fn start(config: Config, listener: TcpListener) -> anyhow::Result<Repl
         operation: config.request_timeout(),
         checkout: config.pool_timeout(),
     })
-    .with_claim_full_walk_every(config.claim_full_walk());
+    .with_claim_bounds(config.claim_bound_age, config.claim_full_walk());
     let origin = format!("{:016x}", rand::rng().next_u64());
     let background = CancellationToken::new();
     let shutdown = CancellationToken::new();
@@ -122,6 +122,7 @@ pub async fn start(config: Config, listener: TcpListener) -> anyhow::Result<Repl
     tasks.spawn(sweeper::run(hub.clone(), background.clone()));
     tasks.spawn(hub.clone().recheck_loop(background.clone()));
     tasks.spawn(count_jobs(hub.clone(), background.clone()));
+    tasks.spawn(watch_horizon(hub.clone(), background.clone()));
 
     let mut state = AppState::new(hub.clone(), shutdown.clone());
     state.certificates = certificates.clone();
@@ -212,6 +213,30 @@ async fn count_jobs(hub: Arc<Hub>, cancel: CancellationToken) {
                 }
             }
             Err(_) => hub.metrics.background_failure("depth"),
+        }
+    }
+}
+
+/// The database's snapshot horizon, once a second: plain claims start from remembered places
+/// while it is old (store::bounds).
+async fn watch_horizon(hub: Arc<Hub>, cancel: CancellationToken) {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        match hub.store.watch_horizon().await {
+            Ok(age) => {
+                hub.metrics
+                    .horizon_age
+                    .set(i64::try_from(age).unwrap_or(i64::MAX));
+                hub.metrics
+                    .claims_from_places
+                    .set(i64::from(hub.store.claims_from_places()));
+            }
+            Err(_) => hub.metrics.background_failure("horizon"),
         }
     }
 }

@@ -16,17 +16,29 @@
 //! database that moved back in time (a failover to a standby that had not received the last
 //! transactions may hand out their xids again), so a replica that sees an xmin lower than one it
 //! remembered forgets every place, and every queue is read from the head again at least once
-//! per [`ClaimBounds::full_walk_every`] whatever happens.
+//! per full-walk interval whatever happens.
+//!
+//! The places cost a claim more than they save while the oldest snapshot is young (the entries
+//! of taken jobs are then gone within moments, and the head is near): each replica reads the
+//! server's horizon age once a second ([`Store::watch_horizon`]) and its plain claims start from
+//! remembered places only while it is at least `LEASEHOLD_CLAIM_BOUND_AGE` transactions.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use uuid::Uuid;
 
+use super::{sql, Result, Store};
+
 /// How often a queue is read from its head at the latest: the default of
 /// `LEASEHOLD_CLAIM_FULL_WALK_MS`.
-pub const FULL_WALK_EVERY: Duration = Duration::from_secs(1);
+pub const FULL_WALK_EVERY: Duration = Duration::from_secs(5);
+
+/// From how many transactions of horizon age plain claims start from remembered places: the
+/// default of `LEASEHOLD_CLAIM_BOUND_AGE`.
+pub const FROM_AGE: u64 = 5_000;
 
 /// At most this many queues are remembered; past it, places older than a full walk go.
 const MOST_QUEUES: usize = 10_000;
@@ -66,27 +78,53 @@ pub struct Starts {
 #[derive(Debug)]
 pub struct ClaimBounds {
     full_walk_every: Duration,
+    /// Places are used from this horizon age on (0: always).
+    from_age: u64,
+    /// The server's horizon age, as last read.
+    horizon_age: AtomicU64,
     own: Mutex<HashMap<(String, String), Remembered>>,
     any: Mutex<HashMap<String, Remembered>>,
 }
 
 impl Default for ClaimBounds {
     fn default() -> Self {
-        Self::new(FULL_WALK_EVERY)
+        Self::new(FULL_WALK_EVERY, FROM_AGE)
     }
 }
 
 impl ClaimBounds {
-    pub fn new(full_walk_every: Duration) -> Self {
+    pub fn new(full_walk_every: Duration, from_age: u64) -> Self {
         Self {
             full_walk_every,
+            from_age,
+            horizon_age: AtomicU64::new(0),
             own: Mutex::default(),
             any: Mutex::default(),
         }
     }
 
-    /// Where a plain claim of this queue starts now.
-    pub fn starts(&self, workspace: &str, owner: &str) -> Starts {
+    /// Record the server's horizon age. Below the threshold the places are forgotten: they
+    /// would be stale when next needed.
+    pub fn observe_horizon(&self, age: u64) {
+        self.horizon_age.store(age, Ordering::Relaxed);
+        if !self.in_use() {
+            lock(&self.own).clear();
+            lock(&self.any).clear();
+        }
+    }
+
+    /// Whether plain claims start from remembered places now.
+    pub fn in_use(&self) -> bool {
+        self.from_age == 0 || self.horizon_age.load(Ordering::Relaxed) >= self.from_age
+    }
+
+    /// Where a plain claim of this queue starts now: `None` for the head claim
+    /// (`lease_claim_plain.sql`), else the places for `lease_claim_plain_from.sql`.
+    pub fn starts(&self, workspace: &str, owner: &str) -> Option<Starts> {
+        self.in_use().then(|| self.places(workspace, owner))
+    }
+
+    fn places(&self, workspace: &str, owner: &str) -> Starts {
         let now = Instant::now();
         let fresh = |r: &Remembered| now.duration_since(r.walked_at) < self.full_walk_every;
         let own = lock(&self.own)
@@ -166,6 +204,25 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+impl Store {
+    /// Read the server's horizon age (`snapshot_horizon_age.sql`) and let the plain claims
+    /// follow it.
+    ///
+    /// # Errors
+    /// The database failed; the claims keep what they did.
+    pub async fn watch_horizon(&self) -> Result<u64> {
+        let row = self.query_opt(sql::SNAPSHOT_HORIZON_AGE, &[]).await?;
+        let age = row.map_or(0, |r| r.get::<_, i64>("age").max(0) as u64);
+        self.claim_bounds.observe_horizon(age);
+        Ok(age)
+    }
+
+    /// Whether plain claims start from remembered places now (for metrics and tests).
+    pub fn claims_from_places(&self) -> bool {
+        self.claim_bounds.in_use()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -178,42 +235,62 @@ mod tests {
         }
     }
 
+    /// Places always in use.
+    fn always(full_walk_every: Duration) -> ClaimBounds {
+        ClaimBounds::new(full_walk_every, 0)
+    }
+
+    #[test]
+    fn places_are_used_only_while_the_horizon_is_old() {
+        let b = ClaimBounds::new(FULL_WALK_EVERY, 100);
+        assert!(b.starts("w", "ws:w").is_none());
+        b.observe_horizon(100);
+        let s = b.starts("w", "ws:w").expect("in use");
+        b.learn("w", "ws:w", &s, place(10), None);
+        assert!(b.starts("w", "ws:w").unwrap().own.is_some());
+        // Young again: the head claim, and the places are forgotten.
+        b.observe_horizon(99);
+        assert!(b.starts("w", "ws:w").is_none());
+        b.observe_horizon(1000);
+        assert!(b.starts("w", "ws:w").unwrap().own.is_none());
+    }
+
     #[test]
     fn a_queue_starts_at_its_head_until_a_claim_answered() {
-        let b = ClaimBounds::default();
-        let s = b.starts("w", "ws:w");
+        let b = always(FULL_WALK_EVERY);
+        let s = b.starts("w", "ws:w").unwrap();
         assert!(s.own.is_none() && s.any.is_none());
         let (own, any) = (place(10), place(10));
         b.learn("w", "ws:w", &s, own.clone(), Some(any.clone()));
-        let s = b.starts("w", "ws:w");
+        let s = b.starts("w", "ws:w").unwrap();
         assert_eq!(s.own, Some(own));
         assert_eq!(s.any, Some(any));
         // Another owner's queue, and a personal queue's 'any' (it reads none).
-        assert!(b.starts("w", "alice").own.is_none());
-        assert!(b.starts("w", "alice").any.is_none());
+        assert!(b.starts("w", "alice").unwrap().own.is_none());
+        assert!(b.starts("w", "alice").unwrap().any.is_none());
     }
 
     #[test]
     fn a_lower_xmin_forgets_every_place() {
-        let b = ClaimBounds::default();
+        let b = always(FULL_WALK_EVERY);
         b.learn("w", "ws:w", &Starts::default(), place(10), None);
         b.learn("w", "bob", &Starts::default(), place(10), None);
-        let s = b.starts("w", "ws:w");
+        let s = b.starts("w", "ws:w").unwrap();
         b.learn("w", "ws:w", &s, place(9), None);
-        assert!(b.starts("w", "ws:w").own.is_none());
-        assert!(b.starts("w", "bob").own.is_none());
+        assert!(b.starts("w", "ws:w").unwrap().own.is_none());
+        assert!(b.starts("w", "bob").unwrap().own.is_none());
     }
 
     #[test]
     fn a_chain_of_claims_reads_from_the_head_again_after_a_full_walk_interval() {
-        let b = ClaimBounds::new(Duration::from_millis(50));
+        let b = always(Duration::from_millis(50));
         b.learn("w", "ws:w", &Starts::default(), place(10), None);
-        let s = b.starts("w", "ws:w");
+        let s = b.starts("w", "ws:w").unwrap();
         assert!(s.own.is_some());
         // Claims that started from a remembered place keep the time of the walk they came from.
         let deadline = Instant::now() + Duration::from_secs(5);
         loop {
-            let s = b.starts("w", "ws:w");
+            let s = b.starts("w", "ws:w").unwrap();
             if s.own.is_none() {
                 break;
             }

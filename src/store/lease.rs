@@ -178,12 +178,18 @@ impl Store {
         let plain = me.plain && advertised.capabilities.as_ref().is_none_or(Vec::is_empty);
         let client = self.client().await?;
         let lock = prepare(&client, sql::RUNNER_LOCK_FOR_LEASE).await?;
-        let claim_sql = claim_statement(plain);
+        let starts = if plain {
+            self.claim_bounds.starts(&me.workspace, &me.owner)
+        } else {
+            None
+        };
+        let claim_sql = claim_statement(plain, starts.is_some());
         let claim = prepare(&client, claim_sql).await?;
         let reject = prepare(&client, sql::LEASE_REJECT_UNFIT).await?;
         let lock_args = lock_params(&token_hash, advertised, &self.seen_refresh_ms);
-        let starts = self.claim_bounds.starts(&me.workspace, &me.owner);
-        let (own, any) = (StartParams::of(&starts.own), StartParams::of(&starts.any));
+        let none = bounds::Starts::default();
+        let places = starts.as_ref().unwrap_or(&none);
+        let (own, any) = (StartParams::of(&places.own), StartParams::of(&places.any));
         let general: [&(dyn ToSql + Sync); 7] = [
             &token_hash,
             &me.id,
@@ -208,7 +214,8 @@ impl Store {
             &any.id,
             &any.xmin,
         ];
-        let claim_params: &[&(dyn ToSql + Sync)] = if plain { &bounded } else { &general };
+        let claim_params: &[&(dyn ToSql + Sync)] =
+            if starts.is_some() { &bounded } else { &general };
         let reject_params: [&(dyn ToSql + Sync); 3] = [&token_hash, &me.id, &me.owner];
         // Pipelined: all five are queued on the connection before any answer is read.
         self.count(5);
@@ -248,10 +255,8 @@ impl Store {
                 .extend(rejected.iter().map(|r| r.get::<_, uuid::Uuid>("id")));
             return Ok(out);
         }
-        if plain {
-            if let Some(first) = claimed.first() {
-                self.learn_places(&me.workspace, &me.owner, &starts, first)?;
-            }
+        if let (Some(starts), Some(first)) = (&starts, claimed.first()) {
+            self.learn_places(&me.workspace, &me.owner, starts, first)?;
         }
         outcome(identity, row.get("version"), &claimed, &rejected)
     }
@@ -366,12 +371,13 @@ impl StartParams {
     }
 }
 
-/// The claim for a runner: the plain one (`lease_claim_plain.sql`) or the general one.
-fn claim_statement(plain: bool) -> &'static str {
-    if plain {
-        sql::LEASE_CLAIM_PLAIN
-    } else {
-        sql::LEASE_CLAIM
+/// The claim for a runner: the plain one (`lease_claim_plain.sql`, or from remembered places
+/// `lease_claim_plain_from.sql`) or the general one.
+fn claim_statement(plain: bool, from_places: bool) -> &'static str {
+    match (plain, from_places) {
+        (false, _) => sql::LEASE_CLAIM,
+        (true, false) => sql::LEASE_CLAIM_PLAIN,
+        (true, true) => sql::LEASE_CLAIM_PLAIN_FROM,
     }
 }
 

@@ -155,11 +155,13 @@ impl Store {
         self
     }
 
-    /// The same store reading each queue from its head at least this often
-    /// (`LEASEHOLD_CLAIM_FULL_WALK_MS`; see [`bounds`]). Call before first use.
+    /// The same store starting plain claims from remembered places from a horizon age of
+    /// `from_age` transactions (`LEASEHOLD_CLAIM_BOUND_AGE`, 0: always) and reading each queue
+    /// from its head at least every `full_walk_every` (`LEASEHOLD_CLAIM_FULL_WALK_MS`; see
+    /// [`bounds`]). Call before first use.
     #[must_use]
-    pub fn with_claim_full_walk_every(mut self, every: Duration) -> Self {
-        self.claim_bounds = Arc::new(bounds::ClaimBounds::new(every));
+    pub fn with_claim_bounds(mut self, from_age: u64, full_walk_every: Duration) -> Self {
+        self.claim_bounds = Arc::new(bounds::ClaimBounds::new(full_walk_every, from_age));
         self
     }
 

@@ -42,6 +42,8 @@ statements! {
     JOB_EVENTS_LIST => "job_events_list.sql",
     LEASE_CLAIM => "lease_claim.sql",
     LEASE_CLAIM_PLAIN => "lease_claim_plain.sql",
+    LEASE_CLAIM_PLAIN_FROM => "lease_claim_plain_from.sql",
+    SNAPSHOT_HORIZON_AGE => "snapshot_horizon_age.sql",
     LEASE_REJECT_UNFIT => "lease_reject_unfit.sql",
     LEASE_PROBE => "lease_probe.sql",
     SWEEP_LAPSED_LEASES => "sweep_lapsed_leases.sql",

@@ -113,6 +113,10 @@ pub struct Metrics {
     pub wakes: Counter,
     pub rechecks: Counter,
     pub long_polls: Gauge,
+    /// The database's snapshot horizon age, in transactions, as last read.
+    pub horizon_age: Gauge,
+    /// 1 while plain claims start from remembered places.
+    pub claims_from_places: Gauge,
     pub background_failures: Family<TaskLabel, Counter>,
     pub jobs: Family<StateLabel, Gauge>,
 }
@@ -200,10 +204,22 @@ impl Metrics {
             "Lease long-polls parked on this replica now.",
             long_polls.clone(),
         );
+        let horizon_age = Gauge::default();
+        r.register(
+            "leasehold_snapshot_horizon_age",
+            "Transactions since the oldest snapshot, transaction, slot or prepared transaction the database keeps, read once a second.",
+            horizon_age.clone(),
+        );
+        let claims_from_places = Gauge::default();
+        r.register(
+            "leasehold_claims_from_places",
+            "1 while plain claims start where the last one of their queue found the first parked job (the horizon is old), 0 while they read queues from the head.",
+            claims_from_places.clone(),
+        );
         let background_failures = Family::<TaskLabel, Counter>::default();
         r.register(
             "leasehold_background_failures",
-            "Background work that failed, by task (sweep, touch, recheck, notify, depth).",
+            "Background work that failed, by task (sweep, touch, recheck, notify, depth, horizon).",
             background_failures.clone(),
         );
         let jobs = Family::<StateLabel, Gauge>::default();
@@ -231,6 +247,8 @@ impl Metrics {
             wakes,
             rechecks,
             long_polls,
+            horizon_age,
+            claims_from_places,
             background_failures,
             jobs,
         }

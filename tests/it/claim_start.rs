@@ -4,9 +4,9 @@
 //! dispatched since with a higher priority, and a job a lease held locked and then rolled back
 //! are all taken before the jobs after it, in priority-then-FIFO order.
 //!
-//! Every test runs its replicas with a full walk every hour, so each claim after the first
-//! plain one starts from a remembered place (a claim from the head would pass these tests
-//! trivially).
+//! Every test runs its replicas with places always in use and a full walk every hour, so each
+//! claim after the first plain one starts from a remembered place (a claim from the head would
+//! pass these tests trivially).
 
 use std::time::Duration;
 
@@ -17,6 +17,7 @@ use serde_json::json;
 use crate::support::{connect, dispatch, eventually, lease, pair, personal, TestApp};
 
 fn remember_for_an_hour(c: &mut leasehold::config::Config) {
+    c.claim_bound_age = 0;
     c.claim_full_walk_ms = 3_600_000;
 }
 

@@ -160,6 +160,8 @@ async fn families_exist_move_and_stay_bounded() {
         "leasehold_notifications_sent",
         "leasehold_notifications_heard",
         "leasehold_long_polls",
+        "leasehold_snapshot_horizon_age",
+        "leasehold_claims_from_places",
         "leasehold_waiters",
         "leasehold_pool_connections_in_use",
         "leasehold_pool_waiting",
@@ -200,4 +202,66 @@ async fn families_exist_move_and_stay_bounded() {
             "unbounded label {k}={v}"
         );
     }
+}
+
+/// A snapshot held open (the analytics query) switches plain claims to remembered places once
+/// it is `LEASEHOLD_CLAIM_BOUND_AGE` transactions old, the jobs still come in FIFO order, and its
+/// end switches the claims back to the head.
+#[tokio::test]
+async fn an_old_snapshot_switches_plain_claims_to_remembered_places_and_back() {
+    let app = TestApp::spawn_with(1, |c| c.claim_bound_age = 20).await;
+    let url = app.url(0);
+    let alice = app.operator("acme", "alice", false).await;
+    let (_, runner) = pair(&alice, leasehold::wire::Tier::Personal, &[], 100).await;
+    let gauge = |want: f64| {
+        let url = url.clone();
+        move || {
+            let url = url.clone();
+            async move {
+                (value(&scrape(&url).await, "leasehold_claims_from_places", &[]) == want)
+                    .then_some(())
+            }
+        }
+    };
+    eventually(Duration::from_secs(10), "claims read the head", gauge(0.0)).await;
+    let mut analytics = connect(&app.database_url).await;
+    let snapshot = analytics
+        .build_transaction()
+        .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
+        .start()
+        .await
+        .unwrap();
+    snapshot
+        .query_one("SELECT count(*) FROM jobs", &[])
+        .await
+        .unwrap();
+    // Each dispatch is a transaction: the snapshot grows older.
+    let mut ids = Vec::new();
+    for i in 0..30 {
+        ids.push(dispatch(&alice, personal(), json!(i)).await.id);
+    }
+    eventually(
+        Duration::from_secs(10),
+        "claims start from remembered places",
+        gauge(1.0),
+    )
+    .await;
+    assert!(
+        value(&scrape(&url).await, "leasehold_snapshot_horizon_age", &[]) >= 20.0,
+        "the age it switched on"
+    );
+    let mut leased = Vec::new();
+    while leased.len() < ids.len() {
+        let got = lease(&runner, 0, 1).await;
+        assert_eq!(got.len(), 1, "every job is found");
+        leased.push(got[0].id);
+    }
+    assert_eq!(leased, ids, "in FIFO order");
+    snapshot.commit().await.unwrap();
+    eventually(
+        Duration::from_secs(10),
+        "claims read the head again",
+        gauge(0.0),
+    )
+    .await;
 }

@@ -97,6 +97,11 @@ async fn check_hot_plans(app: &TestApp) {
         (
             "lease_claim_plain",
             sql::LEASE_CLAIM_PLAIN,
+            format!("{token}, {runner}, 'acme', 'ws:acme', 10, 120000, true"),
+        ),
+        (
+            "lease_claim_plain_from",
+            sql::LEASE_CLAIM_PLAIN_FROM,
             format!(
                 "{token}, {runner}, 'acme', 'ws:acme', 10, 120000, true, \
                  0, {job}, '1000', 0, {job}, '1000'"
@@ -167,8 +172,8 @@ async fn check_hot_plans(app: &TestApp) {
         let i = statements.iter().position(|(n, _, _)| *n == name).unwrap();
         plans[i].as_str()
     };
-    // Both claims walk each claim index in order; they never read or sort a whole queue.
-    for name in ["lease_claim", "lease_claim_plain"] {
+    // The claims walk each claim index in order; they never read or sort a whole queue.
+    for name in ["lease_claim", "lease_claim_plain", "lease_claim_plain_from"] {
         assert_plan(
             name,
             plan(name),
@@ -180,7 +185,7 @@ async fn check_hot_plans(app: &TestApp) {
             ],
             &["Seq Scan"],
         );
-        if name == "lease_claim_plain" {
+        if name == "lease_claim_plain_from" {
             // The parks since the remembered place come from their own indexes, never from a
             // walk of the claim index.
             assert_plan(
@@ -297,6 +302,7 @@ async fn a_claim_behind_an_unfit_head_reads_none_of_it() {
     for (name, claim) in [
         ("lease_claim", sql::LEASE_CLAIM),
         ("lease_claim_plain", sql::LEASE_CLAIM_PLAIN),
+        ("lease_claim_plain_from", sql::LEASE_CLAIM_PLAIN_FROM),
     ] {
         let tx = db.transaction().await.unwrap();
         tx.batch_execute(
@@ -308,7 +314,7 @@ async fn a_claim_behind_an_unfit_head_reads_none_of_it() {
             .await
             .unwrap();
         // The plain claim from the head (no remembered place).
-        let head = if name == "lease_claim_plain" {
+        let head = if name == "lease_claim_plain_from" {
             ", 1001, '00000000-0000-0000-0000-000000000000', NULL, \
              1001, '00000000-0000-0000-0000-000000000000', NULL"
         } else {
