@@ -190,7 +190,7 @@ impl Store {
         let none = bounds::Starts::default();
         let places = starts.as_ref().unwrap_or(&none);
         let (own, any) = (StartParams::of(&places.own), StartParams::of(&places.any));
-        let general: [&(dyn ToSql + Sync); 7] = [
+        let mut claim_params: Vec<&(dyn ToSql + Sync)> = vec![
             &token_hash,
             &me.id,
             &me.workspace,
@@ -199,30 +199,23 @@ impl Store {
             &lease_ttl_ms,
             &want_more,
         ];
-        let bounded: [&(dyn ToSql + Sync); 13] = [
-            &token_hash,
-            &me.id,
-            &me.workspace,
-            &me.owner,
-            &max_jobs,
-            &lease_ttl_ms,
-            &want_more,
-            &own.priority,
-            &own.id,
-            &own.xmin,
-            &any.priority,
-            &any.id,
-            &any.xmin,
-        ];
-        let claim_params: &[&(dyn ToSql + Sync)] =
-            if starts.is_some() { &bounded } else { &general };
+        if starts.is_some() {
+            claim_params.extend([
+                &own.priority as &(dyn ToSql + Sync),
+                &own.id,
+                &own.xmin,
+                &any.priority,
+                &any.id,
+                &any.xmin,
+            ]);
+        }
         let reject_params: [&(dyn ToSql + Sync); 3] = [&token_hash, &me.id, &me.owner];
         // Pipelined: all five are queued on the connection before any answer is read.
         self.count(5);
         let (begin, locked, claimed, rejected, commit) = tokio::join!(
             client.batch_execute("BEGIN"),
             client.query_opt(&lock, &lock_args),
-            client.query(&claim, claim_params),
+            client.query(&claim, &claim_params),
             client.query(&reject, &reject_params),
             client.batch_execute("COMMIT"),
         );
