@@ -248,6 +248,10 @@ mod tests {
             "0012_claim_class.sql",
             "1bb2d0770c7d5fe3185ac7b26cbecd93be81eccbc91e85dc2151fbf388768c58",
         ),
+        (
+            "0013_claim_bound.sql",
+            "e616640d1437845fd0be292f5a8ad0b73c82b5e5e4db5aa4f1e34a7bcef3609d",
+        ),
     ];
 
     #[test]
