@@ -1,4 +1,4 @@
-//! Where this replica's next plain claim of each queue starts (`lease_claim_plain.sql`,
+//! Where this replica's next plain claim of each queue starts (`lease_claim_plain_from.sql`,
 //! migration 0013).
 //!
 //! A claim index keeps an entry for every job taken until that job's old row version is dead

@@ -190,32 +190,33 @@ impl Store {
         let none = bounds::Starts::default();
         let places = starts.as_ref().unwrap_or(&none);
         let (own, any) = (StartParams::of(&places.own), StartParams::of(&places.any));
-        let mut claim_params: Vec<&(dyn ToSql + Sync)> = vec![
-            &token_hash,
-            &me.id,
-            &me.workspace,
-            &me.owner,
-            &max_jobs,
-            &lease_ttl_ms,
-            &want_more,
-        ];
-        if starts.is_some() {
-            claim_params.extend([
-                &own.priority as &(dyn ToSql + Sync),
-                &own.id,
-                &own.xmin,
-                &any.priority,
-                &any.id,
-                &any.xmin,
-            ]);
-        }
+        let general = claim_params(&token_hash, me, &max_jobs, &lease_ttl_ms, &want_more);
+        // The plain claim from remembered places takes their six parameters too ($8..$13).
+        let from_places: Vec<&(dyn ToSql + Sync)>;
+        let claim_args: &[&(dyn ToSql + Sync)] = if starts.is_some() {
+            from_places = general
+                .iter()
+                .copied()
+                .chain([
+                    &own.priority as &(dyn ToSql + Sync),
+                    &own.id,
+                    &own.xmin,
+                    &any.priority,
+                    &any.id,
+                    &any.xmin,
+                ])
+                .collect();
+            &from_places
+        } else {
+            &general
+        };
         let reject_params: [&(dyn ToSql + Sync); 3] = [&token_hash, &me.id, &me.owner];
         // Pipelined: all five are queued on the connection before any answer is read.
         self.count(5);
         let (begin, locked, claimed, rejected, commit) = tokio::join!(
             client.batch_execute("BEGIN"),
             client.query_opt(&lock, &lock_args),
-            client.query(&claim, &claim_params),
+            client.query(&claim, claim_args),
             client.query(&reject, &reject_params),
             client.batch_execute("COMMIT"),
         );
@@ -317,15 +318,7 @@ impl Store {
         let claimed = tx
             .query(
                 &claim,
-                &[
-                    &token_hash,
-                    &me.id,
-                    &me.workspace,
-                    &me.owner,
-                    &max_jobs,
-                    &lease_ttl_ms,
-                    &want_more,
-                ],
+                &claim_params(&token_hash, &me, &max_jobs, &lease_ttl_ms, &want_more),
             )
             .await
             .map_err(|e| StoreError::pg(sql::LEASE_CLAIM, e))?;
@@ -382,6 +375,25 @@ async fn prepare(
         .prepare_cached(text)
         .await
         .map_err(|e| StoreError::pg(text, e))
+}
+
+/// The parameters every claim takes (`lease_claim*.sql` $1..$7).
+fn claim_params<'a>(
+    token_hash: &'a &'a [u8],
+    me: &'a LeaseIdentity,
+    max_jobs: &'a i64,
+    lease_ttl_ms: &'a i64,
+    want_more: &'a bool,
+) -> [&'a (dyn ToSql + Sync); 7] {
+    [
+        token_hash,
+        &me.id,
+        &me.workspace,
+        &me.owner,
+        max_jobs,
+        lease_ttl_ms,
+        want_more,
+    ]
 }
 
 fn lock_params<'a>(

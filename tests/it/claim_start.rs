@@ -139,3 +139,43 @@ async fn a_lapsed_lease_behind_the_place_is_redelivered_first() {
     );
     assert_eq!(next(&r).await.id, ids[3]);
 }
+
+/// The horizon that switches claims to places is this database's: a snapshot held in another
+/// database of the same server keeps none of this one's dead entries, so it does not count.
+#[tokio::test]
+async fn the_horizon_counts_this_databases_snapshots_only() {
+    let app = TestApp::spawn().await;
+    let mut elsewhere = connect(&crate::support::fresh_database().await).await;
+    let other = elsewhere
+        .build_transaction()
+        .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
+        .start()
+        .await
+        .unwrap();
+    other.query_one("SELECT 1", &[]).await.unwrap();
+    let db = connect(&app.database_url).await;
+    let burn = || async {
+        for _ in 0..50 {
+            db.query_one("SELECT pg_current_xact_id()", &[])
+                .await
+                .unwrap();
+        }
+    };
+    burn().await;
+    let age = app.store.watch_horizon().await.unwrap();
+    assert!(age < 50, "another database's snapshot counted: age {age}");
+    // One held here does.
+    let mut here = connect(&app.database_url).await;
+    let mine = here
+        .build_transaction()
+        .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
+        .start()
+        .await
+        .unwrap();
+    mine.query_one("SELECT 1", &[]).await.unwrap();
+    burn().await;
+    let age = app.store.watch_horizon().await.unwrap();
+    assert!(age >= 50, "this database's snapshot not counted: age {age}");
+    mine.commit().await.unwrap();
+    other.commit().await.unwrap();
+}
