@@ -8,8 +8,11 @@
 -- no_runner_timeout_ms, queue_timeout_ms, idempotency_key, secrets, source, source_key,
 -- traceparent, needs_workspace_runner (it names a 'workspace' secret)}. Every input is a parameter and the key a unique-index probe, so the plan
 -- cannot turn into a join whatever the statistics say.
--- No row: the key is not live, or the idempotency key was already used in the workspace
--- (earlier, or earlier in the same transaction); the caller then reads the first job.
+-- A job with an idempotency key is parked by job_insert_idempotent.sql instead, which is this
+-- statement with an ON CONFLICT clause: a speculative insertion costs every insert that has it
+-- (19 µs here, docs/perf.md "Round 6"), and only a keyed job needs it. Both are sent by
+-- Store::insert_jobs, one per job.
+-- No row: the key is not live.
 WITH k AS (
     SELECT workspace, subject FROM api_keys WHERE token_hash = $1 AND revoked_at IS NULL
 ),
@@ -43,7 +46,6 @@ inserted AS (
            secrets, source, source_key, traceparent,
            COALESCE(needs_workspace_runner, false), 1
       FROM items
-    ON CONFLICT (workspace, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING *
 ),
 events AS (

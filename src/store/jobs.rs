@@ -107,14 +107,20 @@ impl Store {
             .map(serde_json::to_value)
             .collect::<std::result::Result<_, _>>()
             .map_err(|e| super::StoreError::Invalid(format!("a job to park: {e}")))?;
-        let params: Vec<[&(dyn ToSql + Sync); 2]> = jobs
+        // Only a keyed job pays for ON CONFLICT's speculative insertion (job_insert.sql says why).
+        let params: Vec<(&'static str, [&(dyn ToSql + Sync); 2])> = jobs
             .iter()
             .zip(&items)
-            .map(|(j, item)| [&j.key_hash as &(dyn ToSql + Sync), item])
+            .map(|(j, item)| {
+                let statement = if j.idempotency_key.is_some() {
+                    sql::JOB_INSERT_IDEMPOTENT
+                } else {
+                    sql::JOB_INSERT
+                };
+                (statement, [&j.key_hash as &(dyn ToSql + Sync), item])
+            })
             .collect();
-        let rows = self
-            .each_in_one_transaction(sql::JOB_INSERT, &params)
-            .await?;
+        let rows = self.each_in_one_transaction(&params).await?;
         rows.iter()
             .map(|row| row.as_ref().map(rows::job).transpose())
             .collect()
@@ -242,21 +248,20 @@ impl Store {
 
     /// [`Self::complete_jobs`] without a span (a combiner's batch; each caller holds one).
     async fn write_reports(&self, reports: &[Report]) -> Result<Vec<Option<Job>>> {
-        let params: Vec<[&(dyn ToSql + Sync); 5]> = reports
+        let params: Vec<(&'static str, [&(dyn ToSql + Sync); 5])> = reports
             .iter()
             .map(|r| {
-                [
+                let set = [
                     &r.id as &(dyn ToSql + Sync),
                     &r.epoch,
                     &r.token_hash,
                     &r.result,
                     &self.seen_refresh_ms,
-                ]
+                ];
+                (sql::JOB_COMPLETE, set)
             })
             .collect();
-        let rows = self
-            .each_in_one_transaction(sql::JOB_COMPLETE, &params)
-            .await?;
+        let rows = self.each_in_one_transaction(&params).await?;
         rows.iter()
             .map(|row| row.as_ref().map(rows::job).transpose())
             .collect()

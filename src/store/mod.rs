@@ -241,9 +241,9 @@ impl Store {
         .await
     }
 
-    /// Run one `sql/` statement once per parameter set, all in one transaction whose messages
-    /// (BEGIN, the statements, COMMIT) are sent together: one round trip and one commit for
-    /// the lot. Each statement's parameters are scalars, so its plan needs no join. One set
+    /// Run `sql/` statements, each with its parameter set, all in one transaction whose
+    /// messages (BEGIN, the statements, COMMIT) are sent together: one round trip and one commit
+    /// for the lot. Each statement's parameters are scalars, so its plan needs no join. One set
     /// runs alone, in autocommit. Returns each statement's row, if any, in order. No span: the
     /// callers hold it.
     ///
@@ -251,15 +251,21 @@ impl Store {
     /// Any statement failed: the transaction rolled back and nothing was written.
     async fn each_in_one_transaction<'p, P: AsRef<Params<'p>>>(
         &self,
-        sql: &'static str,
-        sets: &[P],
+        sets: &[(&'static str, P)],
     ) -> Result<Vec<Option<Row>>> {
-        if let [one] = sets {
+        let Some((first, _)) = sets.first() else {
+            return Ok(Vec::new());
+        };
+        if let [(sql, one)] = sets {
             return Ok(vec![self.query_untraced(sql, one.as_ref()).await?.pop()]);
         }
-        self.bounded(sql::name(sql), async {
+        self.bounded(sql::name(first), async {
             let client = self.client().await?;
-            let stmt = client.prepare_cached(sql).await.at(sql)?;
+            let mut statements = Vec::with_capacity(sets.len());
+            for (sql, _) in sets {
+                // The connection's cache answers every one but the first of each statement.
+                statements.push(client.prepare_cached(sql).await.at(sql)?);
+            }
             self.count(sets.len() as u64 + 2);
             // Every message is queued on the connection before any answer is read (each future
             // sends its message when first polled, and join polls them in order), so a caller
@@ -268,17 +274,20 @@ impl Store {
             let (begin, rows, commit) = tokio::join!(
                 client.batch_execute("BEGIN"),
                 futures_util::future::join_all(
-                    sets.iter().map(|p| client.query_opt(&stmt, p.as_ref()))
+                    statements
+                        .iter()
+                        .zip(sets)
+                        .map(|(stmt, (_, p))| client.query_opt(stmt, p.as_ref()))
                 ),
                 client.batch_execute("COMMIT"),
             );
             client.release();
-            begin.at(sql)?;
+            begin.at(first)?;
             let rows = rows
                 .into_iter()
                 .collect::<std::result::Result<Vec<_>, _>>()
-                .at(sql)?;
-            commit.at(sql)?;
+                .at(first)?;
+            commit.at(first)?;
             Ok(rows)
         })
         .await

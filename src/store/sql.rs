@@ -28,6 +28,7 @@ statements! {
     RUNNER_REVOKE => "runner_revoke.sql",
     RUNNER_REVOKE_JOBS => "runner_revoke_jobs.sql",
     JOB_INSERT => "job_insert.sql",
+    JOB_INSERT_IDEMPOTENT => "job_insert_idempotent.sql",
     JOB_BY_IDEMPOTENCY_KEY => "job_by_idempotency_key.sql",
     JOB_GET => "job_get.sql",
     JOBS_LIST => "jobs_list.sql",
@@ -102,5 +103,26 @@ mod tests {
             assert_eq!(name(text), *file);
         }
         assert_eq!(name("SELECT 2"), "unlisted statement");
+    }
+
+    /// Statement text without its `--` comments, one line per line of code.
+    fn code(text: &str) -> Vec<&str> {
+        text.lines()
+            .map(|l| l.split_once("--").map_or(l, |(code, _)| code).trim_end())
+            .filter(|l| !l.trim().is_empty())
+            .collect()
+    }
+
+    #[test]
+    fn the_idempotent_insert_is_the_insert_with_on_conflict() {
+        let mut keyed = code(JOB_INSERT_IDEMPOTENT);
+        let at = keyed
+            .iter()
+            .position(|l| l.trim_start().starts_with("ON CONFLICT"))
+            .expect("job_insert_idempotent.sql has an ON CONFLICT clause");
+        assert!(keyed[at].contains("(workspace, idempotency_key)"));
+        keyed.remove(at);
+        assert_eq!(keyed, code(JOB_INSERT));
+        assert!(!code(JOB_INSERT).iter().any(|l| l.contains("ON CONFLICT")));
     }
 }

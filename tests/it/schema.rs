@@ -91,3 +91,63 @@ async fn migrations_apply_once_under_the_lock_and_a_changed_one_is_refused() {
         "{err:#}"
     );
 }
+
+/// The job row's one CHECK (migration 0014) refuses every row that one of the ten constraints
+/// it replaced refused, one broken rule at a time, and accepts the valid row each starts from.
+#[tokio::test]
+async fn the_job_row_check_refuses_each_rule_it_carries() {
+    let app = TestApp::spawn().await;
+    let db = crate::support::connect(&app.database_url).await;
+    let insert = |set: &str| {
+        format!(
+            "INSERT INTO jobs (id, workspace, owner, pool, state, kind, payload, max_attempts,
+                               no_runner_timeout_ms, no_runner_check_at)
+             VALUES (gen_random_uuid(), 'w', 'ws:w', 'workspace', 'parked', 'k', 'null', 3,
+                     1000, now());
+             UPDATE jobs SET {set} WHERE id = (SELECT id FROM jobs ORDER BY created_at DESC, id LIMIT 1)"
+        )
+    };
+    db.batch_execute(&insert("priority = 5")).await.unwrap();
+    let broken = [
+        "state = 'lost'",
+        "state = 'leased'",
+        "lease_expires_at = now()",
+        "state = 'completed'",
+        "finished_at = now()",
+        "pool = 'everyone'",
+        "pool = NULL",
+        "runner_id = gen_random_uuid()",
+        "priority = 1001",
+        "priority = -1001",
+        "max_attempts = 0",
+        "max_attempts = 101",
+        "epoch = -1",
+        "attempts = -1",
+        "traceparent = repeat('0', 129)",
+    ];
+    for set in broken {
+        let err = db
+            .batch_execute(&format!("BEGIN; {}; COMMIT", insert(set)))
+            .await
+            .expect_err(set);
+        db.batch_execute("ROLLBACK").await.unwrap();
+        assert_eq!(
+            err.as_db_error()
+                .map(|e| (e.code().clone(), e.constraint())),
+            Some((
+                tokio_postgres::error::SqlState::CHECK_VIOLATION,
+                Some("jobs_row_valid")
+            )),
+            "{set}: {err}"
+        );
+    }
+    // Valid transitions still pass: leased with an expiry, settled with a finish.
+    db.batch_execute(&insert(
+        "state = 'leased', lease_expires_at = now(), traceparent = repeat('0', 128)",
+    ))
+    .await
+    .unwrap();
+    db.batch_execute(&insert("state = 'completed', finished_at = now()"))
+        .await
+        .unwrap();
+}
