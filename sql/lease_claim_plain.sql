@@ -1,7 +1,7 @@
 -- The claim for a runner that only plain jobs fit (no capability advertised, so no exclusive
 -- set, and no approved repository target): lease_claim.sql without the constrained class and
 -- without the runner's lists, which is the common case. Same place in the lease transaction,
--- same parameters, same rows out. `plain` is false when the runner (under this statement's
+-- same parameters, the same rows out with one more column (`unfit_named`). `plain` is false when the runner (under this statement's
 -- snapshot, after the lock) is not such a runner after all; then it took nothing and the caller
 -- runs lease_claim.sql in a new transaction. The replica chooses this claim by the `plain` of
 -- the runner's previous claim.
@@ -109,7 +109,8 @@ ephemeral AS (
 -- A call that took nothing wrote only the runner's bookkeeping (seen, advertised), which a
 -- crash may lose without harm: its transaction need not wait for the WAL flush. A call that
 -- leased anything commits durably, as always (a lease answered to a runner must survive a
--- crash); lease_reject_unfit, after this, puts the durable commit back when it rejects.
+-- crash). A rejection (lease_reject_unfit.sql, which these claims leave to the caller) commits
+-- durably in its own transaction.
 commit_mode AS (
     SELECT set_config('synchronous_commit',
                       CASE WHEN EXISTS (SELECT 1 FROM leased)
@@ -151,10 +152,19 @@ answer AS (
                                 AND job_claim_class(j.required_capabilities, j.source_key) = 1
                               ORDER BY j.priority DESC, j.id
                               LIMIT 1000) AS c
-                     WHERE c.id NOT IN (SELECT id FROM pool))))) AS more
+                     WHERE c.id NOT IN (SELECT id FROM pool))))) AS more,
+           -- Named jobs of this runner still parked that it cannot run (it dropped a
+           -- capability, or lost a repository target, since they were dispatched): only then
+           -- does the caller run lease_reject_unfit.sql, in a transaction of its own. Most calls
+           -- read one empty range of jobs_claim_named here and send no rejection at all.
+           EXISTS (SELECT 1 FROM jobs j
+                    WHERE j.runner_id = $2 AND j.state = 'parked'
+                      AND NOT job_fits(j.required_capabilities, j.source_key,
+                                       j.needs_workspace_runner, '{}', '{}', '{}',
+                                       $4 LIKE 'ws:%')) AS unfit_named
       FROM slots s, commit_mode
 )
-SELECT a.plain, a.free, a.more, l.id, l.workspace, l.epoch, l.attempts, l.kind, l.payload,
+SELECT a.plain, a.free, a.more, a.unfit_named, l.id, l.workspace, l.epoch, l.attempts, l.kind, l.payload,
        l.required_capabilities, l.priority, l.named, l.lease_expires_at, l.secrets, l.source,
        l.traceparent
   FROM answer a LEFT JOIN leased l ON true

@@ -244,7 +244,8 @@ ephemeral AS (
 -- A call that took nothing wrote only the runner's bookkeeping (seen, advertised), which a
 -- crash may lose without harm: its transaction need not wait for the WAL flush. A call that
 -- leased anything commits durably, as always (a lease answered to a runner must survive a
--- crash); lease_reject_unfit, after this, puts the durable commit back when it rejects.
+-- crash). A rejection (lease_reject_unfit.sql, which these claims leave to the caller) commits
+-- durably in its own transaction.
 commit_mode AS (
     SELECT set_config('synchronous_commit',
                       CASE WHEN EXISTS (SELECT 1 FROM leased)
@@ -278,7 +279,16 @@ answer AS (
                                 AND job_claim_class(j.required_capabilities, j.source_key) = 1
                               ORDER BY j.priority DESC, j.id
                               LIMIT 1000) AS c
-                     WHERE c.id NOT IN (SELECT id FROM pool))))) AS more
+                     WHERE c.id NOT IN (SELECT id FROM pool))))) AS more,
+           -- Named jobs of this runner still parked that it cannot run (it dropped a
+           -- capability, or lost a repository target, since they were dispatched): only then
+           -- does the caller run lease_reject_unfit.sql, in a transaction of its own. Most calls
+           -- read one empty range of jobs_claim_named here and send no rejection at all.
+           EXISTS (SELECT 1 FROM jobs j
+                    WHERE j.runner_id = $2 AND j.state = 'parked'
+                      AND NOT job_fits(j.required_capabilities, j.source_key,
+                                       j.needs_workspace_runner, '{}', '{}', '{}',
+                                       $4 LIKE 'ws:%')) AS unfit_named
       FROM slots s, commit_mode
 ),
 -- Where the next plain claim of each queue may start (store::bounds): the first parked job at or
@@ -297,7 +307,7 @@ places AS (
                               '00000000-0000-0000-0000-000000000000'::uuid) END AS any_next_id,
            pg_snapshot_xmin(pg_current_snapshot())::text AS snapshot_xmin
 )
-SELECT a.plain, a.free, a.more, p.own_next_priority, p.own_next_id, p.any_next_priority,
+SELECT a.plain, a.free, a.more, a.unfit_named, p.own_next_priority, p.own_next_id, p.any_next_priority,
        p.any_next_id, p.snapshot_xmin, l.id, l.workspace, l.epoch, l.attempts, l.kind, l.payload,
        l.required_capabilities, l.priority, l.named, l.lease_expires_at, l.secrets, l.source,
        l.traceparent

@@ -1,7 +1,9 @@
--- Named jobs the runner cannot run are rejected (capability_mismatch), with their state event:
--- last in the lease transaction, after the claim (which takes only named jobs that fit, so the
--- two never touch one job). All at once, no limit. A runner with no named job reads one empty
--- range of jobs_claim_named and nothing else.
+-- Named jobs the runner cannot run are rejected (capability_mismatch), with their state event.
+-- After the general claim (lease_claim.sql), last in its lease transaction; after a plain claim,
+-- only when that claim answered `unfit_named`, in a transaction of its own (most plain calls
+-- have no named job to reject and send no rejection). The claims take only named jobs that fit,
+-- so a claim and this never touch one job. All at once, no limit. A runner with no named job
+-- reads one empty range of jobs_claim_named and nothing else.
 -- $1 sha256(token), $2 runner id, $3 its owner.
 -- The claim lets a call that took nothing commit asynchronously; a rejection must be durable,
 -- so when this rejects anything it resets synchronous_commit (set_config with NULL: back to

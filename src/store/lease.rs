@@ -185,7 +185,13 @@ impl Store {
         };
         let claim_sql = claim_statement(plain, starts.is_some());
         let claim = prepare(&client, claim_sql).await?;
-        let reject = prepare(&client, sql::LEASE_REJECT_UNFIT).await?;
+        // The general claim is followed by the rejection in its transaction; a plain claim
+        // answers whether there is anything to reject (`unfit_named`), and is not.
+        let reject = if plain {
+            None
+        } else {
+            Some(prepare(&client, sql::LEASE_REJECT_UNFIT).await?)
+        };
         let lock_args = lock_params(&token_hash, advertised, &self.seen_refresh_ms);
         let none = bounds::Starts::default();
         let places = starts.as_ref().unwrap_or(&none);
@@ -211,21 +217,36 @@ impl Store {
             &general
         };
         let reject_params: [&(dyn ToSql + Sync); 3] = [&token_hash, &me.id, &me.owner];
-        // Pipelined: all five are queued on the connection before any answer is read.
-        self.count(5);
+        // Pipelined: all of them are queued on the connection before any answer is read (join
+        // polls its futures in order, and each sends its message when first polled).
+        self.count(if reject.is_some() { 5 } else { 4 });
         let (begin, locked, claimed, rejected, commit) = tokio::join!(
             client.batch_execute("BEGIN"),
             client.query_opt(&lock, &lock_args),
             client.query(&claim, claim_args),
-            client.query(&reject, &reject_params),
+            async {
+                match &reject {
+                    Some(reject) => client.query(reject, &reject_params).await,
+                    None => Ok(Vec::new()),
+                }
+            },
             client.batch_execute("COMMIT"),
         );
         client.release();
         begin?;
         let locked = locked.map_err(|e| StoreError::pg(sql::RUNNER_LOCK_FOR_LEASE, e))?;
         let claimed = claimed.map_err(|e| StoreError::pg(claim_sql, e))?;
-        let rejected = rejected.map_err(|e| StoreError::pg(sql::LEASE_REJECT_UNFIT, e))?;
+        let mut rejected = rejected.map_err(|e| StoreError::pg(sql::LEASE_REJECT_UNFIT, e))?;
         commit?;
+        if plain
+            && claimed
+                .first()
+                .is_some_and(|r| r.get::<_, bool>("plain") && r.get::<_, bool>("unfit_named"))
+        {
+            // Rare: a named job the runner can no longer run. Its own durable transaction, after
+            // the claim's (which took only jobs that fit, so the two never touch one job).
+            rejected = self.query(sql::LEASE_REJECT_UNFIT, &reject_params).await?;
+        }
         let Some(row) = locked else {
             return Ok(LeaseOutcome::default());
         };

@@ -302,6 +302,39 @@ async fn a_named_job_is_rejected_on_a_capability_mismatch_and_a_pool_job_only_sk
     assert_eq!(got.iter().map(|j| j.id).collect::<Vec<_>>(), [pool_job.id]);
 }
 
+/// A plain runner's lease (no capability, no target: the plain claim, issue 19) sends no
+/// rejection unless its claim saw a named job it cannot run; then that job is rejected in the
+/// same call, and the pool job behind it is still taken.
+#[tokio::test]
+async fn a_plain_runner_rejects_a_named_job_it_can_no_longer_run() {
+    let app = TestApp::spawn().await;
+    let alice = app.operator("acme", "alice", false).await;
+    let (runner, client) = pair(&alice, Tier::Personal, &[], 2).await;
+    // The replica learns the runner is plain from its first claim.
+    assert!(lease(&client, 0, 2).await.is_empty());
+    let named = dispatch(&alice, to_runner(runner.id), json!("named")).await;
+    let pooled = dispatch(&alice, personal(), json!("pool")).await;
+    // What a job dispatched to a personal runner can come to need after dispatch: a
+    // workspace runner (here set directly; the API refuses it at dispatch).
+    let db = crate::support::connect(&app.database_url).await;
+    db.execute(
+        "UPDATE jobs SET needs_workspace_runner = true WHERE id = $1",
+        &[&named.id],
+    )
+    .await
+    .unwrap();
+    let got = lease(&client, 0, 2).await;
+    assert_eq!(got.iter().map(|j| j.id).collect::<Vec<_>>(), [pooled.id]);
+    let rejected = alice.job(named.id).await.unwrap();
+    assert_eq!(rejected.state, "rejected");
+    assert_eq!(rejected.error.unwrap()["reason"], "capability_mismatch");
+    let events = alice.events(named.id, 0, 0).await.unwrap().events;
+    assert_eq!(
+        events.last().map(|e| e.data["state"].clone()),
+        Some(json!("rejected"))
+    );
+}
+
 #[tokio::test]
 async fn named_jobs_come_first_then_priority_then_fifo() {
     let app = TestApp::spawn().await;
