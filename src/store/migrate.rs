@@ -252,6 +252,10 @@ mod tests {
             "0013_claim_bound.sql",
             "e616640d1437845fd0be292f5a8ad0b73c82b5e5e4db5aa4f1e34a7bcef3609d",
         ),
+        (
+            "0014_row_check.sql",
+            "5571509b7f5ff4422be44396dd0ac98f297de42eb7f5a8fd2a87dfd8237fc9d9",
+        ),
     ];
 
     #[test]
