@@ -261,10 +261,23 @@ impl Store {
         }
         self.bounded(sql::name(first), async {
             let client = self.client().await?;
+            // Each distinct statement is looked up once (the cache hashes the whole text); a
+            // batch repeats one or two of them.
+            let mut distinct: Vec<(&'static str, tokio_postgres::Statement)> = Vec::new();
             let mut statements = Vec::with_capacity(sets.len());
             for (sql, _) in sets {
-                // The connection's cache answers every one but the first of each statement.
-                statements.push(client.prepare_cached(sql).await.at(sql)?);
+                let stmt = match distinct
+                    .iter()
+                    .find(|(known, _)| std::ptr::eq(*known, *sql))
+                {
+                    Some((_, stmt)) => stmt.clone(),
+                    None => {
+                        let stmt = client.prepare_cached(sql).await.at(sql)?;
+                        distinct.push((sql, stmt.clone()));
+                        stmt
+                    }
+                };
+                statements.push(stmt);
             }
             self.count(sets.len() as u64 + 2);
             // Every message is queued on the connection before any answer is read (each future
@@ -283,10 +296,12 @@ impl Store {
             );
             client.release();
             begin.at(first)?;
+            // An error is named by the statement that failed.
             let rows = rows
                 .into_iter()
-                .collect::<std::result::Result<Vec<_>, _>>()
-                .at(first)?;
+                .zip(sets)
+                .map(|(row, (sql, _))| row.at(sql))
+                .collect::<Result<Vec<_>>>()?;
             commit.at(first)?;
             Ok(rows)
         })
