@@ -16,6 +16,7 @@ mod faults;
 mod fits;
 mod fuzz;
 mod holes;
+mod http1;
 mod lease;
 mod logs;
 mod metrics;
