@@ -1,6 +1,7 @@
 //! The deadline of every call: `LEASEHOLD_REQUEST_TIMEOUT_MS` from when the request arrived,
 //! plus, for a long-poll, the wait it asked for (which its handler declares through
-//! [`LongPoll::allow`] once the wait is validated).
+//! [`LongPoll::allow`] once the wait is validated). [`Deadline`] is armed and enforced by
+//! [`crate::api::envelope`].
 //!
 //! Invariant: no call answers later than its deadline. Past it the handler's future is dropped
 //! and the call answers 503 `unavailable` with `Retry-After`; a database connection the handler
@@ -12,9 +13,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::{FromRequestParts, Request, State};
+use axum::extract::{FromRequestParts, Request};
 use axum::http::request::Parts;
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use tokio::time::Instant;
 
@@ -50,29 +50,38 @@ impl<S: Send + Sync> FromRequestParts<S> for LongPoll {
     }
 }
 
-/// The layer: run the call, or answer 503 once its deadline has passed.
-pub async fn bound(State(st): State<Arc<AppState>>, mut request: Request, next: Next) -> Response {
-    let started = Instant::now();
-    let budget = st.hub.config.request_timeout();
-    let poll = LongPoll::default();
-    request.extensions_mut().insert(poll.clone());
-    let call = next.run(request);
-    tokio::pin!(call);
-    loop {
-        let deadline = started + budget + poll.extra();
-        tokio::select! {
-            response = &mut call => return response,
-            () = tokio::time::sleep_until(deadline) => {
-                // The handler may have declared its wait since the sleep began.
-                if Instant::now() >= started + budget + poll.extra() {
-                    break;
-                }
-            }
+/// A call's deadline, armed as the call arrives ([`crate::api::envelope`] enforces it).
+pub struct Deadline {
+    started: Instant,
+    budget: Duration,
+    poll: LongPoll,
+}
+
+impl Deadline {
+    /// Start the clock of `request` and give it the [`LongPoll`] handle its handler may extend
+    /// the deadline with.
+    pub fn arm(st: &AppState, request: &mut Request) -> Self {
+        let poll = LongPoll::default();
+        request.extensions_mut().insert(poll.clone());
+        Self {
+            started: Instant::now(),
+            budget: st.hub.config.request_timeout(),
+            poll,
         }
     }
-    tracing::warn!(
-        budget_ms = budget.as_millis() as u64,
-        "a call passed its deadline; answered 503 (a statement it had running is cancelled)"
-    );
-    ApiError::TimedOut.into_response()
+
+    /// When the call must have answered by, as it stands now: a long-poll's handler moves it
+    /// later once it has validated its wait.
+    pub fn at(&self) -> Instant {
+        self.started + self.budget + self.poll.extra()
+    }
+
+    /// The answer of a call past its deadline, logged.
+    pub fn passed(&self) -> Response {
+        tracing::warn!(
+            budget_ms = self.budget.as_millis() as u64,
+            "a call passed its deadline; answered 503 (a statement it had running is cancelled)"
+        );
+        ApiError::TimedOut.into_response()
+    }
 }

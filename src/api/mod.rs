@@ -5,6 +5,7 @@
 pub mod auth;
 pub mod client_address;
 pub mod deadline;
+mod envelope;
 pub mod error;
 pub mod extract;
 mod jobs;
@@ -26,15 +27,11 @@ use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::{DefaultBodyLimit, Request, State};
-use axum::http::header;
-use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::Router;
 use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 use tokio_util::sync::CancellationToken;
-use tower_http::catch_panic::CatchPanicLayer;
 
 use crate::domain::capabilities::Vocabulary;
 use crate::domain::sealing::Sealer;
@@ -132,7 +129,6 @@ impl AppState {
 
 /// The router of one replica.
 pub fn router(state: Arc<AppState>) -> Router {
-    let max_body = state.hub.config.max_body_bytes;
     // Every route comes from the one table the OpenAPI document is built from.
     let mut router = Router::new();
     for route in routes::table() {
@@ -143,21 +139,7 @@ pub fn router(state: Arc<AppState>) -> Router {
     router
         .fallback(|| async { ApiError::NotFound })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
-        .layer(DefaultBodyLimit::max(max_body))
-        .layer(middleware::from_fn_with_state(
-            state.clone(),
-            reject_oversized,
-        ))
-        .layer(CatchPanicLayer::custom(panicked))
-        .layer(middleware::from_fn_with_state(
-            state.clone(),
-            deadline::bound,
-        ))
-        // Outermost, so it sees every answer: 413s before authentication, 500s from panics.
-        .layer(middleware::from_fn_with_state(
-            state.clone(),
-            observe::track,
-        ))
+        .layer(envelope::EnvelopeLayer::new(state.clone()))
         .with_state(state)
 }
 
@@ -169,28 +151,12 @@ fn panicked(_payload: Box<dyn std::any::Any + Send + 'static>) -> Response {
     ApiError::Internal.into_response()
 }
 
-/// 413 from the declared length, before authentication runs. Bodies without a length are
-/// capped by `DefaultBodyLimit` when read.
-async fn reject_oversized(
-    State(state): State<Arc<AppState>>,
-    request: Request,
-    next: Next,
-) -> Response {
-    let declared = request
-        .headers()
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > state.hub.config.max_body_bytes as u64) {
-        return ApiError::PayloadTooLarge.into_response();
-    }
-    next.run(request).await
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use axum::http::header;
     use axum::routing::get;
+    use tower_http::catch_panic::CatchPanicLayer;
 
     impl RecordedVersions {
         fn panic_while_held(&self) {
