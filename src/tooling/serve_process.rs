@@ -18,6 +18,11 @@ use tokio::process::{Child, Command};
 /// What `leasehold serve` prints, followed by its base URL, once it listens.
 pub const LISTENING: &str = "leasehold listening on ";
 
+/// The variable naming a program to run each replica under, its command line after it (for
+/// profiling the benchmark's replicas; unset, a replica runs directly). What is read of the
+/// process, such as its resident memory, is then read of the wrapper.
+pub const WRAPPER: &str = "LEASEHOLD_SERVE_WRAPPER";
+
 /// How long a replica may take to listen (it migrates first, under an advisory lock).
 pub const START_WITHIN: Duration = Duration::from_secs(60);
 
@@ -63,7 +68,16 @@ impl ServeProcess {
         K: AsRef<OsStr>,
         V: AsRef<OsStr>,
     {
-        let mut child = Command::new(exe)
+        // A profiler to run the replica under (`heaptrack`, `perf record --`, ...): docs/perf.md.
+        let mut command = match std::env::var_os(WRAPPER) {
+            Some(wrapper) => {
+                let mut command = Command::new(wrapper);
+                command.arg(exe.as_ref());
+                command
+            }
+            None => Command::new(exe),
+        };
+        let mut child = command
             .args(["serve", "--listen", listen, "--database-url", database_url])
             .env("LEASEHOLD_LOG", "warn")
             .envs(env)
