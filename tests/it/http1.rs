@@ -12,6 +12,7 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+use leasehold::client::Client;
 use leasehold::wire::Tier;
 
 use crate::support::{dispatch, pair, personal, until_waiters, TestApp};
@@ -73,22 +74,43 @@ fn post(path: &str, token: &str, body: &Value) -> Vec<u8> {
     .into_bytes()
 }
 
-async fn connect(base: &str) -> Responses {
-    let addr = base.strip_prefix("http://").unwrap();
-    Responses {
-        tcp: TcpStream::connect(addr).await.unwrap(),
-        buffered: Vec::new(),
+/// A replica, an operator, a personal runner's token and a raw connection to the replica.
+struct Paired {
+    app: TestApp,
+    alice: Client,
+    token: String,
+    conn: Responses,
+}
+
+impl Paired {
+    async fn new() -> Self {
+        let app = TestApp::spawn().await;
+        let alice = app.operator("acme", "alice", false).await;
+        let (_, runner) = pair(&alice, Tier::Personal, &[], 1).await;
+        let token = runner.token().unwrap().to_owned();
+        let url = app.url(0);
+        let addr = url.strip_prefix("http://").unwrap();
+        let conn = Responses {
+            tcp: TcpStream::connect(addr).await.unwrap(),
+            buffered: Vec::new(),
+        };
+        Self {
+            app,
+            alice,
+            token,
+            conn,
+        }
     }
 }
 
 #[tokio::test]
 async fn a_request_pipelined_behind_a_parked_long_poll_is_answered_after_it() {
-    let app = TestApp::spawn().await;
-    let base = app.url(0);
-    let alice = app.operator("acme", "alice", false).await;
-    let (_, runner) = pair(&alice, Tier::Personal, &[], 1).await;
-    let token = runner.token().unwrap().to_owned();
-    let mut conn = connect(&base).await;
+    let Paired {
+        app,
+        alice,
+        token,
+        mut conn,
+    } = Paired::new().await;
     conn.tcp
         .write_all(&post(
             "/v1/runner/lease",
@@ -97,7 +119,7 @@ async fn a_request_pipelined_behind_a_parked_long_poll_is_answered_after_it() {
         ))
         .await
         .unwrap();
-    until_waiters(&base, 1, Duration::from_secs(10)).await;
+    until_waiters(&app.url(0), 1, Duration::from_secs(10)).await;
     // While the lease waits: a second request, far longer than the probe that watches for
     // the client leaving.
     let padding = "x".repeat(3000);
@@ -126,12 +148,12 @@ async fn a_request_pipelined_behind_a_parked_long_poll_is_answered_after_it() {
 
 #[tokio::test]
 async fn one_connection_serves_request_after_request_with_bodies_larger_than_its_buffers() {
-    let app = TestApp::spawn().await;
-    let base = app.url(0);
-    let alice = app.operator("acme", "alice", false).await;
-    let (_, runner) = pair(&alice, Tier::Personal, &[], 1).await;
-    let token = runner.token().unwrap().to_owned();
-    let mut conn = connect(&base).await;
+    let Paired {
+        app: _app,
+        alice,
+        token,
+        mut conn,
+    } = Paired::new().await;
     for round in 0..3 {
         let payload = "y".repeat(20_000 * (round + 1));
         let job = dispatch(&alice, personal(), json!({ "blob": payload })).await;
