@@ -37,6 +37,14 @@ impl Responses {
             .expect("a whole response in time")
     }
 
+    /// The next response, which must be a 200 with a JSON body.
+    async fn next_ok(&mut self, within: Duration) -> Value {
+        let answer = self.next(within).await;
+        let body = String::from_utf8_lossy(&answer.body).to_string();
+        assert_eq!(answer.status, 200, "{body}");
+        serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body}"))
+    }
+
     async fn read_one(&mut self) -> Answer {
         loop {
             if let Some(end) = self.buffered.windows(4).position(|w| w == b"\r\n\r\n") {
@@ -127,14 +135,7 @@ async fn a_request_pipelined_behind_a_parked_long_poll_is_answered_after_it() {
         format!("GET /healthz HTTP/1.1\r\nHost: leasehold\r\nX-Padding: {padding}\r\n\r\n");
     conn.tcp.write_all(second.as_bytes()).await.unwrap();
     let job = dispatch(&alice, personal(), json!({"n": 1})).await;
-    let leased = conn.next(Duration::from_secs(10)).await;
-    assert_eq!(
-        leased.status,
-        200,
-        "{}",
-        String::from_utf8_lossy(&leased.body)
-    );
-    let leased: Value = serde_json::from_slice(&leased.body).unwrap();
+    let leased = conn.next_ok(Duration::from_secs(10)).await;
     assert_eq!(leased["jobs"][0]["id"], json!(job.id), "{leased}");
     let health = conn.next(Duration::from_secs(10)).await;
     assert_eq!(
@@ -161,14 +162,7 @@ async fn one_connection_serves_request_after_request_with_bodies_larger_than_its
             .write_all(&post("/v1/runner/lease", &token, &json!({"wait_ms": 0})))
             .await
             .unwrap();
-        let leased = conn.next(Duration::from_secs(10)).await;
-        assert_eq!(
-            leased.status,
-            200,
-            "{}",
-            String::from_utf8_lossy(&leased.body)
-        );
-        let leased: Value = serde_json::from_slice(&leased.body).unwrap();
+        let leased = conn.next_ok(Duration::from_secs(10)).await;
         let got = &leased["jobs"][0];
         assert_eq!(got["id"], json!(job.id), "round {round}");
         assert_eq!(
