@@ -135,7 +135,8 @@ pin_project! {
 }
 
 pin_project! {
-    /// What answers a call: the route, or the layers themselves.
+    /// What answers a call: the route, or the layers themselves (`response` is taken when it
+    /// is answered; a route dropped at its deadline leaves `None`, never polled again).
     #[project = CallProjection]
     enum Call<F> {
         Running { #[pin] route: F },
@@ -174,13 +175,17 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
-        let response = match this.call.poll(cx) {
+        let response = match this.call.as_mut().poll(cx) {
             Poll::Ready(response) => response,
             Poll::Pending => loop {
                 ready!(this.sleep.as_mut().poll(cx));
                 // The handler may have declared its wait since the sleep was set.
                 let at = this.deadline.at();
                 if Instant::now() >= at {
+                    // Dropped here, not whenever the caller drops this future: a statement the
+                    // route had running is cancelled before the 503 goes out.
+                    this.call
+                        .set(Call::Answered { response: None }.instrument(tracing::Span::none()));
                     break this.deadline.passed();
                 }
                 this.sleep.as_mut().reset(at);

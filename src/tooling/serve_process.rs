@@ -5,7 +5,8 @@
 //! Invariants: [`ServeProcess::start`] returns only once the replica listens, with the URL it
 //! printed on its first line ([`LISTENING`]); the child's standard output is drained for its
 //! whole life, so it never blocks on a full pipe; the child is killed when its handle drops,
-//! so a failed test or an aborted benchmark leaves nothing running.
+//! so a failed test or an aborted benchmark leaves nothing running (under a [`WRAPPER`], the
+//! wrapper is that child).
 
 use std::ffi::OsStr;
 use std::process::{ExitStatus, Stdio};
@@ -20,7 +21,10 @@ pub const LISTENING: &str = "leasehold listening on ";
 
 /// The variable naming a program to run each replica under, its command line after it (for
 /// profiling the benchmark's replicas; unset, a replica runs directly). What is read of the
-/// process, such as its resident memory, is then read of the wrapper.
+/// process, such as its resident memory, and what is signalled, is then the wrapper: a wrapper
+/// that runs the replica as a child of its own (heaptrack does) leaves it running when it is
+/// killed, so the module's invariant holds only for one that `exec`s it or passes signals on,
+/// and a profiling run ends with `pkill -TERM -f 'leasehold serve'` (docs/perf.md).
 pub const WRAPPER: &str = "LEASEHOLD_SERVE_WRAPPER";
 
 /// How long a replica may take to listen (it migrates first, under an advisory lock).

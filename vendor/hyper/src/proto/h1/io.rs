@@ -290,7 +290,8 @@ where
                 let n = buf.filled().len();
                 trace!("received {} bytes", n);
                 self.read_buf.extend_from_slice(buf.filled());
-                self.read_buf_strategy.record(n);
+                // Not recorded in `read_buf_strategy`: a probe's size says nothing of the
+                // reads the buffer should be sized for.
                 Poll::Ready(Ok(n))
             }
             Poll::Pending => {
