@@ -6,7 +6,8 @@
 -- $1 sha256(token), $2 runner id, $3 its workspace, $4 its owner (id, workspace and owner never
 -- change for a runner, so a replica may know them before the lock answers; the runner row is
 -- still matched on the token, so a wrong guess claims nothing), $5 most jobs wanted, $6 lease ttl
--- ms, $7 whether to report 'more' (only a woken waiter passes its wake on).
+-- ms. Whether pool jobs are left for another runner is lease_more.sql's, sent after it when
+-- wanted.
 --
 -- In order: jobs named for this runner that it can run are taken, then its pool (for a
 -- workspace runner also the workspace's 'any' jobs), skipping jobs it cannot run (job_fits: a
@@ -18,10 +19,10 @@
 -- nothing to a runner that could run none of them.
 -- Each candidate scan is ordered by its partial index and limited, with FOR UPDATE SKIP LOCKED,
 -- and locks only the rows it takes.
--- Rows out: one per job taken, and always at least one: `free` (how many this call could take),
--- `more` (with $7: pool jobs this call did not take are still parked) and `plain` (the runner
--- advertises no capability and holds no approved target) on every row, the job's columns NULL
--- on the one row of a call that took nothing. No row: the token is not live.
+-- Rows out: one per job taken, and always at least one: `free` (how many this call could take)
+-- and `plain` (the runner advertises no capability and holds no approved target) on every row,
+-- the job's columns NULL on the one row of a call that took nothing. No row: the token is not
+-- live.
 WITH r AS (
     SELECT r.id, r.capabilities, r.exclusive, r.capacity, r.ephemeral, r.ephemeral_job,
            ARRAY(SELECT t.provider || ' ' || t.repository FROM runner_repo_targets t
@@ -172,38 +173,10 @@ answer AS (
     SELECT s.take AS free,
            -- Only plain jobs fit it: the replica sends lease_claim_plain.sql next time.
            (SELECT cardinality(capabilities) = 0 AND cardinality(exclusive) = 0
-                   AND cardinality(sources) = 0 FROM r) AS plain,
-           -- Pool jobs this call did not take (the ones it took still look parked to its
-           -- snapshot), of either class: another runner may run what this one cannot.
-           $7::boolean AND (EXISTS (SELECT 1 FROM (SELECT j.id FROM jobs j
-                              WHERE j.workspace = $3 AND j.owner = $4 AND j.runner_id IS NULL
-                                AND j.state = 'parked'
-                                AND job_claim_class(j.required_capabilities, j.source_key) = 0
-                              ORDER BY j.priority DESC, j.id
-                              LIMIT 1000) AS c
-                     WHERE c.id NOT IN (SELECT id FROM pool))
-            OR EXISTS (SELECT 1 FROM (SELECT j.id FROM jobs j
-                              WHERE j.workspace = $3 AND j.owner = $4 AND j.runner_id IS NULL
-                                AND j.state = 'parked'
-                                AND job_claim_class(j.required_capabilities, j.source_key) = 1
-                              ORDER BY j.priority DESC, j.id
-                              LIMIT 1000) AS c
-                     WHERE c.id NOT IN (SELECT id FROM pool))
-            OR ($4 LIKE 'ws:%' AND (EXISTS (SELECT 1 FROM (SELECT j.id FROM jobs j
-                              WHERE j.workspace = $3 AND j.pool = 'any' AND j.state = 'parked'
-                                AND job_claim_class(j.required_capabilities, j.source_key) = 0
-                              ORDER BY j.priority DESC, j.id
-                              LIMIT 1000) AS c
-                     WHERE c.id NOT IN (SELECT id FROM pool))
-                 OR EXISTS (SELECT 1 FROM (SELECT j.id FROM jobs j
-                              WHERE j.workspace = $3 AND j.pool = 'any' AND j.state = 'parked'
-                                AND job_claim_class(j.required_capabilities, j.source_key) = 1
-                              ORDER BY j.priority DESC, j.id
-                              LIMIT 1000) AS c
-                     WHERE c.id NOT IN (SELECT id FROM pool))))) AS more
+                   AND cardinality(sources) = 0 FROM r) AS plain
       FROM slots s, commit_mode
 )
-SELECT a.plain, a.free, a.more, l.id, l.workspace, l.epoch, l.attempts, l.kind, l.payload,
+SELECT a.plain, a.free, l.id, l.workspace, l.epoch, l.attempts, l.kind, l.payload,
        l.required_capabilities, l.priority, l.named, l.lease_expires_at, l.secrets, l.source,
        l.traceparent
   FROM answer a LEFT JOIN leased l ON true

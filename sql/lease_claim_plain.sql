@@ -6,7 +6,7 @@
 -- runs lease_claim.sql in a new transaction. The replica chooses this claim by the `plain` of
 -- the runner's previous claim.
 -- $1 sha256(token), $2 runner id, $3 its workspace, $4 its owner, $5 most jobs wanted, $6 lease
--- ttl ms, $7 whether to report 'more'.
+-- ttl ms. Whether pool jobs are left for another runner is lease_more.sql's.
 --
 -- Named jobs the runner can run are taken first, then its pool's plain jobs (for a workspace
 -- runner also the workspace's 'any' ones), highest priority first, FIFO by id; job_fits() with
@@ -125,34 +125,6 @@ events AS (
 ),
 answer AS (
     SELECT s.plain, s.take AS free,
-           -- Pool jobs this call did not take (the ones it took still look parked to its
-           -- snapshot), of either class: another runner may run what this one cannot.
-           $7::boolean AND (EXISTS (SELECT 1 FROM (SELECT j.id FROM jobs j
-                              WHERE j.workspace = $3 AND j.owner = $4 AND j.runner_id IS NULL
-                                AND j.state = 'parked'
-                                AND job_claim_class(j.required_capabilities, j.source_key) = 0
-                              ORDER BY j.priority DESC, j.id
-                              LIMIT 1000) AS c
-                     WHERE c.id NOT IN (SELECT id FROM pool))
-            OR EXISTS (SELECT 1 FROM (SELECT j.id FROM jobs j
-                              WHERE j.workspace = $3 AND j.owner = $4 AND j.runner_id IS NULL
-                                AND j.state = 'parked'
-                                AND job_claim_class(j.required_capabilities, j.source_key) = 1
-                              ORDER BY j.priority DESC, j.id
-                              LIMIT 1000) AS c
-                     WHERE c.id NOT IN (SELECT id FROM pool))
-            OR ($4 LIKE 'ws:%' AND (EXISTS (SELECT 1 FROM (SELECT j.id FROM jobs j
-                              WHERE j.workspace = $3 AND j.pool = 'any' AND j.state = 'parked'
-                                AND job_claim_class(j.required_capabilities, j.source_key) = 0
-                              ORDER BY j.priority DESC, j.id
-                              LIMIT 1000) AS c
-                     WHERE c.id NOT IN (SELECT id FROM pool))
-                 OR EXISTS (SELECT 1 FROM (SELECT j.id FROM jobs j
-                              WHERE j.workspace = $3 AND j.pool = 'any' AND j.state = 'parked'
-                                AND job_claim_class(j.required_capabilities, j.source_key) = 1
-                              ORDER BY j.priority DESC, j.id
-                              LIMIT 1000) AS c
-                     WHERE c.id NOT IN (SELECT id FROM pool))))) AS more,
            -- Named jobs of this runner still parked that it cannot run (it dropped a
            -- capability, or lost a repository target, since they were dispatched): only then
            -- does the caller run lease_reject_unfit.sql, in a transaction of its own. Most calls
@@ -164,7 +136,7 @@ answer AS (
                                        $4 LIKE 'ws:%')) AS unfit_named
       FROM slots s, commit_mode
 )
-SELECT a.plain, a.free, a.more, a.unfit_named, l.id, l.workspace, l.epoch, l.attempts, l.kind, l.payload,
+SELECT a.plain, a.free, a.unfit_named, l.id, l.workspace, l.epoch, l.attempts, l.kind, l.payload,
        l.required_capabilities, l.priority, l.named, l.lease_expires_at, l.secrets, l.source,
        l.traceparent
   FROM answer a LEFT JOIN leased l ON true

@@ -4,7 +4,9 @@
 -- holds a snapshot old enough that a queue's head is a long walk of jobs already taken
 -- (docs/perf.md, "The soak under an open snapshot"); with a fresh horizon those entries are
 -- gone and the head claim is cheaper. Same place in the lease transaction and the same rows
--- out as lease_claim_plain.sql, and where each queue's next claim may start.
+-- out as lease_claim_plain.sql, and where each queue's next claim may start; and, unlike it,
+-- `more` (with $7) itself: its plain class is read from the places here, where lease_more.sql
+-- would walk each queue from its head, through every entry the old snapshot keeps.
 -- $1 sha256(token), $2 runner id, $3 its workspace, $4 its owner, $5 most jobs wanted, $6 lease
 -- ttl ms, $7 whether to report 'more'; where to start in its pool's plain class: $8 priority,
 -- $9 id, $10 the xmin (as text) of the claim that found that place, NULL with the head (1001,

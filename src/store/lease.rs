@@ -3,7 +3,8 @@
 //! Invariant: concurrent lease calls of one runner serialise on its row lock, and the claim
 //! runs as a second statement whose snapshot is taken after the lock was granted, so together
 //! they never take more than `capacity - active leases`. The four messages (BEGIN, lock, claim,
-//! COMMIT) are sent together on one connection, pipelined: one round trip. That needs the
+//! COMMIT; a woken waiter also asks whether jobs are left for another runner, `lease_more.sql`)
+//! are sent together on one connection, pipelined: one round trip. That needs the
 //! runner's fixed identity (id, workspace, owner) before the lock answers; a replica remembers
 //! it by token hash, and the first call of a runner it does not know yet takes two round trips.
 //!
@@ -192,19 +193,28 @@ impl Store {
         } else {
             Some(prepare(&client, sql::LEASE_REJECT_UNFIT).await?)
         };
+        // Whether jobs are left for another runner, asked only by a woken waiter; the claim from
+        // remembered places answers it itself.
+        let more = if want_more && starts.is_none() {
+            Some(prepare(&client, sql::LEASE_MORE).await?)
+        } else {
+            None
+        };
         let lock_args = lock_params(&token_hash, advertised, &self.seen_refresh_ms);
         let none = bounds::Starts::default();
         let places = starts.as_ref().unwrap_or(&none);
         let (own, any) = (StartParams::of(&places.own), StartParams::of(&places.any));
-        let general = claim_params(&token_hash, me, &max_jobs, &lease_ttl_ms, &want_more);
-        // The plain claim from remembered places takes their six parameters too ($8..$13).
+        let general = claim_params(&token_hash, me, &max_jobs, &lease_ttl_ms);
+        // The plain claim from remembered places takes whether to answer `more` ($7) and their
+        // six parameters too ($8..$13).
         let from_places: Vec<&(dyn ToSql + Sync)>;
         let claim_args: &[&(dyn ToSql + Sync)] = if starts.is_some() {
             from_places = general
                 .iter()
                 .copied()
                 .chain([
-                    &own.priority as &(dyn ToSql + Sync),
+                    &want_more as &(dyn ToSql + Sync),
+                    &own.priority,
                     &own.id,
                     &own.xmin,
                     &any.priority,
@@ -217,10 +227,11 @@ impl Store {
             &general
         };
         let reject_params: [&(dyn ToSql + Sync); 3] = [&token_hash, &me.id, &me.owner];
+        let more_params: [&(dyn ToSql + Sync); 2] = [&me.workspace, &me.owner];
         // Pipelined: all of them are queued on the connection before any answer is read (join
         // polls its futures in order, and each sends its message when first polled).
-        self.count(if reject.is_some() { 5 } else { 4 });
-        let (begin, locked, claimed, rejected, commit) = tokio::join!(
+        self.count(4 + u64::from(reject.is_some()) + u64::from(more.is_some()));
+        let (begin, locked, claimed, rejected, left, commit) = tokio::join!(
             client.batch_execute("BEGIN"),
             client.query_opt(&lock, &lock_args),
             client.query(&claim, claim_args),
@@ -230,6 +241,12 @@ impl Store {
                     None => Ok(Vec::new()),
                 }
             },
+            async {
+                match &more {
+                    Some(more) => client.query_opt(more, &more_params).await,
+                    None => Ok(None),
+                }
+            },
             client.batch_execute("COMMIT"),
         );
         client.release();
@@ -237,6 +254,7 @@ impl Store {
         let locked = locked.map_err(|e| StoreError::pg(sql::RUNNER_LOCK_FOR_LEASE, e))?;
         let claimed = claimed.map_err(|e| StoreError::pg(claim_sql, e))?;
         let mut rejected = rejected.map_err(|e| StoreError::pg(sql::LEASE_REJECT_UNFIT, e))?;
+        let left = left.map_err(|e| StoreError::pg(sql::LEASE_MORE, e))?;
         commit?;
         if plain
             && claimed
@@ -275,7 +293,12 @@ impl Store {
         if let (Some(starts), Some(first)) = (&starts, claimed.first()) {
             self.learn_places(&me.workspace, &me.owner, starts, first)?;
         }
-        outcome(identity, row.get("version"), &claimed, &rejected)
+        let more = match left {
+            Some(left) => left.get("more"),
+            // Asked of the claim from remembered places, or not asked at all.
+            None => starts.is_some() && claimed.iter().any(|r| r.get::<_, bool>("more")),
+        };
+        outcome(identity, row.get("version"), &claimed, &rejected, more)
     }
 
     /// Remember where the next plain claim of the runner's queues starts, from a committed
@@ -323,6 +346,7 @@ impl Store {
         let lock = prepare(&client, sql::RUNNER_LOCK_FOR_LEASE).await?;
         let claim = prepare(&client, sql::LEASE_CLAIM).await?;
         let reject = prepare(&client, sql::LEASE_REJECT_UNFIT).await?;
+        let more = prepare(&client, sql::LEASE_MORE).await?;
         self.count(5);
         let tx = client.transaction().await?;
         let Some(locked) = tx
@@ -341,7 +365,7 @@ impl Store {
         let claimed = tx
             .query(
                 &claim,
-                &claim_params(&token_hash, &me, &max_jobs, &lease_ttl_ms, &want_more),
+                &claim_params(&token_hash, &me, &max_jobs, &lease_ttl_ms),
             )
             .await
             .map_err(|e| StoreError::pg(sql::LEASE_CLAIM, e))?;
@@ -349,10 +373,19 @@ impl Store {
             .query(&reject, &[&token_hash, &me.id, &me.owner])
             .await
             .map_err(|e| StoreError::pg(sql::LEASE_REJECT_UNFIT, e))?;
+        let more = if want_more {
+            self.count(1);
+            tx.query_one(&more, &[&me.workspace, &me.owner])
+                .await
+                .map_err(|e| StoreError::pg(sql::LEASE_MORE, e))?
+                .get("more")
+        } else {
+            false
+        };
         tx.commit().await?;
         client.release();
         let version = locked.get("version");
-        outcome(me, version, &claimed, &rejected)
+        outcome(me, version, &claimed, &rejected, more)
     }
 }
 
@@ -400,14 +433,13 @@ async fn prepare(
         .map_err(|e| StoreError::pg(text, e))
 }
 
-/// The parameters every claim takes (`lease_claim*.sql` $1..$7).
+/// The parameters every claim takes (`lease_claim*.sql` $1..$6).
 fn claim_params<'a>(
     token_hash: &'a &'a [u8],
     me: &'a LeaseIdentity,
     max_jobs: &'a i64,
     lease_ttl_ms: &'a i64,
-    want_more: &'a bool,
-) -> [&'a (dyn ToSql + Sync); 7] {
+) -> [&'a (dyn ToSql + Sync); 6] {
     [
         token_hash,
         &me.id,
@@ -415,7 +447,6 @@ fn claim_params<'a>(
         &me.owner,
         max_jobs,
         lease_ttl_ms,
-        want_more,
     ]
 }
 
@@ -433,13 +464,14 @@ fn lock_params<'a>(
     ]
 }
 
-/// What a lease transaction did, from the claim's rows (every row carries `free` and `more`; a
-/// row with a NULL `id` took nothing) and the rejection's.
+/// What a lease transaction did, from the claim's rows (every row carries `free`; a row with a
+/// NULL `id` took nothing), the rejection's, and whether jobs are left for another runner.
 fn outcome(
     identity: LeaseIdentity,
     version: Option<String>,
     claimed: &[tokio_postgres::Row],
     rejected: &[tokio_postgres::Row],
+    more: bool,
 ) -> Result<LeaseOutcome> {
     let mut identity = identity;
     identity.plain = claimed.first().is_some_and(|r| r.get("plain"));
@@ -447,11 +479,11 @@ fn outcome(
         runner: Some(identity),
         version,
         rejected: rejected.iter().map(|r| r.get("id")).collect(),
+        more,
         ..LeaseOutcome::default()
     };
     for row in claimed {
         out.free = row.get("free");
-        out.more = row.get("more");
         if row.get::<_, Option<uuid::Uuid>>("id").is_some() {
             out.claimed.push(rows::claimed(row));
         }

@@ -138,9 +138,15 @@ pub const MAPPED: &[(&str, &[&str])] = &[
     ("sweep_lapsed_leases.sql", MOVED_COLUMNS),
     ("sweep_no_runner.sql", MOVED_COLUMNS),
     ("sweep_queue_timeout.sql", MOVED_COLUMNS),
-    ("lease_claim.sql", &["plain", "free", "more"]),
+    ("lease_claim.sql", &["plain", "free"]),
     ("lease_claim.sql", CLAIMED_COLUMNS),
-    ("lease_claim_plain.sql", &["plain", "free", "more"]),
+    ("lease_claim_plain.sql", &["plain", "free", "unfit_named"]),
+    (
+        "lease_claim_plain_from.sql",
+        &["plain", "free", "more", "unfit_named"],
+    ),
+    ("lease_claim_plain_from.sql", CLAIMED_COLUMNS),
+    ("lease_more.sql", &["more"]),
     ("lease_claim_plain.sql", CLAIMED_COLUMNS),
     ("lease_reject_unfit.sql", &["id"]),
     (

@@ -92,13 +92,14 @@ async fn check_hot_plans(app: &TestApp) {
         (
             "lease_claim",
             sql::LEASE_CLAIM,
-            format!("{token}, {runner}, 'acme', 'ws:acme', 10, 120000, true"),
+            format!("{token}, {runner}, 'acme', 'ws:acme', 10, 120000"),
         ),
         (
             "lease_claim_plain",
             sql::LEASE_CLAIM_PLAIN,
-            format!("{token}, {runner}, 'acme', 'ws:acme', 10, 120000, true"),
+            format!("{token}, {runner}, 'acme', 'ws:acme', 10, 120000"),
         ),
+        ("lease_more", sql::LEASE_MORE, "'acme', 'ws:acme'".into()),
         (
             "lease_claim_plain_from",
             sql::LEASE_CLAIM_PLAIN_FROM,
@@ -210,6 +211,13 @@ async fn check_hot_plans(app: &TestApp) {
             );
         }
     }
+    // Whether jobs are left reads the head of each claim index, never a whole queue.
+    assert_plan(
+        "lease_more",
+        plan("lease_more"),
+        &["jobs_claim_pool", "jobs_claim_any"],
+        &["Seq Scan", "Sort"],
+    );
     // The rejection reads the runner's named jobs by their index, and its runner by a key.
     assert_plan(
         "lease_reject_unfit",
@@ -315,7 +323,7 @@ async fn a_claim_behind_an_unfit_head_reads_none_of_it() {
             .unwrap();
         // The plain claim from the head (no remembered place).
         let head = if name == "lease_claim_plain_from" {
-            ", 1001, '00000000-0000-0000-0000-000000000000', NULL, \
+            ", true, 1001, '00000000-0000-0000-0000-000000000000', NULL, \
              1001, '00000000-0000-0000-0000-000000000000', NULL"
         } else {
             ""
@@ -324,7 +332,7 @@ async fn a_claim_behind_an_unfit_head_reads_none_of_it() {
             &tx,
             &format!(
                 "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) EXECUTE claim(sha256('{token}'::bytea), \
-                 '{runner}', 'acme', 'ws:acme', 1, 120000, true{head})"
+                 '{runner}', 'acme', 'ws:acme', 1, 120000{head})"
             ),
         )
         .await

@@ -248,3 +248,40 @@ async fn a_woken_runner_that_must_skip_the_job_passes_the_wake_to_the_next_waite
     );
     plain_poll.abort();
 }
+
+/// A woken plain runner that takes one of two jobs asks whether more are parked
+/// (`lease_more.sql`, sent only by a woken waiter) and passes the wake on: the second runner
+/// gets the second job from the one notification, long before its wait ends.
+#[tokio::test]
+async fn a_woken_runner_that_leaves_a_job_behind_passes_the_wake_to_the_next_waiter() {
+    let app = TestApp::spawn_with(2, notifications_only).await;
+    let alice = app.operator("acme", "alice", false).await;
+    let (_, first) = pair(&alice, Tier::Personal, &[], 1).await;
+    let (_, second) = pair(&alice, Tier::Personal, &[], 1).await;
+    let first = Client::new(app.url(1), Some(token_of(&first)));
+    let second = Client::new(app.url(1), Some(token_of(&second)));
+    let polls = [first, second]
+        .map(|r| tokio::spawn(async move { (lease(&r, 20_000, 1).await, Instant::now()) }));
+    until_waiters(&app.url(1), 2, Duration::from_secs(5)).await;
+    // One batch, one transaction, one notification to replica 1 for both jobs.
+    let item = |n: i32| wire::BatchItem {
+        dispatch: wire::Dispatch::new(personal(), json!(n)),
+        idempotency_key: None,
+    };
+    let sent = Instant::now();
+    let jobs = alice.dispatch_batch(vec![item(1), item(2)]).await.unwrap();
+    let mut got = Vec::new();
+    for poll in polls {
+        let (leased, at) = poll.await.unwrap();
+        assert_eq!(leased.len(), 1, "each runner takes one job");
+        assert!(
+            at.duration_since(sent) < Duration::from_secs(5),
+            "delivered by the wake and the passed-on wake, not the wait's end"
+        );
+        got.push(leased[0].id);
+    }
+    got.sort();
+    let mut want: Vec<_> = jobs.iter().map(|j| j.id).collect();
+    want.sort();
+    assert_eq!(got, want);
+}
