@@ -346,7 +346,6 @@ impl Store {
         let lock = prepare(&client, sql::RUNNER_LOCK_FOR_LEASE).await?;
         let claim = prepare(&client, sql::LEASE_CLAIM).await?;
         let reject = prepare(&client, sql::LEASE_REJECT_UNFIT).await?;
-        let more = prepare(&client, sql::LEASE_MORE).await?;
         self.count(5);
         let tx = client.transaction().await?;
         let Some(locked) = tx
@@ -374,6 +373,10 @@ impl Store {
             .await
             .map_err(|e| StoreError::pg(sql::LEASE_REJECT_UNFIT, e))?;
         let more = if want_more {
+            let more = tx
+                .prepare_cached(sql::LEASE_MORE)
+                .await
+                .map_err(|e| StoreError::pg(sql::LEASE_MORE, e))?;
             self.count(1);
             tx.query_one(&more, &[&me.workspace, &me.owner])
                 .await
