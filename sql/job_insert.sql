@@ -1,18 +1,20 @@
--- Park one job, authenticated in the same statement: it is parked only while the caller's API
--- key is live. A batch dispatch, and dispatches of several callers coalesced by the replica
--- (store::combine), are several of these in one transaction, sent pipelined. The job gets its
+-- Park jobs of one caller, authenticated in the same statement: they are parked only while the
+-- caller's API key is live. A batch dispatch, and concurrent dispatches coalesced by the replica
+-- (store::combine), are one call of this statement per API key: one plan started for all its
+-- jobs, not one per job (shared/PERF-FACTS.md 3; docs/perf.md "Round 9"). Each job gets its
 -- first `state` event.
--- $1 sha256 of the caller's API key; $2 the job as a JSON object: {id, pool ('personal' |
--- 'workspace' | 'any', or null for a named runner), runner_id, owner (named runners only: the
--- runner's owner), kind, payload, required_capabilities, priority, max_attempts,
--- no_runner_timeout_ms, queue_timeout_ms, idempotency_key, secrets, source, source_key,
--- traceparent, needs_workspace_runner (it names a 'workspace' secret)}. Every input is a parameter and the key a unique-index probe, so the plan
--- cannot turn into a join whatever the statistics say.
--- A job with an idempotency key is parked by job_insert_idempotent.sql instead, which is this
+-- $1 sha256 of the caller's API key; $2 the jobs as a JSON array of objects: {id, pool
+-- ('personal' | 'workspace' | 'any', or null for a named runner), runner_id, owner (named
+-- runners only: the runner's owner), kind, payload, required_capabilities, priority,
+-- max_attempts, no_runner_timeout_ms, queue_timeout_ms, idempotency_key, secrets, source,
+-- source_key, traceparent, needs_workspace_runner (it names a 'workspace' secret)}. Every input
+-- is a parameter and the key a unique-index probe: nothing here is a join the planner could turn
+-- into a scan of a table, whatever the statistics say.
+-- Jobs with an idempotency key are parked by job_insert_idempotent.sql instead, which is this
 -- statement with an ON CONFLICT clause: a speculative insertion costs every insert that has it
--- (19 µs here, docs/perf.md "Round 6"), and only a keyed job needs it. Both are sent by
--- Store::insert_jobs, one per job.
--- No row: the key is not live.
+-- (19 µs here, docs/perf.md "Round 6"), and only a keyed job needs it. Store::insert_jobs sends
+-- each kind for each key, in one transaction.
+-- A row for each job parked, matched to its item by id. None: the key is not live.
 WITH k AS (
     SELECT workspace, subject FROM api_keys WHERE token_hash = $1 AND revoked_at IS NULL
 ),
@@ -22,7 +24,7 @@ items AS (
                        WHEN 'personal' THEN k.subject
                        WHEN 'any' THEN k.subject
                        ELSE x.owner END AS queue_owner
-      FROM jsonb_to_record($2::jsonb) AS x (
+      FROM jsonb_to_recordset($2::jsonb) AS x (
                id uuid, pool text, runner_id uuid, owner text, kind text,
                payload jsonb, required_capabilities text[], priority integer, max_attempts integer,
                no_runner_timeout_ms bigint, queue_timeout_ms bigint, idempotency_key text,

@@ -1,8 +1,9 @@
--- job_insert.sql for a job with an idempotency key: the same statement (a unit test holds them
--- equal but for the ON CONFLICT clause) that parks nothing when the workspace already used the
--- key. $1 sha256 of the caller's API key; $2 the job as a JSON object, as for job_insert.sql.
--- No row: the key is not live, or the idempotency key was already used in the workspace
--- (earlier, or earlier in the same transaction); the caller then reads the first job.
+-- job_insert.sql for jobs with an idempotency key: the same statement (a unit test holds them
+-- equal but for the ON CONFLICT clause) that parks nothing for a key the workspace already used.
+-- $1 sha256 of the caller's API key; $2 the jobs as a JSON array, as for job_insert.sql.
+-- A row for each job parked, matched to its item by id. An item with no row: the key is not
+-- live, or its idempotency key was already used in the workspace (earlier, by an item before it
+-- in this call, or earlier in the same transaction); the caller then reads the first job.
 WITH k AS (
     SELECT workspace, subject FROM api_keys WHERE token_hash = $1 AND revoked_at IS NULL
 ),
@@ -12,7 +13,7 @@ items AS (
                        WHEN 'personal' THEN k.subject
                        WHEN 'any' THEN k.subject
                        ELSE x.owner END AS queue_owner
-      FROM jsonb_to_record($2::jsonb) AS x (
+      FROM jsonb_to_recordset($2::jsonb) AS x (
                id uuid, pool text, runner_id uuid, owner text, kind text,
                payload jsonb, required_capabilities text[], priority integer, max_attempts integer,
                no_runner_timeout_ms bigint, queue_timeout_ms bigint, idempotency_key text,

@@ -25,18 +25,19 @@ def statement(name, params, gset=False):
 key_hash = sys.argv[1]
 out = []
 # Per transaction: who this client is (runner r<client_id+1>, a workspace runner of 'w'), and a
-# new job (a UUIDv7-like id: time first, so it lands at the right end of the indexes).
+# new job, as the one item of job_insert.sql's array (a UUIDv7-like id: time first, so it lands
+# at the right end of the indexes). job_complete.sql's arrays carry one report.
 out.append(
     "SELECT id AS rid, '\\x' || encode(token_hash, 'hex') AS th, '\\x%s' AS kh, 'w' AS ws, "
     "'ws' || chr(58) || 'w' AS own, 30000 AS seen, 120000 AS ttl, 1 AS maxj, '{}' AS res "
     "FROM runners WHERE label = 'r' || (:client_id::int + 1) \\gset\n" % key_hash
 )
 out.append(
-    "SELECT json_build_object('id', (lpad(to_hex((extract(epoch from clock_timestamp())*1000)"
-    "::bigint), 12, '0') || '7' || substr(md5(random()::text), 1, 19))::uuid, "
+    "SELECT json_build_array(json_build_object('id', (lpad(to_hex((extract(epoch from "
+    "clock_timestamp())*1000)::bigint), 12, '0') || '7' || substr(md5(random()::text), 1, 19))::uuid, "
     "'pool', 'workspace', 'kind', 'command', 'payload', json_build_object('task', 'lab'), "
     "'required_capabilities', '{}'::text[], 'priority', 0, 'max_attempts', 3, "
-    "'no_runner_timeout_ms', 300000, 'secrets', '{}'::text[], 'needs_workspace_runner', false)"
+    "'no_runner_timeout_ms', 300000, 'secrets', '{}'::text[], 'needs_workspace_runner', false))"
     "::text AS job \\gset\n"
 )
 out.append(statement("job_insert.sql", {1: ":kh", 2: ":job"}))
@@ -47,5 +48,7 @@ out.append(statement("lease_claim_plain.sql",
                      {1: ":th", 2: ":rid", 3: ":ws", 4: ":own", 5: ":maxj", 6: ":ttl"},
                      gset=True))
 out.append("COMMIT;\n")
-out.append(statement("job_complete.sql", {1: ":id", 2: ":epoch", 3: ":th", 4: ":res", 5: ":seen"}))
+out.append(statement("job_complete.sql", {1: "ARRAY[:id::uuid]", 2: "ARRAY[:epoch::bigint]",
+                                         3: "ARRAY[:th::bytea]", 4: "ARRAY[:res::jsonb]",
+                                         5: ":seen"}))
 sys.stdout.write("".join(out))

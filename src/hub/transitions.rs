@@ -28,7 +28,8 @@ impl Hub {
         Ok(parked)
     }
 
-    /// Park a batch in one statement; wakes a runner for each job parked.
+    /// Park a batch in one transaction (one statement per key: see
+    /// [`crate::store::Store::insert_jobs`]); wakes a runner for each job parked.
     ///
     /// # Errors
     /// The database failed. `None` items were not parked (see

@@ -6,6 +6,7 @@
 //! revocation commits; a fenced transition matches only the live runner holding the lease at
 //! that epoch, and when it matches nothing the store says why as a typed [`FenceMiss`].
 
+use std::collections::HashMap;
 use std::sync::OnceLock;
 
 use serde_json::Value;
@@ -91,8 +92,9 @@ impl Store {
         }
     }
 
-    /// Park jobs in one statement (one transaction), in order. `None` for an item when the
-    /// key is not live or the item's idempotency key was used before (read the first job).
+    /// Park jobs in one transaction: one statement per API key (and one more per key for jobs
+    /// with an idempotency key). Answers in the items' order: `None` for an item when the key
+    /// is not live or the item's idempotency key was used before (read the first job).
     ///
     /// # Errors
     /// The database failed; nothing was parked.
@@ -102,28 +104,45 @@ impl Store {
 
     /// [`Self::insert_jobs`] without a span (a combiner's batch; each caller holds one).
     async fn write_jobs(&self, jobs: &[NewJob]) -> Result<Vec<Option<Job>>> {
-        let items: Vec<Value> = jobs
-            .iter()
-            .map(serde_json::to_value)
-            .collect::<std::result::Result<_, _>>()
-            .map_err(|e| super::StoreError::Invalid(format!("a job to park: {e}")))?;
-        // Only a keyed job pays for ON CONFLICT's speculative insertion (job_insert.sql says why).
-        let params: Vec<(&'static str, [&(dyn ToSql + Sync); 2])> = jobs
-            .iter()
-            .zip(&items)
-            .map(|(j, item)| {
-                let statement = if j.idempotency_key.is_some() {
-                    sql::JOB_INSERT_IDEMPOTENT
-                } else {
-                    sql::JOB_INSERT
-                };
-                (statement, [&j.key_hash as &(dyn ToSql + Sync), item])
-            })
+        // One statement per API key and kind (only a keyed job pays for ON CONFLICT's
+        // speculative insertion: job_insert.sql says why), in the order each first appears.
+        let mut groups: Vec<(&'static str, &[u8], Vec<Value>)> = Vec::new();
+        for job in jobs {
+            let statement = if job.idempotency_key.is_some() {
+                sql::JOB_INSERT_IDEMPOTENT
+            } else {
+                sql::JOB_INSERT
+            };
+            let item = serde_json::to_value(job)
+                .map_err(|e| super::StoreError::Invalid(format!("a job to park: {e}")))?;
+            match groups
+                .iter_mut()
+                .find(|(s, key, _)| std::ptr::eq(*s, statement) && *key == job.key_hash)
+            {
+                Some((_, _, items)) => items.push(item),
+                None => groups.push((statement, &job.key_hash, vec![item])),
+            }
+        }
+        let arrays: Vec<Value> = groups
+            .iter_mut()
+            .map(|(_, _, items)| Value::Array(std::mem::take(items)))
             .collect();
-        let rows = self.each_in_one_transaction(&params).await?;
-        rows.iter()
-            .map(|row| row.as_ref().map(rows::job).transpose())
-            .collect()
+        let params: Vec<(&'static str, [&(dyn ToSql + Sync); 2])> = groups
+            .iter()
+            .zip(&arrays)
+            .map(|((statement, key, _), items)| (*statement, [key as &(dyn ToSql + Sync), items]))
+            .collect();
+        let mut parked: HashMap<Uuid, Job> = HashMap::with_capacity(jobs.len());
+        for row in self
+            .each_in_one_transaction(&params)
+            .await?
+            .iter()
+            .flatten()
+        {
+            let job = rows::job(row)?;
+            parked.insert(job.id, job);
+        }
+        Ok(jobs.iter().map(|j| parked.remove(&j.id)).collect())
     }
 
     /// Park one job, coalesced with other callers' concurrent dispatches.
@@ -238,7 +257,8 @@ impl Store {
         self.fenced(id, token_hash, row.map(|r| r.get(0))).await
     }
 
-    /// Settle reports in one statement; for each, the completed job or `None` (fence missed).
+    /// Settle reports in one statement, each matched alone; for each, in order, the completed
+    /// job or `None` (fence missed).
     ///
     /// # Errors
     /// The database failed; nothing was settled.
@@ -248,23 +268,28 @@ impl Store {
 
     /// [`Self::complete_jobs`] without a span (a combiner's batch; each caller holds one).
     async fn write_reports(&self, reports: &[Report]) -> Result<Vec<Option<Job>>> {
-        let params: Vec<(&'static str, [&(dyn ToSql + Sync); 5])> = reports
-            .iter()
-            .map(|r| {
-                let set = [
-                    &r.id as &(dyn ToSql + Sync),
-                    &r.epoch,
-                    &r.token_hash,
-                    &r.result,
-                    &self.seen_refresh_ms,
-                ];
-                (sql::JOB_COMPLETE, set)
-            })
-            .collect();
-        let rows = self.each_in_one_transaction(&params).await?;
-        rows.iter()
-            .map(|row| row.as_ref().map(rows::job).transpose())
-            .collect()
+        let ids: Vec<Uuid> = reports.iter().map(|r| r.id).collect();
+        let epochs: Vec<i64> = reports.iter().map(|r| r.epoch).collect();
+        let tokens: Vec<&[u8]> = reports.iter().map(|r| r.token_hash.as_slice()).collect();
+        let results: Vec<&Value> = reports.iter().map(|r| &r.result).collect();
+        let rows = self
+            .query_untraced(
+                sql::JOB_COMPLETE,
+                &[&ids, &epochs, &tokens, &results, &self.seen_refresh_ms],
+            )
+            .await?;
+        let mut settled: Vec<Option<Job>> = reports.iter().map(|_| None).collect();
+        for row in &rows {
+            // `ord` counts the arrays' elements from 1.
+            let at = usize::try_from(row.get::<_, i64>("ord") - 1).ok();
+            let slot = at.and_then(|i| settled.get_mut(i)).ok_or_else(|| {
+                super::StoreError::Invalid(
+                    "job_complete.sql answered a report it was not sent".into(),
+                )
+            })?;
+            *slot = Some(rows::job(row)?);
+        }
+        Ok(settled)
     }
 
     /// First terminal report wins: complete a job, coalesced with other runners' concurrent

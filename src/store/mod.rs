@@ -243,21 +243,20 @@ impl Store {
 
     /// Run `sql/` statements, each with its parameter set, all in one transaction whose
     /// messages (BEGIN, the statements, COMMIT) are sent together: one round trip and one commit
-    /// for the lot. Each statement's parameters are scalars, so its plan needs no join. One set
-    /// runs alone, in autocommit. Returns each statement's row, if any, in order. No span: the
-    /// callers hold it.
+    /// for the lot. One set runs alone, in autocommit. Returns each statement's rows, in order.
+    /// No span: the callers hold it.
     ///
     /// # Errors
     /// Any statement failed: the transaction rolled back and nothing was written.
     async fn each_in_one_transaction<'p, P: AsRef<Params<'p>>>(
         &self,
         sets: &[(&'static str, P)],
-    ) -> Result<Vec<Option<Row>>> {
+    ) -> Result<Vec<Vec<Row>>> {
         let Some((first, _)) = sets.first() else {
             return Ok(Vec::new());
         };
         if let [(sql, one)] = sets {
-            return Ok(vec![self.query_untraced(sql, one.as_ref()).await?.pop()]);
+            return Ok(vec![self.query_untraced(sql, one.as_ref()).await?]);
         }
         self.bounded(sql::name(first), async {
             let client = self.client().await?;
@@ -290,7 +289,7 @@ impl Store {
                     statements
                         .iter()
                         .zip(sets)
-                        .map(|(stmt, (_, p))| client.query_opt(stmt, p.as_ref()))
+                        .map(|(stmt, (_, p))| client.query(stmt, p.as_ref()))
                 ),
                 client.batch_execute("COMMIT"),
             );

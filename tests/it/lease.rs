@@ -6,6 +6,8 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
+use leasehold::domain::credentials::{self, Kind};
+use leasehold::store::Report;
 use leasehold::wire::{self, Tier};
 use serde_json::json;
 
@@ -140,6 +142,71 @@ async fn first_terminal_report_wins_among_concurrent_reports() {
             .count();
         assert_eq!(terminal_events, 1);
     }
+}
+
+/// Reports coalesced by a replica are settled by one statement, and each is matched alone: a
+/// report settles only its own runner's lease at its epoch, and of two reports of one job one
+/// settles it and the other misses, as it would have after the first. Answers come back in the
+/// reports' order.
+#[tokio::test]
+async fn coalesced_reports_are_each_fenced_alone() {
+    let app = TestApp::spawn().await;
+    let alice = app.operator("acme", "alice", false).await;
+    let (_, r1) = pair(&alice, Tier::Personal, &[], 1).await;
+    let (_, r2) = pair(&alice, Tier::Personal, &[], 1).await;
+    let j1 = dispatch(&alice, personal(), json!(1)).await;
+    let l1 = lease(&r1, 1000, 1).await.remove(0);
+    let j2 = dispatch(&alice, personal(), json!(2)).await;
+    let l2 = lease(&r2, 1000, 1).await.remove(0);
+    assert_eq!((l1.id, l2.id), (j1.id, j2.id));
+    let hash = |c: &leasehold::client::Client| {
+        credentials::parse(Kind::Runner, c.token().unwrap()).unwrap()
+    };
+    let report = |id, epoch, runner: &leasehold::client::Client, result| Report {
+        id,
+        epoch,
+        token_hash: hash(runner),
+        result: json!(result),
+    };
+    let answers = app
+        .store
+        .complete_jobs(&[
+            report(j2.id, l2.epoch, &r2, "two"),
+            report(j1.id, l1.epoch, &r2, "not r2's lease"),
+            report(j1.id, l1.epoch + 1, &r1, "no such epoch"),
+            report(j1.id, l1.epoch, &r1, "one"),
+            report(j1.id, l1.epoch, &r1, "one again"),
+        ])
+        .await
+        .unwrap();
+    let settled: Vec<Option<uuid::Uuid>> =
+        answers.iter().map(|a| a.as_ref().map(|j| j.id)).collect();
+    assert_eq!(settled.len(), 5);
+    assert_eq!(&settled[..3], &[Some(j2.id), None, None]);
+    let won = match &settled[3..] {
+        [Some(id), None] if *id == j1.id => "one",
+        [None, Some(id)] if *id == j1.id => "one again",
+        other => panic!("exactly one of the two reports of one job settles it: {other:?}"),
+    };
+    for (job, result) in [(j1.id, won), (j2.id, "two")] {
+        let now = alice.job(job).await.unwrap();
+        assert_eq!(now.state, "completed");
+        assert_eq!(now.result, Some(json!(result)));
+        let completed = alice
+            .events(job, 0, 0)
+            .await
+            .unwrap()
+            .events
+            .into_iter()
+            .filter(|e| e.data["state"] == "completed")
+            .count();
+        assert_eq!(completed, 1, "one state event per settled job");
+    }
+    // The losers' fences are reported as the single calls would report them.
+    assert_eq!(
+        code(r1.complete(j1.id, l1.epoch, json!("late")).await),
+        "job_terminal"
+    );
 }
 
 #[tokio::test]

@@ -126,7 +126,7 @@ async fn check_hot_plans(app: &TestApp) {
         (
             "job_complete",
             sql::JOB_COMPLETE,
-            format!("{job}, 1, {token}, 'null'::jsonb, 30000"),
+            format!("ARRAY[{job}], ARRAY[1::bigint], ARRAY[{token}], ARRAY['null'::jsonb], 30000"),
         ),
         (
             "job_fail",
@@ -151,7 +151,7 @@ async fn check_hot_plans(app: &TestApp) {
         (
             "job_insert",
             sql::JOB_INSERT,
-            format!("sha256('key1'::bytea), '{item}'"),
+            format!("sha256('key1'::bytea), '[{item}]'"),
         ),
         (
             "job_fence_miss",
