@@ -57,13 +57,21 @@ impl Notifier {
     }
 }
 
-async fn connect(database_url: &str) -> Option<tokio_postgres::Client> {
+/// The notifier's connection and its statement, prepared once (a statement sent as text is
+/// parsed and planned again on every send, and costs a round trip more).
+struct Sender {
+    client: tokio_postgres::Client,
+    notify: tokio_postgres::Statement,
+}
+
+async fn connect(database_url: &str) -> Option<Sender> {
     let connected = tokio::time::timeout(crate::store::listener::PATIENCE, async {
         let (client, connection) =
             crate::store::listener::connect_as(database_url, "leasehold-notify").await?;
         tokio::spawn(connection);
         client.batch_execute("SET synchronous_commit = off").await?;
-        Ok::<_, tokio_postgres::Error>(client)
+        let notify = client.prepare(sql::NOTIFY).await?;
+        Ok::<_, tokio_postgres::Error>(Sender { client, notify })
     });
     match connected.await {
         Ok(Ok(client)) => Some(client),
@@ -85,7 +93,7 @@ async fn run(
     (sent, failures): (Arc<AtomicU64>, Counter),
     cancel: CancellationToken,
 ) {
-    let mut client: Option<tokio_postgres::Client> = None;
+    let mut client: Option<Sender> = None;
     loop {
         let first = tokio::select! {
             _ = cancel.cancelled() => return,
@@ -107,7 +115,7 @@ async fn run(
         // One retry on a fresh connection; after that the batch is dropped.
         let mut delivered = false;
         for attempt in 0..2 {
-            if client.as_ref().is_none_or(|c| c.is_closed()) {
+            if client.as_ref().is_none_or(|c| c.client.is_closed()) {
                 client = connect(&database_url).await;
             }
             let Some(c) = client.as_ref() else {
@@ -118,7 +126,7 @@ async fn run(
             };
             let sent_in_time = tokio::time::timeout(
                 crate::store::listener::PATIENCE,
-                c.execute(sql::NOTIFY, &[&payloads]),
+                c.client.execute(&c.notify, &[&payloads]),
             )
             .await;
             match sent_in_time {
@@ -126,7 +134,7 @@ async fn run(
                     tracing::warn!(attempt, keys = payloads.len(),
                         "sending wake-ups to other replicas did not finish in time; their waiters re-check on their own");
                     if let Some(stuck) = client.take() {
-                        let cancel = stuck.cancel_token();
+                        let cancel = stuck.client.cancel_token();
                         tokio::spawn(async move {
                             let _ = tokio::time::timeout(
                                 crate::store::listener::PATIENCE,
