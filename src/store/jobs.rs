@@ -123,14 +123,14 @@ impl Store {
                 None => groups.push((statement, &job.key_hash, vec![item])),
             }
         }
-        let arrays: Vec<Value> = groups
-            .iter_mut()
-            .map(|(_, _, items)| Value::Array(std::mem::take(items)))
-            .collect();
-        let params: Vec<(&'static str, [&(dyn ToSql + Sync); 2])> = groups
+        let (heads, arrays): (Vec<(&'static str, &[u8])>, Vec<Value>) = groups
+            .into_iter()
+            .map(|(statement, key, items)| ((statement, key), Value::Array(items)))
+            .unzip();
+        let params: Vec<(&'static str, [&(dyn ToSql + Sync); 2])> = heads
             .iter()
             .zip(&arrays)
-            .map(|((statement, key, _), items)| (*statement, [key as &(dyn ToSql + Sync), items]))
+            .map(|((statement, key), items)| (*statement, [key as &(dyn ToSql + Sync), items]))
             .collect();
         let mut parked: HashMap<Uuid, Job> = HashMap::with_capacity(jobs.len());
         for row in self

@@ -4,6 +4,8 @@
 
 use std::time::{Duration, Instant};
 
+use leasehold::domain::credentials::{self, Kind};
+use leasehold::store::NewJob;
 use leasehold::wire::{self, Tier};
 use serde_json::json;
 
@@ -450,6 +452,65 @@ async fn roles_and_key_revocation() {
     assert_eq!(
         code(admin.revoke_runner(Tier::Workspace, mine.id).await),
         "not_found"
+    );
+}
+
+/// Dispatches of several callers that a replica coalesced are parked by one statement per API
+/// key: each job is parked under its own caller's key (its workspace and owner come from that
+/// key alone), a dead key parks nothing of its own and nothing of anyone else's, an idempotency
+/// key used twice in one call parks once, and the answers come back in the items' order.
+#[tokio::test]
+async fn coalesced_dispatches_of_two_callers_park_each_under_its_own_key() {
+    let app = TestApp::spawn().await;
+    let hash = |key: &str| credentials::parse(Kind::ApiKey, key).unwrap();
+    let alice = hash(&app.key("acme", "alice", false).await);
+    let bob = hash(&app.key("globex", "bob", false).await);
+    let unknown = vec![7u8; 32];
+    let job = |key: &Vec<u8>, pool: &'static str, n: i64, idem: Option<&str>| NewJob {
+        id: uuid::Uuid::now_v7(),
+        key_hash: key.clone(),
+        pool: Some(pool),
+        kind: "command".into(),
+        payload: json!(n),
+        max_attempts: 3,
+        no_runner_timeout_ms: 300_000,
+        idempotency_key: idem.map(str::to_owned),
+        ..NewJob::default()
+    };
+    let items = vec![
+        job(&alice, "personal", 0, None),
+        job(&bob, "personal", 1, None),
+        job(&alice, "personal", 2, Some("k")),
+        job(&unknown, "personal", 3, None),
+        job(&bob, "workspace", 4, None),
+        job(&alice, "personal", 5, Some("k")),
+    ];
+    let parked = app.store.insert_jobs(&items).await.unwrap();
+    assert_eq!(parked.len(), items.len());
+    let seen: Vec<Option<(uuid::Uuid, &str, &str, serde_json::Value)>> = parked
+        .iter()
+        .map(|p| {
+            p.as_ref().map(|j| {
+                (
+                    j.id,
+                    j.workspace.as_str(),
+                    j.owner.as_str(),
+                    j.payload.clone(),
+                )
+            })
+        })
+        .collect();
+    let expected = |i: usize, workspace, owner| Some((items[i].id, workspace, owner, json!(i)));
+    assert_eq!(
+        seen,
+        vec![
+            expected(0, "acme", "alice"),
+            expected(1, "globex", "bob"),
+            expected(2, "acme", "alice"),
+            None,
+            expected(4, "globex", "ws:globex"),
+            None,
+        ]
     );
 }
 
