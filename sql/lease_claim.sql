@@ -6,8 +6,8 @@
 -- $1 sha256(token), $2 runner id, $3 its workspace, $4 its owner (id, workspace and owner never
 -- change for a runner, so a replica may know them before the lock answers; the runner row is
 -- still matched on the token, so a wrong guess claims nothing), $5 most jobs wanted, $6 lease ttl
--- ms. Whether pool jobs are left for another runner is lease_more.sql's, sent after it when
--- wanted.
+-- ms, $7 where the runner's leases start (`held`, below; NULL: not known). Whether pool jobs
+-- are left for another runner is lease_more.sql's, sent after it when wanted.
 --
 -- In order: jobs named for this runner that it can run are taken, then its pool (for a
 -- workspace runner also the workspace's 'any' jobs), skipping jobs it cannot run (job_fits: a
@@ -31,11 +31,22 @@ WITH r AS (
      WHERE r.token_hash = $1 AND r.id = $2 AND r.revoked_at IS NULL
        AND NOT (r.ephemeral AND runner_spent(r.ephemeral, r.ephemeral_job))
 ),
+-- The runner's leases: how many it holds, and the oldest one's stamp. $7 is a bound that every
+-- lease the runner still holds was stamped at or after, remembered by the replica from an
+-- earlier claim (NULL: none; store::lease, migration 0015), so that the count skips, in the
+-- index, the entries of leases long settled that an old snapshot keeps. A bound ahead of the
+-- database's clock is not trusted (the clock went back, or this is another server): then every
+-- entry is read.
+held AS (
+    SELECT count(*) AS n, min(j.leased_at) AS oldest FROM jobs j
+     WHERE j.leased_by = $2 AND j.state = 'leased'
+       AND j.leased_at >= CASE WHEN $7::timestamptz <= now() THEN $7::timestamptz
+                               ELSE '-infinity'::timestamptz END
+),
 slots AS (
     SELECT greatest(least(CASE WHEN r.ephemeral THEN (r.ephemeral_job IS NULL)::integer
                                ELSE $5::bigint END,
-                          r.capacity - (SELECT count(*) FROM jobs
-                                         WHERE leased_by = $2 AND state = 'leased')), 0) AS take
+                          r.capacity - (SELECT n FROM held)), 0) AS take
       FROM r
 ),
 -- The candidate scans below each read their claim index in order. The inner LIMIT is a constant
@@ -133,7 +144,11 @@ picked AS (
 leased AS (
     UPDATE jobs j
        SET state = 'leased', epoch = j.epoch + 1, attempts = j.attempts + 1, leased_by = $2,
-           leased_at = now(), lease_expires_at = now() + $6::bigint * interval '1 millisecond',
+           -- The clock now, not the transaction's start: this runner's row lock was granted
+           -- after every earlier claim of it committed, so its stamp follows their bounds
+           -- (store::lease).
+           leased_at = clock_timestamp(),
+           lease_expires_at = now() + $6::bigint * interval '1 millisecond',
            lease_check_at = now() + $6::bigint * interval '1 millisecond',
            event_seq = j.event_seq + 1,
            -- An 'any' job is billed to whoever holds its lease.
@@ -171,12 +186,16 @@ events AS (
 ),
 answer AS (
     SELECT s.take AS free,
+           -- The next claim's $7: once this transaction commits, every lease the runner holds
+           -- was stamped at or after it (the ones taken here after now()); a second before, so
+           -- that a clock stepped back by as much (NTP steps past 128 ms) changes nothing.
+           least((SELECT oldest FROM held), now() - interval '1 second') AS leases_since,
            -- Only plain jobs fit it: the replica sends lease_claim_plain.sql next time.
            (SELECT cardinality(capabilities) = 0 AND cardinality(exclusive) = 0
                    AND cardinality(sources) = 0 FROM r) AS plain
       FROM slots s, commit_mode
 )
-SELECT a.plain, a.free, l.id, l.workspace, l.epoch, l.attempts, l.kind, l.payload,
+SELECT a.plain, a.free, a.leases_since, l.id, l.workspace, l.epoch, l.attempts, l.kind, l.payload,
        l.required_capabilities, l.priority, l.named, l.lease_expires_at, l.secrets, l.source,
        l.traceparent
   FROM answer a LEFT JOIN leased l ON true

@@ -6,7 +6,8 @@
 -- runs lease_claim.sql in a new transaction. The replica chooses this claim by the `plain` of
 -- the runner's previous claim.
 -- $1 sha256(token), $2 runner id, $3 its workspace, $4 its owner, $5 most jobs wanted, $6 lease
--- ttl ms. Whether pool jobs are left for another runner is lease_more.sql's.
+-- ttl ms, $7 where the runner's leases start (as in lease_claim.sql). Whether pool jobs are
+-- left for another runner is lease_more.sql's.
 --
 -- Named jobs the runner can run are taken first, then its pool's plain jobs (for a workspace
 -- runner also the workspace's 'any' ones), highest priority first, FIFO by id; job_fits() with
@@ -21,13 +22,24 @@ WITH r AS (
      WHERE r.token_hash = $1 AND r.id = $2 AND r.revoked_at IS NULL
        AND NOT (r.ephemeral AND runner_spent(r.ephemeral, r.ephemeral_job))
 ),
+-- The runner's leases: how many it holds, and the oldest one's stamp. $7 is a bound that every
+-- lease the runner still holds was stamped at or after, remembered by the replica from an
+-- earlier claim (NULL: none; store::lease, migration 0015), so that the count skips, in the
+-- index, the entries of leases long settled that an old snapshot keeps. A bound ahead of the
+-- database's clock is not trusted (the clock went back, or this is another server): then every
+-- entry is read.
+held AS (
+    SELECT count(*) AS n, min(j.leased_at) AS oldest FROM jobs j
+     WHERE j.leased_by = $2 AND j.state = 'leased'
+       AND j.leased_at >= CASE WHEN $7::timestamptz <= now() THEN $7::timestamptz
+                               ELSE '-infinity'::timestamptz END
+),
 slots AS (
     SELECT r.plain,
            CASE WHEN r.plain
                 THEN greatest(least(CASE WHEN r.ephemeral THEN (r.ephemeral_job IS NULL)::integer
                                          ELSE $5::bigint END,
-                                    r.capacity - (SELECT count(*) FROM jobs
-                                                   WHERE leased_by = $2 AND state = 'leased')),
+                                    r.capacity - (SELECT n FROM held)),
                               0)
                 ELSE 0 END AS take
       FROM r
@@ -86,7 +98,11 @@ picked AS (
 leased AS (
     UPDATE jobs j
        SET state = 'leased', epoch = j.epoch + 1, attempts = j.attempts + 1, leased_by = $2,
-           leased_at = now(), lease_expires_at = now() + $6::bigint * interval '1 millisecond',
+           -- The clock now, not the transaction's start: this runner's row lock was granted
+           -- after every earlier claim of it committed, so its stamp follows their bounds
+           -- (store::lease).
+           leased_at = clock_timestamp(),
+           lease_expires_at = now() + $6::bigint * interval '1 millisecond',
            lease_check_at = now() + $6::bigint * interval '1 millisecond',
            event_seq = j.event_seq + 1,
            -- An 'any' job is billed to whoever holds its lease.
@@ -125,6 +141,10 @@ events AS (
 ),
 answer AS (
     SELECT s.plain, s.take AS free,
+           -- The next claim's $7: once this transaction commits, every lease the runner holds
+           -- was stamped at or after it (the ones taken here after now()); a second before, so
+           -- that a clock stepped back by as much (NTP steps past 128 ms) changes nothing.
+           least((SELECT oldest FROM held), now() - interval '1 second') AS leases_since,
            -- Named jobs of this runner still parked that it cannot run (it dropped a
            -- capability, or lost a repository target, since they were dispatched): only then
            -- does the caller run lease_reject_unfit.sql, in a transaction of its own. Most calls
@@ -136,7 +156,8 @@ answer AS (
                                        $4 LIKE 'ws:%')) AS unfit_named
       FROM slots s, commit_mode
 )
-SELECT a.plain, a.free, a.unfit_named, l.id, l.workspace, l.epoch, l.attempts, l.kind, l.payload,
+SELECT a.plain, a.free, a.leases_since, a.unfit_named, l.id, l.workspace, l.epoch, l.attempts,
+       l.kind, l.payload,
        l.required_capabilities, l.priority, l.named, l.lease_expires_at, l.secrets, l.source,
        l.traceparent
   FROM answer a LEFT JOIN leased l ON true

@@ -5,12 +5,13 @@
 -- (docs/perf.md, "The soak under an open snapshot"); with a fresh horizon those entries are
 -- gone and the head claim is cheaper. Same place in the lease transaction and the same rows
 -- out as lease_claim_plain.sql, and where each queue's next claim may start; and, unlike it,
--- `more` (with $7) itself: its plain class is read from the places here, where lease_more.sql
+-- `more` (with $8) itself: its plain class is read from the places here, where lease_more.sql
 -- would walk each queue from its head, through every entry the old snapshot keeps.
 -- $1 sha256(token), $2 runner id, $3 its workspace, $4 its owner, $5 most jobs wanted, $6 lease
--- ttl ms, $7 whether to report 'more'; where to start in its pool's plain class: $8 priority,
--- $9 id, $10 the xmin (as text) of the claim that found that place, NULL with the head (1001,
--- nil); $11, $12, $13 the same for the workspace's 'any' jobs.
+-- ttl ms, $7 where the runner's leases start (`held`, below), $8 whether to report 'more';
+-- where to start in its pool's plain class: $9 priority, $10 id, $11 the xmin (as text) of the
+-- claim that found that place, NULL with the head (1001, nil); $12, $13, $14 the same for the
+-- workspace's 'any' jobs.
 --
 -- Named jobs the runner can run are taken first, then its pool's plain jobs (for a workspace
 -- runner also the workspace's 'any' ones), highest priority first, FIFO by id; job_fits() with
@@ -24,13 +25,24 @@ WITH r AS (
      WHERE r.token_hash = $1 AND r.id = $2 AND r.revoked_at IS NULL
        AND NOT (r.ephemeral AND runner_spent(r.ephemeral, r.ephemeral_job))
 ),
+-- The runner's leases: how many it holds, and the oldest one's stamp. $7 is a bound that every
+-- lease the runner still holds was stamped at or after, remembered by the replica from an
+-- earlier claim (NULL: none; store::lease, migration 0015), so that the count skips, in the
+-- index, the entries of leases long settled that an old snapshot keeps. A bound ahead of the
+-- database's clock is not trusted (the clock went back, or this is another server): then every
+-- entry is read.
+held AS (
+    SELECT count(*) AS n, min(j.leased_at) AS oldest FROM jobs j
+     WHERE j.leased_by = $2 AND j.state = 'leased'
+       AND j.leased_at >= CASE WHEN $7::timestamptz <= now() THEN $7::timestamptz
+                               ELSE '-infinity'::timestamptz END
+),
 slots AS (
     SELECT r.plain,
            CASE WHEN r.plain
                 THEN greatest(least(CASE WHEN r.ephemeral THEN (r.ephemeral_job IS NULL)::integer
                                          ELSE $5::bigint END,
-                                    r.capacity - (SELECT count(*) FROM jobs
-                                                   WHERE leased_by = $2 AND state = 'leased')),
+                                    r.capacity - (SELECT n FROM held)),
                               0)
                 ELSE 0 END AS take
       FROM r
@@ -54,10 +66,10 @@ named AS (
 ),
 -- The pool's plain class (migration 0012) only: the constrained one is never read. The scan
 -- starts at a place (priority, id) in the claim index's order that the replica remembered from
--- its last plain claim of this queue ($8, $9: store::bounds), or at the head (1001, nil: above
+-- its last plain claim of this queue ($9, $10: store::bounds), or at the head (1001, nil: above
 -- every priority) when it remembers none. Every job before that place was taken, or not
 -- parked, when that claim looked, except jobs parked since by a transaction its snapshot did
--- not see, whose parked_xid is at least that snapshot's xmin ($10; NULL with the head):
+-- not see, whose parked_xid is at least that snapshot's xmin ($11; NULL with the head):
 -- `own_since` finds the first of those, and the scan starts there when it is earlier
 -- (migration 0013 says why this misses nothing). They are read whole through
 -- jobs_parked_since_pool (parks since a moment ago: a few), in that index's order, so that no
@@ -66,8 +78,8 @@ own_since_all AS MATERIALIZED (
     SELECT j.priority, j.id FROM jobs j
      WHERE j.workspace = $3 AND j.owner = $4 AND j.runner_id IS NULL AND j.state = 'parked'
        AND job_claim_class(j.required_capabilities, j.source_key) = 0
-       AND j.parked_xid >= $10::text::xid8
-       AND (j.priority > $8 OR (j.priority = $8 AND j.id < $9))
+       AND j.parked_xid >= $11::text::xid8
+       AND (j.priority > $9 OR (j.priority = $9 AND j.id < $10))
        AND job_fits(j.required_capabilities, j.source_key, j.needs_workspace_runner,
                     '{}', '{}', '{}', $4 LIKE 'ws:%')
      ORDER BY j.parked_xid
@@ -76,8 +88,8 @@ own_since AS (
     SELECT priority, id FROM own_since_all ORDER BY priority DESC, id LIMIT 1
 ),
 own_start AS (
-    SELECT COALESCE((SELECT priority FROM own_since), $8) AS priority,
-           COALESCE((SELECT id FROM own_since), $9::uuid) AS id
+    SELECT COALESCE((SELECT priority FROM own_since), $9) AS priority,
+           COALESCE((SELECT id FROM own_since), $10::uuid) AS id
 ),
 -- The parked jobs at or after the start, locked or not (no lock taken), one more than this call
 -- may take. The first is where the next claim may start: a job another call holds locked
@@ -142,13 +154,13 @@ own_plain AS (
      LIMIT greatest(COALESCE((SELECT take FROM slots), 0) - (SELECT count(*) FROM named), 0)
 ),
 -- A workspace runner also serves the workspace's 'any' jobs (owned by their subjects), read
--- the same way from its own remembered place ($11, $12, $13).
+-- the same way from its own remembered place ($12, $13, $14).
 any_since_all AS MATERIALIZED (
     SELECT j.priority, j.id FROM jobs j
      WHERE $4 LIKE 'ws:%' AND j.workspace = $3 AND j.pool = 'any' AND j.state = 'parked'
        AND job_claim_class(j.required_capabilities, j.source_key) = 0
-       AND j.parked_xid >= $13::text::xid8
-       AND (j.priority > $11 OR (j.priority = $11 AND j.id < $12))
+       AND j.parked_xid >= $14::text::xid8
+       AND (j.priority > $12 OR (j.priority = $12 AND j.id < $13))
        AND job_fits(j.required_capabilities, j.source_key, j.needs_workspace_runner,
                     '{}', '{}', '{}', true)
      ORDER BY j.parked_xid
@@ -157,8 +169,8 @@ any_since AS (
     SELECT priority, id FROM any_since_all ORDER BY priority DESC, id LIMIT 1
 ),
 any_start AS (
-    SELECT COALESCE((SELECT priority FROM any_since), $11) AS priority,
-           COALESCE((SELECT id FROM any_since), $12::uuid) AS id
+    SELECT COALESCE((SELECT priority FROM any_since), $12) AS priority,
+           COALESCE((SELECT id FROM any_since), $13::uuid) AS id
 ),
 any_ahead AS (
     SELECT * FROM (
@@ -223,7 +235,11 @@ picked AS (
 leased AS (
     UPDATE jobs j
        SET state = 'leased', epoch = j.epoch + 1, attempts = j.attempts + 1, leased_by = $2,
-           leased_at = now(), lease_expires_at = now() + $6::bigint * interval '1 millisecond',
+           -- The clock now, not the transaction's start: this runner's row lock was granted
+           -- after every earlier claim of it committed, so its stamp follows their bounds
+           -- (store::lease).
+           leased_at = clock_timestamp(),
+           lease_expires_at = now() + $6::bigint * interval '1 millisecond',
            lease_check_at = now() + $6::bigint * interval '1 millisecond',
            event_seq = j.event_seq + 1,
            -- An 'any' job is billed to whoever holds its lease.
@@ -262,11 +278,15 @@ events AS (
 ),
 answer AS (
     SELECT s.plain, s.take AS free,
+           -- The next claim's $7: once this transaction commits, every lease the runner holds
+           -- was stamped at or after it (the ones taken here after now()); a second before, so
+           -- that a clock stepped back by as much (NTP steps past 128 ms) changes nothing.
+           least((SELECT oldest FROM held), now() - interval '1 second') AS leases_since,
            -- Pool jobs this call did not take (the ones it took still look parked to its
            -- snapshot), of either class: another runner may run what this one cannot. The
            -- plain class is read from the start (own_ahead, any_ahead), the constrained one
            -- from its head.
-           $7::boolean AND (EXISTS (SELECT 1 FROM own_ahead c WHERE c.id NOT IN (SELECT id FROM pool))
+           $8::boolean AND (EXISTS (SELECT 1 FROM own_ahead c WHERE c.id NOT IN (SELECT id FROM pool))
             OR EXISTS (SELECT 1 FROM (SELECT j.id FROM jobs j
                               WHERE j.workspace = $3 AND j.owner = $4 AND j.runner_id IS NULL
                                 AND j.state = 'parked'
@@ -309,8 +329,8 @@ places AS (
                               '00000000-0000-0000-0000-000000000000'::uuid) END AS any_next_id,
            pg_snapshot_xmin(pg_current_snapshot())::text AS snapshot_xmin
 )
-SELECT a.plain, a.free, a.more, a.unfit_named, p.own_next_priority, p.own_next_id, p.any_next_priority,
-       p.any_next_id, p.snapshot_xmin, l.id, l.workspace, l.epoch, l.attempts, l.kind, l.payload,
-       l.required_capabilities, l.priority, l.named, l.lease_expires_at, l.secrets, l.source,
+SELECT a.plain, a.free, a.leases_since, a.more, a.unfit_named, p.own_next_priority,
+       p.own_next_id, p.any_next_priority, p.any_next_id, p.snapshot_xmin, l.id, l.workspace,
+       l.epoch, l.attempts, l.kind, l.payload, l.required_capabilities, l.priority, l.named, l.lease_expires_at, l.secrets, l.source,
        l.traceparent
   FROM answer a CROSS JOIN places p LEFT JOIN leased l ON true

@@ -1,12 +1,17 @@
 -- Is a lease transaction worth running? A read-only look, authenticated like every runner call,
 -- that a long-poll takes at the deadline of a wait nothing ended: most such looks find nothing,
--- and a lease transaction that finds nothing still locks the runner row and commits. $1 sha256(token), $2 runner id, $3 its
--- workspace, $4 its owner, $5 how stale (ms) last_seen_at may get.
+-- and a lease transaction that finds nothing still locks the runner row and commits.
+-- $1 sha256(token), $2 runner id, $3 its workspace, $4 its owner, $5 how stale (ms) last_seen_at
+-- may get, $6 where the runner's leases start (as in lease_claim.sql; NULL: not known).
 -- No row: the token is not live. Otherwise: free slots (capacity - leases held; an ephemeral
 -- runner is always looked at by the full transaction), whether last_seen_at is stale (the
 -- transaction refreshes it), and whether any queue it serves has a parked job.
 SELECT r.ephemeral,
-       (r.capacity - (SELECT count(*) FROM jobs WHERE leased_by = $2 AND state = 'leased'))::integer AS capacity_free,
+       (r.capacity - (SELECT count(*) FROM jobs
+                       WHERE leased_by = $2 AND state = 'leased'
+                         AND leased_at >= CASE WHEN $6::timestamptz <= now() THEN $6::timestamptz
+                                               ELSE '-infinity'::timestamptz END))::integer
+           AS capacity_free,
        (r.last_seen_at IS NULL
         OR r.last_seen_at < now() - $5::bigint * interval '1 millisecond') AS stale,
        -- Each look is ordered like its claim, so it walks the claim index (a plain EXISTS,

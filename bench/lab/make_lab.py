@@ -45,7 +45,8 @@ out.append("BEGIN;\n")
 out.append(statement("runner_lock_for_lease.sql",
                      {1: ":th", 2: "NULL", 3: "NULL", 4: "NULL::text", 5: ":seen"}))
 out.append(statement("lease_claim_plain.sql",
-                     {1: ":th", 2: ":rid", 3: ":ws", 4: ":own", 5: ":maxj", 6: ":ttl"},
+                     {1: ":th", 2: ":rid", 3: ":ws", 4: ":own", 5: ":maxj", 6: ":ttl",
+                      7: "NULL::timestamptz"},
                      gset=True))
 out.append("COMMIT;\n")
 out.append(statement("job_complete.sql", {1: "ARRAY[:id::uuid]", 2: "ARRAY[:epoch::bigint]",

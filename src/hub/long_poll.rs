@@ -39,6 +39,13 @@ impl Hub {
         let mut known = self.identities.lock();
         match me {
             Some(me) => {
+                // A runner already known only has its hints refreshed, in place (every claim
+                // moves where its leases start).
+                if let Some(k) = known.get_mut(token_hash).filter(|k| k.same_runner(me)) {
+                    k.plain = me.plain;
+                    k.leases_since = me.leases_since;
+                    return;
+                }
                 if known.len() >= MAX_KNOWN_RUNNERS {
                     known.clear();
                 }
@@ -112,8 +119,8 @@ impl Hub {
                 return Ok(LeaseAnswer::RunnerGone);
             };
             if known.as_ref() != Some(&me) {
-                // First sight of this runner: if it must wait, the next turn registers and
-                // looks again.
+                // First sight of this runner (if it must wait, the next turn registers and looks
+                // again), or its hints moved.
                 self.remember_runner(token_hash, Some(&me));
                 known = Some(me);
             }

@@ -8,6 +8,17 @@
 //! runner's fixed identity (id, workspace, owner) before the lock answers; a replica remembers
 //! it by token hash, and the first call of a runner it does not know yet takes two round trips.
 //!
+//! The claim counts the runner's leases from a bound the replica remembers for it
+//! ([`LeaseIdentity::leases_since`], migration 0015), so that under an old snapshot it does not
+//! walk an index entry for every lease the runner ever settled. Every claim answers the bound
+//! for the next: the oldest lease the runner holds, or its transaction's start (less a second)
+//! when that is earlier. It is a bound on every replica, for as long as it is kept:
+//! each claim stamps its leases (`leased_at`) with the clock after the runner row lock was
+//! granted, so after every earlier claim of that runner committed, and the leases the runner
+//! held then were all in that claim's snapshot. The count does not trust a bound ahead of the
+//! database's clock (a clock stepped back further than that second, a failover to a server
+//! whose clock is behind) and then reads every entry.
+//!
 //! Concurrent lease transactions of one token on one replica take turns ([`LeaseTurns`])
 //! before they check out a connection: they would serialise on the runner row lock anyway, and
 //! waiting in memory instead leaves the pool's connections to other runners' and tenants'
@@ -116,6 +127,7 @@ impl Store {
                     &me.workspace,
                     &me.owner,
                     &self.seen_refresh_ms,
+                    &me.leases_since,
                 ],
             )
             .await?
@@ -205,8 +217,8 @@ impl Store {
         let places = starts.as_ref().unwrap_or(&none);
         let (own, any) = (StartParams::of(&places.own), StartParams::of(&places.any));
         let general = claim_params(&token_hash, me, &max_jobs, &lease_ttl_ms);
-        // The plain claim from remembered places takes whether to answer `more` ($7) and their
-        // six parameters too ($8..$13).
+        // The plain claim from remembered places takes whether to answer `more` ($8) and their
+        // six parameters too ($9..$14).
         let from_places: Vec<&(dyn ToSql + Sync)>;
         let claim_args: &[&(dyn ToSql + Sync)] = if starts.is_some() {
             from_places = general
@@ -436,13 +448,13 @@ async fn prepare(
         .map_err(|e| StoreError::pg(text, e))
 }
 
-/// The parameters every claim takes (`lease_claim*.sql` $1..$6).
+/// The parameters every claim takes (`lease_claim*.sql` $1..$7).
 fn claim_params<'a>(
     token_hash: &'a &'a [u8],
     me: &'a LeaseIdentity,
     max_jobs: &'a i64,
     lease_ttl_ms: &'a i64,
-) -> [&'a (dyn ToSql + Sync); 6] {
+) -> [&'a (dyn ToSql + Sync); 7] {
     [
         token_hash,
         &me.id,
@@ -450,6 +462,7 @@ fn claim_params<'a>(
         &me.owner,
         max_jobs,
         lease_ttl_ms,
+        &me.leases_since,
     ]
 }
 
@@ -478,6 +491,7 @@ fn outcome(
 ) -> Result<LeaseOutcome> {
     let mut identity = identity;
     identity.plain = claimed.first().is_some_and(|r| r.get("plain"));
+    identity.leases_since = claimed.first().and_then(|r| r.get("leases_since"));
     let mut out = LeaseOutcome {
         runner: Some(identity),
         version,
@@ -508,5 +522,6 @@ fn identity_of(row: &tokio_postgres::Row) -> LeaseIdentity {
         owner: row.get("owner"),
         // Learnt from the claim's answer (see `outcome`).
         plain: false,
+        leases_since: None,
     }
 }

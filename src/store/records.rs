@@ -26,6 +26,10 @@ pub struct LeaseIdentity {
     /// held no approved repository target, so only plain jobs fit it (the next lease then sends
     /// the plain claim, which checks it again).
     pub plain: bool,
+    /// Not identity but a bound, as of the runner's last claim on this replica: every lease the
+    /// runner holds was stamped (`leased_at`) at or after it, so the next claim counts its leases
+    /// from there (migration 0015; `None`: from the first).
+    pub leases_since: Option<DateTime<Utc>>,
 }
 
 impl LeaseIdentity {

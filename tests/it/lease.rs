@@ -6,12 +6,17 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
+use leasehold::client::Client;
 use leasehold::domain::credentials::{self, Kind};
-use leasehold::store::Report;
+use leasehold::store::lease::Advertised;
+use leasehold::store::records::LeaseIdentity;
+use leasehold::store::{Report, Store};
 use leasehold::wire::{self, Tier};
 use serde_json::json;
 
-use crate::support::{code, dispatch, eventually, lease, pair, personal, to_runner, TestApp};
+use crate::support::{
+    code, connect, dispatch, eventually, lease, pair, personal, to_runner, TestApp,
+};
 
 #[tokio::test]
 async fn a_parked_job_settles_exactly_once() {
@@ -482,4 +487,113 @@ async fn many_concurrent_claimers_get_distinct_jobs() {
     let distinct: HashSet<_> = all.iter().collect();
     assert_eq!(all.len(), total, "every job leased");
     assert_eq!(distinct.len(), total, "no job leased twice");
+}
+
+/// Migration 0015: a claim counts its runner's leases from a bound its replica remembers from
+/// the runner's last claim there. A lease held from long before (stamped an hour back) still
+/// counts, on both replicas, however many claims have moved their bounds since.
+#[tokio::test]
+async fn a_lease_held_since_long_before_still_counts_against_capacity() {
+    let app = TestApp::spawn_with(2, |_| {}).await;
+    let alice = app.operator("acme", "alice", false).await;
+    let (runner, r0) = pair(&alice, Tier::Personal, &[], 2).await;
+    let r1 = Client::new(app.url(1), r0.token().map(str::to_owned));
+    // Leased (through the test's own store, so that neither replica has seen the runner yet)
+    // and stamped an hour back, as if held that long.
+    let held = dispatch(&alice, personal(), json!("held")).await;
+    let token_hash = credentials::parse(Kind::Runner, r0.token().unwrap()).unwrap();
+    let first = app
+        .store
+        .lease(&token_hash, &Advertised::default(), None, 1, 600_000, false)
+        .await
+        .unwrap();
+    assert_eq!(first.claimed[0].id, held.id);
+    connect(&app.database_url)
+        .await
+        .execute(
+            "UPDATE jobs SET leased_at = leased_at - interval '1 hour' WHERE id = $1",
+            &[&held.id],
+        )
+        .await
+        .unwrap();
+    // Claims on both replicas, each settling what it took, each moving its replica's bound.
+    for i in 0..6 {
+        let r = if i % 2 == 0 { &r0 } else { &r1 };
+        dispatch(&alice, personal(), json!(i)).await;
+        let got = lease(r, 0, 5).await;
+        assert_eq!(got.len(), 1);
+        r.complete(got[0].id, got[0].epoch, json!(i)).await.unwrap();
+    }
+    for i in 0..3 {
+        dispatch(&alice, personal(), json!(i)).await;
+    }
+    assert_eq!(
+        lease(&r0, 0, 5).await.len(),
+        1,
+        "capacity 2, one held an hour"
+    );
+    assert!(lease(&r1, 0, 5).await.is_empty(), "capacity 2, both held");
+    let listed = alice.runners(Tier::Personal).await.unwrap();
+    let active = listed.iter().find(|x| x.id == runner.id).unwrap();
+    assert_eq!(active.active_leases, 2);
+}
+
+/// A remembered bound ahead of the database's clock (the clock stepped back, or a failover went
+/// to a server whose clock is behind) is not trusted: each claim statement then counts every
+/// lease of the runner.
+#[tokio::test]
+async fn a_bound_ahead_of_the_database_clock_counts_every_lease() {
+    let app = TestApp::spawn().await;
+    let alice = app.operator("acme", "alice", false).await;
+    let (runner, r) = pair(&alice, Tier::Personal, &[], 2).await;
+    let token_hash = credentials::parse(Kind::Runner, r.token().unwrap()).unwrap();
+    dispatch(&alice, personal(), json!("held")).await;
+    assert_eq!(lease(&r, 0, 1).await.len(), 1);
+    for i in 0..4 {
+        dispatch(&alice, personal(), json!(i)).await;
+    }
+    let row = connect(&app.database_url)
+        .await
+        .query_one(
+            "SELECT workspace, owner FROM runners WHERE id = $1",
+            &[&runner.id],
+        )
+        .await
+        .unwrap();
+    // A store whose plain claims always start from remembered places.
+    let from_places = Store::connect(&app.database_url, 1, app.config.presence_window_ms)
+        .unwrap()
+        .with_claim_bounds(0, Duration::from_secs(3600));
+    // The general claim, the plain claim from the head, the plain claim from places.
+    for (store, plain, claim) in [
+        (&app.store, false, "lease_claim"),
+        (&app.store, true, "lease_claim_plain"),
+        (&from_places, true, "lease_claim_plain_from"),
+    ] {
+        let me = LeaseIdentity {
+            id: runner.id,
+            workspace: row.get(0),
+            owner: row.get(1),
+            plain,
+            leases_since: Some(chrono::Utc::now() + chrono::Duration::hours(1)),
+        };
+        let out = store
+            .lease(
+                &token_hash,
+                &Advertised::default(),
+                Some(&me),
+                5,
+                60_000,
+                false,
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            (out.free, out.claimed.len()),
+            (1, 1),
+            "{claim}: capacity 2, one held"
+        );
+        let job = &out.claimed[0];
+        r.complete(job.id, job.epoch, json!(claim)).await.unwrap();
+    }
 }

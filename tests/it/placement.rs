@@ -949,7 +949,7 @@ async fn placement_statements_reach_their_rows_by_key_in_generic_plans() {
             name,
             plan,
             &["jobs_pkey", "runners_token_hash_key"],
-            &["Seq Scan on jobs", "jobs_leased_by"],
+            &["Seq Scan on jobs", "jobs_leased_since"],
         );
     }
     assert_plan(

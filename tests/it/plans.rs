@@ -92,19 +92,19 @@ async fn check_hot_plans(app: &TestApp) {
         (
             "lease_claim",
             sql::LEASE_CLAIM,
-            format!("{token}, {runner}, 'acme', 'ws:acme', 10, 120000"),
+            format!("{token}, {runner}, 'acme', 'ws:acme', 10, 120000, now()"),
         ),
         (
             "lease_claim_plain",
             sql::LEASE_CLAIM_PLAIN,
-            format!("{token}, {runner}, 'acme', 'ws:acme', 10, 120000"),
+            format!("{token}, {runner}, 'acme', 'ws:acme', 10, 120000, now()"),
         ),
         ("lease_more", sql::LEASE_MORE, "'acme', 'ws:acme'".into()),
         (
             "lease_claim_plain_from",
             sql::LEASE_CLAIM_PLAIN_FROM,
             format!(
-                "{token}, {runner}, 'acme', 'ws:acme', 10, 120000, true, \
+                "{token}, {runner}, 'acme', 'ws:acme', 10, 120000, now(), true, \
                  0, {job}, '1000', 0, {job}, '1000'"
             ),
         ),
@@ -116,7 +116,7 @@ async fn check_hot_plans(app: &TestApp) {
         (
             "lease_probe",
             sql::LEASE_PROBE,
-            format!("{token}, {runner}, 'acme', 'ws:acme', 30000"),
+            format!("{token}, {runner}, 'acme', 'ws:acme', 30000, now()"),
         ),
         (
             "runner_lock_for_lease",
@@ -183,6 +183,9 @@ async fn check_hot_plans(app: &TestApp) {
                 "Index Scan using jobs_claim_pool",
                 "Index Scan using jobs_claim_any",
                 "jobs_pkey",
+                // The runner's leases from where they start (migration 0015), in the index.
+                "Index Only Scan using jobs_leased_since",
+                "Index Cond: ((leased_by = $2) AND (leased_at >= CASE",
             ],
             &["Seq Scan"],
         );
@@ -237,7 +240,7 @@ async fn check_hot_plans(app: &TestApp) {
             name,
             plan(name),
             &["using jobs_pkey on jobs", "runners_token_hash_key"],
-            &["Seq Scan", "jobs_leased_by", "jobs_lease_check"],
+            &["Seq Scan", "jobs_leased_since", "jobs_lease_check"],
         );
     }
     // The probe reads claim indexes and the runner's leases, never a whole table.
@@ -249,7 +252,7 @@ async fn check_hot_plans(app: &TestApp) {
             "jobs_claim_named",
             "jobs_claim_pool",
             "jobs_claim_any",
-            "jobs_leased_by",
+            "jobs_leased_since",
         ],
         &["Seq Scan", "Sort"],
     );
@@ -332,7 +335,7 @@ async fn a_claim_behind_an_unfit_head_reads_none_of_it() {
             &tx,
             &format!(
                 "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) EXECUTE claim(sha256('{token}'::bytea), \
-                 '{runner}', 'acme', 'ws:acme', 1, 120000{head})"
+                 '{runner}', 'acme', 'ws:acme', 1, 120000, NULL{head})"
             ),
         )
         .await
