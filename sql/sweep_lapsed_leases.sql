@@ -1,12 +1,17 @@
--- Leases whose check is due: $1 batch size. A lease whose holder kept heartbeating (its
--- lease_expires_at is still ahead) only has its next check moved to that expiry; a lapsed one
--- goes back to parked (re-delivery; the next lease bumps the epoch), or fails lease_lost once
--- attempts reached max_attempts. Safe on every replica at once: SKIP LOCKED, and each row is
--- judged on the values it has when locked. Rows out: the jobs that moved.
+-- Leases whose check is due: $1 batch size; $2 how far back (ms) to look for them, NULL for
+-- every one (hub::sweeper: while the oldest snapshot is old, the index keeps an entry for
+-- every lease since, long checked, and a sweep reads only the last moments of it). A lease
+-- whose holder kept heartbeating (its lease_expires_at is still ahead) only has its next check
+-- moved to that expiry; a lapsed one goes back to parked (re-delivery; the next lease bumps the
+-- epoch), or fails lease_lost once attempts reached max_attempts. Safe on every replica at
+-- once: SKIP LOCKED, and each row is judged on the values it has when locked. Rows out: every
+-- lease judged, those still 'leased' only had their check moved.
 WITH due AS (
     SELECT id, leased_by AS holder
       FROM jobs
      WHERE state = 'leased' AND lease_check_at <= now()
+       AND lease_check_at > COALESCE(now() - $2::bigint * interval '1 millisecond',
+                                     '-infinity'::timestamptz)
      ORDER BY lease_check_at
      LIMIT $1
        FOR UPDATE SKIP LOCKED
@@ -35,15 +40,12 @@ judged AS (
     RETURNING j.id, j.workspace, j.owner, j.runner_id, j.pool, j.state, j.epoch, j.event_seq,
               due.holder
 ),
-moved AS (
-    SELECT * FROM judged WHERE state <> 'leased'
-),
 events AS (
     INSERT INTO job_events (job_id, seq, kind, data)
     SELECT id, event_seq, 'state',
            jsonb_build_object('state', state,
                               'reason', CASE WHEN state = 'failed' THEN 'lease_lost' ELSE 'lease_lapsed' END,
                               'runner', holder, 'epoch', epoch)
-      FROM moved
+      FROM judged WHERE state <> 'leased'
 )
-SELECT id, workspace, owner, runner_id, pool, state FROM moved
+SELECT id, workspace, owner, runner_id, pool, state FROM judged

@@ -6,10 +6,14 @@
 -- workspace runner for a job naming a 'workspace' secret). A
 -- runner never seen was never online (and greatest() ignores the NULL of no runner). Past the
 -- deadline: rejected no_runner; otherwise the next check moves to the deadline. $1 batch size,
--- $2 presence window ms. Rows out: the jobs rejected.
+-- $2 presence window ms, $3 how far back (ms) to look for due checks, NULL for every one (as in
+-- sweep_lapsed_leases.sql). Rows out: every job judged, those still 'parked' only had their
+-- check moved.
 WITH due AS (
     SELECT id FROM jobs
      WHERE state = 'parked' AND no_runner_check_at <= now()
+       AND no_runner_check_at > COALESCE(now() - $3::bigint * interval '1 millisecond',
+                                         '-infinity'::timestamptz)
      ORDER BY no_runner_check_at
      LIMIT $1
        FOR UPDATE SKIP LOCKED
@@ -57,4 +61,4 @@ events AS (
            jsonb_build_object('state', 'rejected', 'reason', 'no_runner', 'runner', NULL, 'epoch', epoch)
       FROM moved WHERE state = 'rejected'
 )
-SELECT id, workspace, owner, runner_id, pool, state FROM moved WHERE state = 'rejected'
+SELECT id, workspace, owner, runner_id, pool, state FROM moved

@@ -120,6 +120,11 @@ pub struct Config {
     /// this often.
     #[arg(long, env = "LEASEHOLD_CLAIM_FULL_WALK_MS", default_value_t = 5_000)]
     pub claim_full_walk_ms: u64,
+    /// While the oldest snapshot is that old too, the lapsed-lease and no-runner sweeps read only
+    /// the checks that fell due since the replica's last sweep (and five seconds before); they
+    /// still read every due check at least this often.
+    #[arg(long, env = "LEASEHOLD_SWEEP_FULL_WALK_MS", default_value_t = 30_000)]
+    pub sweep_full_walk_ms: u64,
     /// Concurrent lease calls one runner token may hold open on one replica; beyond it a lease
     /// call answers 429 `rate_limited` with `Retry-After`, before any database work.
     #[arg(long, env = "LEASEHOLD_MAX_POLLS_PER_RUNNER", default_value_t = 16)]
@@ -206,6 +211,11 @@ impl Config {
     /// See [`Config::claim_full_walk_ms`].
     pub fn claim_full_walk(&self) -> Duration {
         Duration::from_millis(self.claim_full_walk_ms)
+    }
+
+    /// See [`Config::sweep_full_walk_ms`].
+    pub fn sweep_full_walk(&self) -> Duration {
+        Duration::from_millis(self.sweep_full_walk_ms)
     }
 
     /// A replica holding a runner's long-poll refreshes its `last_seen_at` this often, a third

@@ -21,7 +21,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run one replica against DATABASE_URL.
-    Serve(Config),
+    Serve(Box<Config>),
     /// Everything on one machine: a private PostgreSQL in a local directory, one replica and a
     /// local runner.
     Dev(dev::DevArgs),
@@ -105,7 +105,7 @@ async fn run(command: Command) -> anyhow::Result<i32> {
     match command {
         Command::People(c) => cli::run(c).await,
         Command::Runner { command } => runner::cli::run(command).await,
-        Command::Serve(config) => serve::run(config).await.map(|()| 0),
+        Command::Serve(config) => serve::run(*config).await.map(|()| 0),
         Command::Dev(args) => dev::run(args).await.map(|()| 0),
         Command::Bench(args) => leasehold::commands::bench::run(args).await.map(|()| 0),
         Command::Openapi => leasehold::commands::openapi::run().map(|()| 0),

@@ -15,13 +15,31 @@ impl Store {
             .collect()
     }
 
-    pub async fn sweep_lapsed_leases(&self, batch: i64) -> Result<Vec<Moved>> {
-        self.sweep(sql::SWEEP_LAPSED_LEASES, &[&batch]).await
+    /// Judge up to `batch` leases whose check is due, of those that fell due in the last
+    /// `lookback_ms` (`None`: all of them). Every lease judged is returned: one still
+    /// [`JobState::Leased`](crate::domain::state::JobState) only had its check moved.
+    pub async fn sweep_lapsed_leases(
+        &self,
+        batch: i64,
+        lookback_ms: Option<i64>,
+    ) -> Result<Vec<Moved>> {
+        self.sweep(sql::SWEEP_LAPSED_LEASES, &[&batch, &lookback_ms])
+            .await
     }
 
-    pub async fn sweep_no_runner(&self, batch: i64) -> Result<Vec<Moved>> {
-        self.sweep(sql::SWEEP_NO_RUNNER, &[&batch, &self.presence_window_ms])
-            .await
+    /// Judge up to `batch` parked jobs whose no-runner check is due, of those that fell due in
+    /// the last `lookback_ms` (`None`: all of them). Every job judged is returned: one still
+    /// [`JobState::Parked`](crate::domain::state::JobState) only had its check moved.
+    pub async fn sweep_no_runner(
+        &self,
+        batch: i64,
+        lookback_ms: Option<i64>,
+    ) -> Result<Vec<Moved>> {
+        self.sweep(
+            sql::SWEEP_NO_RUNNER,
+            &[&batch, &self.presence_window_ms, &lookback_ms],
+        )
+        .await
     }
 
     pub async fn sweep_queue_timeout(&self, batch: i64) -> Result<Vec<Moved>> {

@@ -597,3 +597,52 @@ async fn a_bound_ahead_of_the_database_clock_counts_every_lease() {
         r.complete(job.id, job.epoch, json!(claim)).await.unwrap();
     }
 }
+
+/// While the oldest snapshot is old, the sweeps read only the checks that fell due since their
+/// last sweep (hub::sweeper), and still read every due check at each whole walk: a lease whose
+/// check fell due an hour ago is re-delivered, and a parked job whose no-runner check did is
+/// rejected.
+#[tokio::test]
+async fn under_an_old_horizon_checks_due_long_ago_are_still_judged() {
+    let app = TestApp::spawn_with(1, |c| {
+        c.claim_bound_age = 0;
+        c.sweep_full_walk_ms = 1_000;
+    })
+    .await;
+    let alice = app.operator("acme", "alice", false).await;
+    let (_, r) = pair(&alice, Tier::Personal, &[], 1).await;
+    let lapsed = dispatch(&alice, personal(), json!("lapsed")).await;
+    let held = lease(&r, 0, 1).await.remove(0);
+    assert_eq!(held.id, lapsed.id);
+    // Bob has no runner.
+    let bob = app.operator("acme", "bob", false).await;
+    let mut d = wire::Dispatch::new(personal(), json!("nobody"));
+    d.no_runner_timeout_ms = Some(600_000);
+    let orphan = bob.dispatch(&d).await.unwrap();
+    // Both checks an hour overdue: past any window, so only a whole walk reads them.
+    let db = connect(&app.database_url).await;
+    db.execute(
+        "UPDATE jobs SET lease_expires_at = now() - interval '1 hour',
+                         lease_check_at = now() - interval '1 hour' WHERE id = $1",
+        &[&lapsed.id],
+    )
+    .await
+    .unwrap();
+    db.execute(
+        "UPDATE jobs SET no_runner_check_at = now() - interval '1 hour',
+                         created_at = now() - interval '1 hour' WHERE id = $1",
+        &[&orphan.id],
+    )
+    .await
+    .unwrap();
+    eventually(Duration::from_secs(10), "re-delivered", || async {
+        (alice.job(lapsed.id).await.unwrap().state == "parked").then_some(())
+    })
+    .await;
+    let rejected = eventually(Duration::from_secs(10), "rejected", || async {
+        let job = bob.job(orphan.id).await.unwrap();
+        (job.state == "rejected").then_some(job)
+    })
+    .await;
+    assert_eq!(rejected.error.unwrap()["reason"], "no_runner");
+}
