@@ -126,13 +126,14 @@ impl ClaimBounds {
 
     fn places(&self, workspace: &str, owner: &str) -> Starts {
         let now = Instant::now();
-        let fresh = |r: &Remembered| now.duration_since(r.walked_at) < self.full_walk_every;
-        let own = lock(&self.own)
-            .get(&(workspace.to_owned(), owner.to_owned()))
-            .filter(|r| fresh(r))
-            .cloned();
+        let own = take(
+            &self.own,
+            &(workspace.to_owned(), owner.to_owned()),
+            now,
+            self.full_walk_every,
+        );
         let any = if owner.starts_with("ws:") {
-            lock(&self.any).get(workspace).filter(|r| fresh(r)).cloned()
+            take(&self.any, workspace, now, self.full_walk_every)
         } else {
             None
         };
@@ -184,6 +185,32 @@ impl ClaimBounds {
     }
 }
 
+/// The place a claim of this queue starts from: `None` (the head) when none is remembered, or
+/// when the chain's last walk from the head is a full-walk interval old. Then this claim is the
+/// one that walks from the head, and the place stays in use for the claims that start before
+/// the walk answers (its time moves on now): one walk per interval, not one per claim in flight.
+fn take<K, Q>(
+    map: &Mutex<HashMap<K, Remembered>>,
+    key: &Q,
+    now: Instant,
+    full_walk_every: Duration,
+) -> Option<Remembered>
+where
+    K: std::hash::Hash + Eq + std::borrow::Borrow<Q>,
+    Q: std::hash::Hash + Eq + ?Sized,
+{
+    let mut map = lock(map);
+    let r = map.get_mut(key)?;
+    if now.duration_since(r.walked_at) < full_walk_every {
+        return Some(r.clone());
+    }
+    r.walked_at = now;
+    None
+}
+
+/// Keep a committed claim's answer, unless the place remembered came from a later snapshot
+/// (claims of one queue commit in any order; any answer is a correct start, and the later
+/// snapshot's is the further one). The walk time kept is the later of the two.
 fn remember<K: std::hash::Hash + Eq>(
     map: &Mutex<HashMap<K, Remembered>>,
     key: K,
@@ -196,7 +223,17 @@ fn remember<K: std::hash::Hash + Eq>(
         let now = Instant::now();
         map.retain(|_, r| now.duration_since(r.walked_at) < full_walk_every);
     }
-    map.insert(key, Remembered { place, walked_at });
+    match map.get_mut(&key) {
+        Some(r) => {
+            r.walked_at = r.walked_at.max(walked_at);
+            if place.xmin >= r.place.xmin {
+                r.place = place;
+            }
+        }
+        None => {
+            map.insert(key, Remembered { place, walked_at });
+        }
+    }
 }
 
 /// The maps hold plain data: nothing panics while they are locked.
@@ -217,7 +254,8 @@ impl Store {
         Ok(age)
     }
 
-    /// Whether plain claims start from remembered places now (for metrics and tests).
+    /// Whether plain claims start from remembered places now: the horizon is old (for the
+    /// sweeps, which then read only recent due checks, metrics and tests).
     pub fn claims_from_places(&self) -> bool {
         self.claim_bounds.in_use()
     }
@@ -268,6 +306,42 @@ mod tests {
         // Another owner's queue, and a personal queue's 'any' (it reads none).
         assert!(b.starts("w", "alice").unwrap().own.is_none());
         assert!(b.starts("w", "alice").unwrap().any.is_none());
+    }
+
+    #[test]
+    fn of_claims_that_commit_out_of_order_the_later_snapshots_place_is_kept() {
+        let b = always(FULL_WALK_EVERY);
+        b.learn("w", "ws:w", &Starts::default(), place(10), None);
+        let s = b.starts("w", "ws:w").unwrap();
+        let (later, earlier) = (place(14), place(12));
+        b.learn("w", "ws:w", &s, later.clone(), None);
+        // A claim that took its snapshot before the one above, committed after it.
+        b.learn("w", "ws:w", &s, earlier, None);
+        assert_eq!(b.starts("w", "ws:w").unwrap().own, Some(later));
+    }
+
+    #[test]
+    fn when_a_walk_from_the_head_is_due_one_claim_walks_and_the_others_keep_the_place() {
+        let b = always(Duration::from_millis(20));
+        let kept = place(10);
+        b.learn("w", "ws:w", &Starts::default(), kept.clone(), None);
+        std::thread::sleep(Duration::from_millis(30));
+        let walker = b.starts("w", "ws:w").unwrap();
+        assert!(
+            walker.own.is_none(),
+            "the first claim after the interval walks"
+        );
+        for _ in 0..3 {
+            let s = b.starts("w", "ws:w").unwrap();
+            assert_eq!(
+                s.own.as_ref(),
+                Some(&kept),
+                "the claims in flight meanwhile do not"
+            );
+        }
+        let walked = place(11);
+        b.learn("w", "ws:w", &walker, walked.clone(), None);
+        assert_eq!(b.starts("w", "ws:w").unwrap().own, Some(walked));
     }
 
     #[test]
