@@ -196,8 +196,8 @@ impl Replica {
     }
 }
 
-/// Queue depth for `/metrics`: one cheap query per replica per `metrics_interval`, whatever the
-/// number of scrapes or owners.
+/// Queue depth for `/metrics`: one query per replica per `metrics_interval` (paced:
+/// [`crate::hub::pace`]), whatever the number of scrapes or owners.
 async fn count_jobs(hub: Arc<Hub>, cancel: CancellationToken) {
     let mut tick = tokio::time::interval(hub.config.metrics_interval());
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -206,7 +206,10 @@ async fn count_jobs(hub: Arc<Hub>, cancel: CancellationToken) {
             _ = cancel.cancelled() => return,
             _ = tick.tick() => {}
         }
-        match hub.store.job_depth().await {
+        let started = std::time::Instant::now();
+        let depth = hub.store.job_depth().await;
+        crate::hub::pace::pace(&mut tick, started.elapsed());
+        match depth {
             Ok(depth) => {
                 for (state, n) in [("parked", depth.parked), ("leased", depth.leased)] {
                     hub.metrics.jobs.get_or_create(&StateLabel { state }).set(n);

@@ -9,6 +9,7 @@
 
 mod long_poll;
 pub mod notifier;
+pub mod pace;
 pub mod sweeper;
 mod transitions;
 pub mod waiters;
@@ -128,8 +129,9 @@ impl Hub {
         }
     }
 
-    /// The safety net, once per interval: one query finds which waited-on queues have parked
-    /// jobs, and one waiter per such queue re-checks. Also keeps long-polling runners `online`.
+    /// The safety net, once per interval (paced: [`pace`]): one query finds which waited-on
+    /// queues have parked jobs, and one waiter per such queue re-checks. Also keeps
+    /// long-polling runners `online`.
     pub async fn recheck_loop(self: Arc<Self>, cancel: CancellationToken) {
         let mut recheck = tokio::time::interval(self.config.recheck_interval());
         let mut presence = tokio::time::interval(self.config.presence_refresh());
@@ -142,7 +144,10 @@ impl Hub {
                         continue;
                     }
                     self.metrics.rechecks.inc();
-                    match self.store.parked_queues(&waited).await {
+                    let started = std::time::Instant::now();
+                    let parked = self.store.parked_queues(&waited).await;
+                    pace::pace(&mut recheck, started.elapsed());
+                    match parked {
                         Ok(queues) => {
                             for q in queues {
                                 let key = match q {
