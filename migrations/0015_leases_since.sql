@@ -12,5 +12,8 @@
 --
 -- The same index serves every other count of a runner's leases (listings, heartbeats,
 -- revocation) through its first column, as before.
+--
+-- Built inside the migration's transaction, like every index before it: writes to `jobs` wait
+-- while it reads the table once (the index itself holds only the leased rows).
 CREATE INDEX jobs_leased_since ON jobs (leased_by, leased_at) WHERE state = 'leased';
 DROP INDEX jobs_leased_by;
