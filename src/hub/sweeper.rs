@@ -9,10 +9,10 @@
 //! While the database's oldest snapshot is old (while claims start from remembered places:
 //! [`Store::claims_from_places`]), the lapsed-lease
 //! and no-runner sweeps read only the checks that fell due since this replica's last sweep
-//! began, and [`MARGIN`] before ([`Windows`]): their indexes then keep an entry for every lease
+//! began, and `MARGIN` before (`Windows`): their indexes then keep an entry for every lease
 //! and every dispatch since that snapshot, long judged, and a sweep from the start of the index
 //! walked all of them, twice a second per replica. Invariant: a due check is judged by a sweep
-//! within [`MARGIN`] of falling due, or by the next whole walk (`LEASEHOLD_SWEEP_FULL_WALK_MS`):
+//! within `MARGIN` of falling due, or by the next whole walk (`LEASEHOLD_SWEEP_FULL_WALK_MS`):
 //! a sequence of batches ends only on one that was not full, so it judged every due check in its
 //! window that no other transaction held locked; one held locked for longer than the margin, or
 //! one written already due (a job re-parked with its no-runner check long past), waits for the
@@ -34,11 +34,11 @@ use crate::store::Result;
 const BATCH: i64 = 500;
 
 /// How far before its last sweep began a windowed sweep still reads due checks.
-pub const MARGIN: Duration = Duration::from_secs(5);
+const MARGIN: Duration = Duration::from_secs(5);
 
 /// How far back each windowed sweep reads: when this replica last swept, and last walked whole.
 #[derive(Debug, Default)]
-pub struct Windows {
+struct Windows {
     lapsed: Window,
     no_runner: Window,
 }
@@ -120,7 +120,7 @@ pub async fn sweep_once(hub: &Hub) -> Result<()> {
 ///
 /// # Errors
 /// The database failed; whatever batches committed stay committed.
-pub async fn sweep(hub: &Hub, windows: &mut Windows) -> Result<()> {
+async fn sweep(hub: &Hub, windows: &mut Windows) -> Result<()> {
     let store = &hub.store;
     let old = store.claims_from_places();
     let walk_every = hub.config.sweep_full_walk();

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use leasehold::client::Client;
 use leasehold::domain::credentials::{self, Kind};
+use leasehold::hub::sweeper::sweep_once;
 use leasehold::store::lease::Advertised;
 use leasehold::store::records::LeaseIdentity;
 use leasehold::store::{Report, Store};
@@ -645,4 +646,63 @@ async fn under_an_old_horizon_checks_due_long_ago_are_still_judged() {
     })
     .await;
     assert_eq!(rejected.error.unwrap()["reason"], "no_runner");
+}
+
+/// A sweep goes on while its batches come back full counting every lease it judged, not only
+/// the ones it moved: a full batch of leases whose holders kept heartbeating (their checks only
+/// move to their expiry) does not hide a lapsed lease due after them until the next tick.
+#[tokio::test]
+async fn a_full_batch_of_heartbeating_leases_does_not_end_a_sweep_early() {
+    let app = TestApp::spawn_with(1, |c| c.sweep_interval_ms = 3_600_000).await;
+    let alice = app.operator("acme", "alice", false).await;
+    let (runner, _) = pair(&alice, Tier::Personal, &[], 1).await;
+    let db = connect(&app.database_url).await;
+    // 500 leases (a whole batch) checked a minute ago whose holder kept them alive, then one
+    // that lapsed, due after them.
+    db.execute(
+        "INSERT INTO jobs (id, workspace, owner, pool, state, kind, payload, max_attempts,
+                           no_runner_timeout_ms, no_runner_check_at, leased_by, leased_at,
+                           lease_expires_at, lease_check_at, epoch, attempts)
+         SELECT gen_random_uuid(), r.workspace, r.owner, 'personal', 'leased', 'command', '{}',
+                3, 300000, now() + interval '5 minutes', r.id, now(),
+                CASE WHEN g <= 500 THEN now() + interval '10 minutes'
+                     ELSE now() - interval '1 second' END,
+                CASE WHEN g <= 500 THEN now() - interval '1 minute'
+                     ELSE now() - interval '1 second' END,
+                1, 1
+           FROM runners r, generate_series(1, 501) g
+          WHERE r.id = $1",
+        &[&runner.id],
+    )
+    .await
+    .unwrap();
+    sweep_once(&app.replicas[0].hub).await.unwrap();
+    let states: Vec<(String, i64)> = db
+        .query(
+            "SELECT state, count(*) FROM jobs WHERE leased_by IS NOT NULL OR state = 'parked'
+              GROUP BY state ORDER BY state",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(
+        states,
+        [("leased".to_owned(), 500), ("parked".to_owned(), 1)],
+        "the lapsed lease re-delivered in the same sweep"
+    );
+    let still_due: i64 = db
+        .query_one(
+            "SELECT count(*) FROM jobs WHERE state = 'leased' AND lease_check_at <= now()",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        still_due, 0,
+        "every heartbeating lease's check moved to its expiry"
+    );
 }
