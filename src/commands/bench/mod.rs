@@ -89,6 +89,10 @@ pub struct BenchArgs {
     /// two shapes, seconds (0: not at all).
     #[arg(long, default_value_t = 120)]
     pub soak_reference_seconds: u64,
+    /// Capabilities the soak's runners advertise, comma-separated (none by default: plain
+    /// runners). With any, every lease goes through the general claim (`lease_claim.sql`).
+    #[arg(long, default_value = "")]
+    pub soak_capabilities: String,
 }
 
 /// Progress on stderr, one line rewritten in place.

@@ -71,7 +71,19 @@ pub async fn run(dep: &Deployment, args: &BenchArgs, report: &mut Report) -> any
 
     let name = "leasehold_bench_soak";
     let at_start = Counters::read(dep, &db, name).await?;
-    let load = Load::start(&operators, &runners, &replicas, args.dispatchers);
+    let capabilities: Vec<String> = args
+        .soak_capabilities
+        .split(',')
+        .filter(|c| !c.is_empty())
+        .map(str::to_owned)
+        .collect();
+    let load = Load::start(
+        &operators,
+        &runners,
+        &replicas,
+        args.dispatchers,
+        &capabilities,
+    );
     let soak = Duration::from_secs(args.soak_seconds.max(2 * WINDOW.as_secs()));
     let (mut after_first, mut before_last) = (None, None);
     while load.t0.elapsed() < soak {
@@ -410,6 +422,7 @@ impl Load {
         runners: &[Client],
         replicas: &[ReplicaProcess],
         dispatchers: usize,
+        capabilities: &[String],
     ) -> Self {
         let t0 = Instant::now();
         let stop = Arc::new(AtomicBool::new(false));
@@ -442,6 +455,7 @@ impl Load {
                 r.token().map(str::to_owned),
             );
             let (stop, completed, samples) = (stop.clone(), completed.clone(), samples.clone());
+            let capabilities = (!capabilities.is_empty()).then(|| capabilities.to_vec());
             tasks.spawn(async move {
                 while !stop.load(Ordering::Relaxed) {
                     let t = Instant::now();
@@ -449,6 +463,7 @@ impl Load {
                         .lease(&wire::Lease {
                             wait_ms: Some(1000),
                             max_jobs: Some(1),
+                            capabilities: capabilities.clone(),
                             ..Default::default()
                         })
                         .await
