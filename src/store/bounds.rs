@@ -1,10 +1,11 @@
-//! Where this replica's next plain claim of each queue starts (`lease_claim_plain_from.sql`,
+//! Where this replica's next claim of each queue starts in its plain class
+//! (`lease_claim_plain_from.sql` for a plain runner, `lease_claim_from.sql` for any other;
 //! migration 0013).
 //!
 //! A claim index keeps an entry for every job taken until that job's old row version is dead
 //! to every snapshot, so a claim that reads its queue from the head walks one entry per job
 //! taken since the oldest snapshot any session holds (an analytics query held for an hour
-//! makes it an hour of jobs). A plain claim instead starts at the place the last one
+//! makes it an hour of jobs). A claim instead starts at the place the last one
 //! answered: the first parked job at or after its own start, locked or not, with its
 //! snapshot's xmin.
 //!
@@ -20,7 +21,7 @@
 //!
 //! The places cost a claim more than they save while the oldest snapshot is young (the entries
 //! of taken jobs are then gone within moments, and the head is near): each replica reads the
-//! server's horizon age once a second ([`Store::watch_horizon`]) and its plain claims start from
+//! server's horizon age once a second ([`Store::watch_horizon`]) and its claims start from
 //! remembered places only while it is at least `LEASEHOLD_CLAIM_BOUND_AGE` transactions.
 
 use std::collections::HashMap;
@@ -36,7 +37,7 @@ use super::{sql, Result, Store};
 /// `LEASEHOLD_CLAIM_FULL_WALK_MS`.
 pub const FULL_WALK_EVERY: Duration = Duration::from_secs(5);
 
-/// From how many transactions of horizon age plain claims start from remembered places: the
+/// From how many transactions of horizon age claims start from remembered places: the
 /// default of `LEASEHOLD_CLAIM_BOUND_AGE`.
 pub const FROM_AGE: u64 = 5_000;
 
@@ -113,12 +114,12 @@ impl ClaimBounds {
         }
     }
 
-    /// Whether plain claims start from remembered places now.
+    /// Whether claims start from remembered places now.
     pub fn in_use(&self) -> bool {
         self.from_age == 0 || self.horizon_age.load(Ordering::Relaxed) >= self.from_age
     }
 
-    /// Where a plain claim of this queue starts now: `None` for the head claim
+    /// Where a claim of this queue starts now (in its plain class): `None` for the head claim
     /// (`lease_claim_plain.sql`), else the places for `lease_claim_plain_from.sql`.
     pub fn starts(&self, workspace: &str, owner: &str) -> Option<Starts> {
         self.in_use().then(|| self.places(workspace, owner))
@@ -145,7 +146,7 @@ impl ClaimBounds {
         }
     }
 
-    /// Remember what a committed plain claim that started at `starts` answered: the next place
+    /// Remember what a committed claim that started at `starts` answered: the next place
     /// of its pool's plain class, and of the workspace's 'any' jobs when it read those.
     pub fn learn(
         &self,
@@ -242,7 +243,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Store {
-    /// Read the server's horizon age (`snapshot_horizon_age.sql`) and let the plain claims
+    /// Read the server's horizon age (`snapshot_horizon_age.sql`) and let the claims
     /// follow it.
     ///
     /// # Errors
@@ -254,7 +255,7 @@ impl Store {
         Ok(age)
     }
 
-    /// Whether plain claims start from remembered places now: the horizon is old (for the
+    /// Whether claims start from remembered places now: the horizon is old (for the
     /// sweeps, which then read only recent due checks, metrics and tests).
     pub fn claims_from_places(&self) -> bool {
         self.claim_bounds.in_use()

@@ -191,11 +191,7 @@ impl Store {
         let plain = me.plain && advertised.capabilities.as_ref().is_none_or(Vec::is_empty);
         let client = self.client().await?;
         let lock = prepare(&client, sql::RUNNER_LOCK_FOR_LEASE).await?;
-        let starts = if plain {
-            self.claim_bounds.starts(&me.workspace, &me.owner)
-        } else {
-            None
-        };
+        let starts = self.claim_bounds.starts(&me.workspace, &me.owner);
         let claim_sql = claim_statement(plain, starts.is_some());
         let claim = prepare(&client, claim_sql).await?;
         // The general claim is followed by the rejection in its transaction; a plain claim
@@ -217,8 +213,8 @@ impl Store {
         let places = starts.as_ref().unwrap_or(&none);
         let (own, any) = (StartParams::of(&places.own), StartParams::of(&places.any));
         let general = claim_params(&token_hash, me, &max_jobs, &lease_ttl_ms);
-        // The plain claim from remembered places takes whether to answer `more` ($8) and their
-        // six parameters too ($9..$14).
+        // A claim from remembered places takes whether to answer `more` ($8) and their six
+        // parameters too ($9..$14).
         let from_places: Vec<&(dyn ToSql + Sync)>;
         let claim_args: &[&(dyn ToSql + Sync)] = if starts.is_some() {
             from_places = general
@@ -313,8 +309,8 @@ impl Store {
         outcome(identity, row.get("version"), &claimed, &rejected, more)
     }
 
-    /// Remember where the next plain claim of the runner's queues starts, from a committed
-    /// plain claim's first row.
+    /// Remember where the next claim of the runner's queues starts, from a committed
+    /// claim's first row (plain or general, from places).
     fn learn_places(
         &self,
         workspace: &str,
@@ -404,7 +400,7 @@ impl Store {
     }
 }
 
-/// A plain claim's start as its parameters: a remembered place, or the head (no xmin).
+/// A claim's start in its plain class, as parameters: a remembered place, or the head (no xmin).
 struct StartParams {
     priority: i32,
     id: uuid::Uuid,
@@ -428,11 +424,13 @@ impl StartParams {
     }
 }
 
-/// The claim for a runner: the plain one (`lease_claim_plain.sql`, or from remembered places
-/// `lease_claim_plain_from.sql`) or the general one.
+/// The claim for a runner: the plain one (`lease_claim_plain.sql`) or the general one
+/// (`lease_claim.sql`), each from remembered places while they are in use
+/// (`lease_claim_plain_from.sql`, `lease_claim_from.sql`).
 fn claim_statement(plain: bool, from_places: bool) -> &'static str {
     match (plain, from_places) {
-        (false, _) => sql::LEASE_CLAIM,
+        (false, false) => sql::LEASE_CLAIM,
+        (false, true) => sql::LEASE_CLAIM_FROM,
         (true, false) => sql::LEASE_CLAIM_PLAIN,
         (true, true) => sql::LEASE_CLAIM_PLAIN_FROM,
     }

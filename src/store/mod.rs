@@ -10,7 +10,7 @@
 //!   [`sweep`]: maintenance; [`records`]: what the store hands back; [`rows`]: rows to
 //!   records; [`combine`]: coalescing concurrent calls into one statement; [`conn`]: a
 //!   checked-out connection and the deadlines every operation runs under; [`bounds`]: where
-//!   each queue's next plain claim starts.
+//!   each queue's next claim starts (in its plain class).
 //!
 //! Invariants: every job transition is one fenced statement that also authenticates its caller
 //! (or, for the lease and revocation, one short transaction that locks the runner row first);
@@ -79,7 +79,7 @@ pub struct Store {
     deadlines: Deadlines,
     /// One lease transaction at a time per runner token (see [`lease`]).
     lease_turns: Arc<lease::LeaseTurns>,
-    /// Where the next plain claim of each queue starts (see [`bounds`]).
+    /// Where the next claim of each queue starts (see [`bounds`]).
     claim_bounds: Arc<bounds::ClaimBounds>,
 }
 
@@ -155,7 +155,7 @@ impl Store {
         self
     }
 
-    /// The same store starting plain claims from remembered places from a horizon age of
+    /// The same store starting claims from remembered places from a horizon age of
     /// `from_age` transactions (`LEASEHOLD_CLAIM_BOUND_AGE`, 0: always) and reading each queue
     /// from its head at least every `full_walk_every` (`LEASEHOLD_CLAIM_FULL_WALK_MS`; see
     /// [`bounds`]). Call before first use.

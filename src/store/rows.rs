@@ -146,6 +146,8 @@ pub const MAPPED: &[(&str, &[&str])] = &[
         &["plain", "free", "more", "unfit_named"],
     ),
     ("lease_claim_plain_from.sql", CLAIMED_COLUMNS),
+    ("lease_claim_from.sql", &["plain", "free", "more"]),
+    ("lease_claim_from.sql", CLAIMED_COLUMNS),
     ("lease_more.sql", &["more"]),
     ("lease_claim_plain.sql", CLAIMED_COLUMNS),
     ("lease_reject_unfit.sql", &["id"]),

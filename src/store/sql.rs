@@ -44,6 +44,7 @@ statements! {
     LEASE_CLAIM => "lease_claim.sql",
     LEASE_CLAIM_PLAIN => "lease_claim_plain.sql",
     LEASE_CLAIM_PLAIN_FROM => "lease_claim_plain_from.sql",
+    LEASE_CLAIM_FROM => "lease_claim_from.sql",
     LEASE_MORE => "lease_more.sql",
     SNAPSHOT_HORIZON_AGE => "snapshot_horizon_age.sql",
     LEASE_REJECT_UNFIT => "lease_reject_unfit.sql",

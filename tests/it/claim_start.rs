@@ -1,5 +1,7 @@
-//! Where a plain claim starts (store::bounds, migration 0013): a replica remembers, per queue,
-//! the first parked job its last plain claim saw, and the next claim starts there. Nothing
+//! Where a claim starts (store::bounds, migration 0013): a replica remembers, per queue, the
+//! first parked plain job its last claim saw, and the next claim starts there, whether its
+//! runner is plain (`lease_claim_plain_from.sql`) or advertises capabilities
+//! (`lease_claim_from.sql`): each test runs for both. Nothing
 //! behind that place is ever skipped: a job released or re-delivered behind it, a job
 //! dispatched since with a higher priority, and a job a lease held locked and then rolled back
 //! are all taken before the jobs after it, in priority-then-FIFO order.
@@ -39,11 +41,18 @@ async fn park(alice: &Client, n: usize) -> Vec<uuid::Uuid> {
 
 #[tokio::test]
 async fn a_job_released_on_another_replica_behind_the_place_is_taken_first() {
+    a_job_released_on_another_replica_behind_the_place_is_taken_first_for(&[]).await;
+    a_job_released_on_another_replica_behind_the_place_is_taken_first_for(&["linux"]).await;
+}
+
+async fn a_job_released_on_another_replica_behind_the_place_is_taken_first_for(
+    capabilities: &[&str],
+) {
     let app = TestApp::spawn_with(2, remember_for_an_hour).await;
     let alice = app.operator("acme", "alice", false).await;
-    let (_, r) = pair(&alice, Tier::Personal, &[], 10).await;
+    let (_, r) = pair(&alice, Tier::Personal, capabilities, 10).await;
     // A second runner of the same queue, on the other replica.
-    let (_, other) = pair(&alice, Tier::Personal, &[], 10).await;
+    let (_, other) = pair(&alice, Tier::Personal, capabilities, 10).await;
     let other = Client::new(app.url(1), other.token().map(str::to_owned));
     let ids = park(&alice, 5).await;
     // The first call learns who the runner is (general claim), the second is the plain claim
@@ -62,9 +71,16 @@ async fn a_job_released_on_another_replica_behind_the_place_is_taken_first() {
 
 #[tokio::test]
 async fn a_job_dispatched_with_a_higher_priority_after_the_place_is_taken_first() {
+    a_job_dispatched_with_a_higher_priority_after_the_place_is_taken_first_for(&[]).await;
+    a_job_dispatched_with_a_higher_priority_after_the_place_is_taken_first_for(&["linux"]).await;
+}
+
+async fn a_job_dispatched_with_a_higher_priority_after_the_place_is_taken_first_for(
+    capabilities: &[&str],
+) {
     let app = TestApp::spawn_with(1, remember_for_an_hour).await;
     let alice = app.operator("acme", "alice", false).await;
-    let (_, r) = pair(&alice, Tier::Personal, &[], 10).await;
+    let (_, r) = pair(&alice, Tier::Personal, capabilities, 10).await;
     let ids = park(&alice, 4).await;
     for id in &ids[..3] {
         assert_eq!(next(&r).await.id, *id);
@@ -82,9 +98,16 @@ async fn a_job_dispatched_with_a_higher_priority_after_the_place_is_taken_first(
 
 #[tokio::test]
 async fn a_job_locked_by_a_lease_that_rolls_back_is_taken_by_the_next_claim() {
+    a_job_locked_by_a_lease_that_rolls_back_is_taken_by_the_next_claim_for(&[]).await;
+    a_job_locked_by_a_lease_that_rolls_back_is_taken_by_the_next_claim_for(&["linux"]).await;
+}
+
+async fn a_job_locked_by_a_lease_that_rolls_back_is_taken_by_the_next_claim_for(
+    capabilities: &[&str],
+) {
     let app = TestApp::spawn_with(1, remember_for_an_hour).await;
     let alice = app.operator("acme", "alice", false).await;
-    let (_, r) = pair(&alice, Tier::Personal, &[], 10).await;
+    let (_, r) = pair(&alice, Tier::Personal, capabilities, 10).await;
     let ids = park(&alice, 5).await;
     assert_eq!(next(&r).await.id, ids[0]);
     assert_eq!(next(&r).await.id, ids[1]);
@@ -109,13 +132,18 @@ async fn a_job_locked_by_a_lease_that_rolls_back_is_taken_by_the_next_claim() {
 
 #[tokio::test]
 async fn a_lapsed_lease_behind_the_place_is_redelivered_first() {
+    a_lapsed_lease_behind_the_place_is_redelivered_first_for(&[]).await;
+    a_lapsed_lease_behind_the_place_is_redelivered_first_for(&["linux"]).await;
+}
+
+async fn a_lapsed_lease_behind_the_place_is_redelivered_first_for(capabilities: &[&str]) {
     let app = TestApp::spawn_with(1, |c| {
         remember_for_an_hour(c);
         c.lease_ttl_ms = 1_500;
     })
     .await;
     let alice = app.operator("acme", "alice", false).await;
-    let (_, r) = pair(&alice, Tier::Personal, &[], 10).await;
+    let (_, r) = pair(&alice, Tier::Personal, capabilities, 10).await;
     let ids = park(&alice, 4).await;
     let lapsing = next(&r).await;
     assert_eq!(lapsing.id, ids[0]);
