@@ -163,6 +163,7 @@ pub async fn run(dep: &Deployment, args: &BenchArgs, report: &mut Report) -> any
         "lease_claim.sql",
         "lease_claim_plain.sql",
         "lease_claim_plain_from.sql",
+        "lease_claim_from.sql",
     ];
     table.push((
         "soak claim ms, first / last minute / after".into(),
