@@ -109,6 +109,14 @@ async fn check_hot_plans(app: &TestApp) {
             ),
         ),
         (
+            "lease_claim_from",
+            sql::LEASE_CLAIM_FROM,
+            format!(
+                "{token}, {runner}, 'acme', 'ws:acme', 10, 120000, now(), true, \
+                 0, {job}, '1000', 0, {job}, '1000'"
+            ),
+        ),
+        (
             "lease_reject_unfit",
             sql::LEASE_REJECT_UNFIT,
             format!("{token}, {runner}, 'ws:acme'"),
@@ -174,7 +182,12 @@ async fn check_hot_plans(app: &TestApp) {
         plans[i].as_str()
     };
     // The claims walk each claim index in order; they never read or sort a whole queue.
-    for name in ["lease_claim", "lease_claim_plain", "lease_claim_plain_from"] {
+    for name in [
+        "lease_claim",
+        "lease_claim_plain",
+        "lease_claim_plain_from",
+        "lease_claim_from",
+    ] {
         assert_plan(
             name,
             plan(name),
@@ -189,7 +202,7 @@ async fn check_hot_plans(app: &TestApp) {
             ],
             &["Seq Scan"],
         );
-        if name == "lease_claim_plain_from" {
+        if name.ends_with("_from") {
             // The parks since the remembered place come from their own indexes, never from a
             // walk of the claim index.
             assert_plan(
@@ -314,6 +327,7 @@ async fn a_claim_behind_an_unfit_head_reads_none_of_it() {
         ("lease_claim", sql::LEASE_CLAIM),
         ("lease_claim_plain", sql::LEASE_CLAIM_PLAIN),
         ("lease_claim_plain_from", sql::LEASE_CLAIM_PLAIN_FROM),
+        ("lease_claim_from", sql::LEASE_CLAIM_FROM),
     ] {
         let tx = db.transaction().await.unwrap();
         tx.batch_execute(
@@ -325,7 +339,7 @@ async fn a_claim_behind_an_unfit_head_reads_none_of_it() {
             .await
             .unwrap();
         // The plain claim from the head (no remembered place).
-        let head = if name == "lease_claim_plain_from" {
+        let head = if name.ends_with("_from") {
             ", true, 1001, '00000000-0000-0000-0000-000000000000', NULL, \
              1001, '00000000-0000-0000-0000-000000000000', NULL"
         } else {
