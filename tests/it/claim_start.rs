@@ -55,8 +55,9 @@ async fn a_job_released_on_another_replica_behind_the_place_is_taken_first_for(
     let (_, other) = pair(&alice, Tier::Personal, capabilities, 10).await;
     let other = Client::new(app.url(1), other.token().map(str::to_owned));
     let ids = park(&alice, 5).await;
-    // The first call learns who the runner is (general claim), the second is the plain claim
-    // from the head, the third starts where the second left off.
+    // The first call learns who the runner is (general claim from the head); the second, the
+    // runner's own claim (plain, or general with a capability), starts at the head, as no
+    // place is known yet; the third starts where the second left off.
     assert_eq!(next(&r).await.id, ids[0]);
     let held = next(&other).await;
     assert_eq!(held.id, ids[1]);
