@@ -94,6 +94,11 @@ pub struct BenchArgs {
     /// `lease_claim_from.sql` under the snapshot).
     #[arg(long, default_value = "")]
     pub soak_capabilities: String,
+    /// Capabilities every job of the soak requires, comma-separated (none by default: plain
+    /// jobs). With any, the jobs are in the constrained class (migration 0012), which the
+    /// runners serve only if they advertise them (`--soak-capabilities`).
+    #[arg(long, default_value = "")]
+    pub soak_requires: String,
 }
 
 /// Progress on stderr, one line rewritten in place.

@@ -71,18 +71,13 @@ pub async fn run(dep: &Deployment, args: &BenchArgs, report: &mut Report) -> any
 
     let name = "leasehold_bench_soak";
     let at_start = Counters::read(dep, &db, name).await?;
-    let capabilities: Vec<String> = args
-        .soak_capabilities
-        .split(',')
-        .filter(|c| !c.is_empty())
-        .map(str::to_owned)
-        .collect();
     let load = Load::start(
         &operators,
         &runners,
         &replicas,
         args.dispatchers,
-        &capabilities,
+        &names(&args.soak_capabilities),
+        &names(&args.soak_requires),
     );
     let soak = Duration::from_secs(args.soak_seconds.max(2 * WINDOW.as_secs()));
     let (mut after_first, mut before_last) = (None, None);
@@ -400,6 +395,14 @@ impl Counters {
     }
 }
 
+/// A comma-separated list of names, empty ones dropped.
+fn names(list: &str) -> Vec<String> {
+    list.split(',')
+        .filter(|c| !c.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
 /// The running load: dispatchers and runners, a per-second count of completed jobs, and the
 /// lease latencies.
 struct Load {
@@ -424,6 +427,7 @@ impl Load {
         replicas: &[ReplicaProcess],
         dispatchers: usize,
         capabilities: &[String],
+        requires: &[String],
     ) -> Self {
         let t0 = Instant::now();
         let stop = Arc::new(AtomicBool::new(false));
@@ -434,18 +438,22 @@ impl Load {
         let target = wire::Target::Pool {
             pool: wire::PoolName::Workspace,
         };
+        let requires = (!requires.is_empty()).then(|| requires.to_vec());
         for d in 0..dispatchers {
-            let (op, stop, target) = (
+            let (op, stop, target, requires) = (
                 operators[d % operators.len()].clone(),
                 stop.clone(),
                 target.clone(),
+                requires.clone(),
             );
             tasks.spawn(async move {
                 let mut n = 0u64;
                 while !stop.load(Ordering::Relaxed) {
-                    let _ = op
-                        .dispatch(&wire::Dispatch::new(target.clone(), json!({"n": n})))
-                        .await;
+                    let dispatch = wire::Dispatch {
+                        required_capabilities: requires.clone(),
+                        ..wire::Dispatch::new(target.clone(), json!({"n": n}))
+                    };
+                    let _ = op.dispatch(&dispatch).await;
                     n += 1;
                 }
             });
