@@ -1,17 +1,20 @@
--- The general claim from a remembered place: lease_claim.sql, but each plain class is read from
--- where the last plain claim of its queue on this replica found the first parked job
--- (store::bounds, migration 0013), as lease_claim_plain_from.sql reads it; the constrained class
--- is read from its head. A replica sends it, for a runner that is not plain, while some
+-- The general claim from remembered places: lease_claim.sql, but each class of each queue (the
+-- pool's and, for a workspace runner, the workspace's `any` jobs; plain and constrained,
+-- migration 0012) is read from where the last claim of that class on this replica found the
+-- first parked job (store::bounds, migrations 0013 and 0016), as lease_claim_plain_from.sql
+-- reads the plain classes. A replica sends it, for a runner that is not plain, while some
 -- session holds a snapshot old enough that a queue's head is a long walk of jobs already taken
--- (docs/perf.md, "Round 11"). The places are shared with the plain claims of the queue: a plain
--- job fits every runner of the queue that has no exclusive set (job_fits() with the runner's
--- lists and with empty ones agree on it), so the place (the first plain job parked, locked or
--- not) is computed without the runner's lists, and only the claim itself is gated on the
--- exclusive set. Same place in the lease transaction (lease_reject_unfit.sql follows it) and
--- the same rows out as lease_claim.sql, and, as lease_claim_plain_from.sql, `more` (with $8) and
--- where each queue's next claim may start.
--- $1..$7 as lease_claim.sql; $8 whether to report 'more'; $9..$14 the places, as in
--- lease_claim_plain_from.sql.
+-- (docs/perf.md, "Round 11" and "Round 12"). A place is shared by every runner of the queue,
+-- so it is computed without the runner's lists: the plain place is the first plain job parked
+-- (a plain job fits every runner of the queue that has no exclusive set: job_fits() with the
+-- runner's lists and with empty ones agree on it), the constrained place the first constrained
+-- job parked, whoever can run it; only the claims themselves read the runner's lists. Same
+-- place in the lease transaction (lease_reject_unfit.sql follows it) and the same rows out as
+-- lease_claim.sql, and, as lease_claim_plain_from.sql, `more` (with $8) and where each class's
+-- next claim may start.
+-- $1..$7 as lease_claim.sql; $8 whether to report 'more'; $9..$14 the plain places, as in
+-- lease_claim_plain_from.sql; $15..$20 the constrained places, in the same form (the pool's
+-- priority, id and xmin, then the `any` jobs').
 WITH r AS (
     SELECT r.id, r.capabilities, r.exclusive, r.capacity, r.ephemeral, r.ephemeral_job,
            ARRAY(SELECT t.provider || ' ' || t.repository FROM runner_repo_targets t
@@ -148,18 +151,78 @@ own_plain AS (
     ) AS c
      LIMIT greatest(COALESCE((SELECT take FROM slots), 0) - (SELECT count(*) FROM named), 0)
 ),
+-- The pool's constrained class, from its own place ($15, $16, $17) the same way: the parks
+-- since that place's xmin, whoever can run them, through jobs_parked_since_pool_constrained
+-- (migration 0016); the place ahead, whoever can run the jobs; the claim, of what fits.
+own_c_since_all AS MATERIALIZED (
+    SELECT j.priority, j.id FROM jobs j
+     WHERE j.workspace = $3 AND j.owner = $4 AND j.runner_id IS NULL AND j.state = 'parked'
+       AND job_claim_class(j.required_capabilities, j.source_key) = 1
+       AND j.parked_xid >= $17::text::xid8
+       AND (j.priority > $15 OR (j.priority = $15 AND j.id < $16))
+     ORDER BY j.parked_xid
+),
+own_c_since AS (
+    SELECT priority, id FROM own_c_since_all ORDER BY priority DESC, id LIMIT 1
+),
+own_c_start AS (
+    SELECT COALESCE((SELECT priority FROM own_c_since), $15) AS priority,
+           COALESCE((SELECT id FROM own_c_since), $16::uuid) AS id
+),
+own_c_ahead AS (
+    SELECT * FROM (
+        SELECT * FROM (SELECT j.priority, j.id FROM jobs j
+                        WHERE j.workspace = $3 AND j.owner = $4 AND j.runner_id IS NULL
+                          AND j.state = 'parked'
+                          AND job_claim_class(j.required_capabilities, j.source_key) = 1
+                          AND j.priority = (SELECT priority FROM own_c_start)
+                          AND j.id >= (SELECT id FROM own_c_start)
+                        ORDER BY j.id
+                        LIMIT 1000) AS same_priority
+        UNION ALL
+        SELECT * FROM (SELECT j.priority, j.id FROM jobs j
+                        WHERE j.workspace = $3 AND j.owner = $4 AND j.runner_id IS NULL
+                          AND j.state = 'parked'
+                          AND job_claim_class(j.required_capabilities, j.source_key) = 1
+                          AND j.priority < (SELECT priority FROM own_c_start)
+                        ORDER BY j.priority DESC, j.id
+                        LIMIT 1000) AS lower_priority
+    ) AS ahead
+     LIMIT COALESCE((SELECT take FROM slots), 0) + 1
+),
 own_constrained AS (
     SELECT id, priority FROM (
-        SELECT j.id, j.priority FROM jobs j
-         WHERE j.workspace = $3 AND j.owner = $4 AND j.runner_id IS NULL AND j.state = 'parked'
-           AND job_claim_class(j.required_capabilities, j.source_key) = 1
-           AND (SELECT cardinality(capabilities) > 0 OR cardinality(sources) > 0 FROM r)
-           AND job_fits(j.required_capabilities, j.source_key, j.needs_workspace_runner,
-                        (SELECT capabilities FROM r), (SELECT exclusive FROM r),
-                        (SELECT sources FROM r), $4 LIKE 'ws:%')
-         ORDER BY j.priority DESC, j.id
-         LIMIT 1000
-           FOR UPDATE SKIP LOCKED) AS c
+        SELECT * FROM (SELECT j.id, j.priority FROM jobs j
+                        WHERE j.workspace = $3 AND j.owner = $4 AND j.runner_id IS NULL
+                          AND j.state = 'parked'
+                          AND (SELECT cardinality(capabilities) > 0
+                                      OR cardinality(sources) > 0 FROM r)
+                          AND job_claim_class(j.required_capabilities, j.source_key) = 1
+                          AND j.priority = (SELECT priority FROM own_c_start)
+                          AND j.id >= (SELECT id FROM own_c_start)
+                          AND job_fits(j.required_capabilities, j.source_key,
+                                       j.needs_workspace_runner, (SELECT capabilities FROM r),
+                                       (SELECT exclusive FROM r), (SELECT sources FROM r),
+                                       $4 LIKE 'ws:%')
+                        ORDER BY j.id
+                        LIMIT 1000
+                          FOR UPDATE SKIP LOCKED) AS same_priority
+        UNION ALL
+        SELECT * FROM (SELECT j.id, j.priority FROM jobs j
+                        WHERE j.workspace = $3 AND j.owner = $4 AND j.runner_id IS NULL
+                          AND j.state = 'parked'
+                          AND (SELECT cardinality(capabilities) > 0
+                                      OR cardinality(sources) > 0 FROM r)
+                          AND job_claim_class(j.required_capabilities, j.source_key) = 1
+                          AND j.priority < (SELECT priority FROM own_c_start)
+                          AND job_fits(j.required_capabilities, j.source_key,
+                                       j.needs_workspace_runner, (SELECT capabilities FROM r),
+                                       (SELECT exclusive FROM r), (SELECT sources FROM r),
+                                       $4 LIKE 'ws:%')
+                        ORDER BY j.priority DESC, j.id
+                        LIMIT 1000
+                          FOR UPDATE SKIP LOCKED) AS lower_priority
+    ) AS c
      LIMIT greatest(COALESCE((SELECT take FROM slots), 0) - (SELECT count(*) FROM named), 0)
 ),
 -- A workspace runner also serves the workspace's 'any' jobs (owned by their subjects), read
@@ -235,18 +298,75 @@ any_plain AS (
     ) AS c
      LIMIT greatest(COALESCE((SELECT take FROM slots), 0) - (SELECT count(*) FROM named), 0)
 ),
+any_c_since_all AS MATERIALIZED (
+    SELECT j.priority, j.id FROM jobs j
+     WHERE $4 LIKE 'ws:%' AND j.workspace = $3 AND j.pool = 'any' AND j.state = 'parked'
+       AND job_claim_class(j.required_capabilities, j.source_key) = 1
+       AND j.parked_xid >= $20::text::xid8
+       AND (j.priority > $18 OR (j.priority = $18 AND j.id < $19))
+     ORDER BY j.parked_xid
+),
+any_c_since AS (
+    SELECT priority, id FROM any_c_since_all ORDER BY priority DESC, id LIMIT 1
+),
+any_c_start AS (
+    SELECT COALESCE((SELECT priority FROM any_c_since), $18) AS priority,
+           COALESCE((SELECT id FROM any_c_since), $19::uuid) AS id
+),
+any_c_ahead AS (
+    SELECT * FROM (
+        SELECT * FROM (SELECT j.priority, j.id FROM jobs j
+                        WHERE $4 LIKE 'ws:%' AND j.workspace = $3 AND j.pool = 'any'
+                          AND j.state = 'parked'
+                          AND job_claim_class(j.required_capabilities, j.source_key) = 1
+                          AND j.priority = (SELECT priority FROM any_c_start)
+                          AND j.id >= (SELECT id FROM any_c_start)
+                        ORDER BY j.id
+                        LIMIT 1000) AS same_priority
+        UNION ALL
+        SELECT * FROM (SELECT j.priority, j.id FROM jobs j
+                        WHERE $4 LIKE 'ws:%' AND j.workspace = $3 AND j.pool = 'any'
+                          AND j.state = 'parked'
+                          AND job_claim_class(j.required_capabilities, j.source_key) = 1
+                          AND j.priority < (SELECT priority FROM any_c_start)
+                        ORDER BY j.priority DESC, j.id
+                        LIMIT 1000) AS lower_priority
+    ) AS ahead
+     LIMIT COALESCE((SELECT take FROM slots), 0) + 1
+),
 any_constrained AS (
     SELECT id, priority FROM (
-        SELECT j.id, j.priority FROM jobs j
-         WHERE $4 LIKE 'ws:%' AND j.workspace = $3 AND j.pool = 'any' AND j.state = 'parked'
-           AND job_claim_class(j.required_capabilities, j.source_key) = 1
-           AND (SELECT cardinality(capabilities) > 0 OR cardinality(sources) > 0 FROM r)
-           AND job_fits(j.required_capabilities, j.source_key, j.needs_workspace_runner,
-                        (SELECT capabilities FROM r), (SELECT exclusive FROM r),
-                        (SELECT sources FROM r), $4 LIKE 'ws:%')
-         ORDER BY j.priority DESC, j.id
-         LIMIT 1000
-           FOR UPDATE SKIP LOCKED) AS c
+        SELECT * FROM (SELECT j.id, j.priority FROM jobs j
+                        WHERE $4 LIKE 'ws:%' AND j.workspace = $3 AND j.pool = 'any'
+                          AND j.state = 'parked'
+                          AND (SELECT cardinality(capabilities) > 0
+                                      OR cardinality(sources) > 0 FROM r)
+                          AND job_claim_class(j.required_capabilities, j.source_key) = 1
+                          AND j.priority = (SELECT priority FROM any_c_start)
+                          AND j.id >= (SELECT id FROM any_c_start)
+                          AND job_fits(j.required_capabilities, j.source_key,
+                                       j.needs_workspace_runner, (SELECT capabilities FROM r),
+                                       (SELECT exclusive FROM r), (SELECT sources FROM r),
+                                       true)
+                        ORDER BY j.id
+                        LIMIT 1000
+                          FOR UPDATE SKIP LOCKED) AS same_priority
+        UNION ALL
+        SELECT * FROM (SELECT j.id, j.priority FROM jobs j
+                        WHERE $4 LIKE 'ws:%' AND j.workspace = $3 AND j.pool = 'any'
+                          AND j.state = 'parked'
+                          AND (SELECT cardinality(capabilities) > 0
+                                      OR cardinality(sources) > 0 FROM r)
+                          AND job_claim_class(j.required_capabilities, j.source_key) = 1
+                          AND j.priority < (SELECT priority FROM any_c_start)
+                          AND job_fits(j.required_capabilities, j.source_key,
+                                       j.needs_workspace_runner, (SELECT capabilities FROM r),
+                                       (SELECT exclusive FROM r), (SELECT sources FROM r),
+                                       true)
+                        ORDER BY j.priority DESC, j.id
+                        LIMIT 1000
+                          FOR UPDATE SKIP LOCKED) AS lower_priority
+    ) AS c
      LIMIT greatest(COALESCE((SELECT take FROM slots), 0) - (SELECT count(*) FROM named), 0)
 ),
 pool AS (
@@ -312,30 +432,21 @@ answer AS (
            (SELECT cardinality(capabilities) = 0 AND cardinality(exclusive) = 0
                    AND cardinality(sources) = 0 FROM r) AS plain,
            -- Pool jobs this call did not take (the ones it took still look parked to its
-           -- snapshot), of either class: another runner may run what this one cannot. The
-           -- plain class is read from the start (own_ahead, any_ahead), the constrained one
-           -- from its head.
-           $8::boolean AND (EXISTS (SELECT 1 FROM own_ahead c WHERE c.id NOT IN (SELECT id FROM pool))
-            OR EXISTS (SELECT 1 FROM (SELECT j.id FROM jobs j
-                              WHERE j.workspace = $3 AND j.owner = $4 AND j.runner_id IS NULL
-                                AND j.state = 'parked'
-                                AND job_claim_class(j.required_capabilities, j.source_key) = 1
-                              ORDER BY j.priority DESC, j.id
-                              LIMIT 1000) AS c
-                     WHERE c.id NOT IN (SELECT id FROM pool))
-            OR ($4 LIKE 'ws:%' AND (EXISTS (SELECT 1 FROM any_ahead c
-                                          WHERE c.id NOT IN (SELECT id FROM pool))
-                 OR EXISTS (SELECT 1 FROM (SELECT j.id FROM jobs j
-                              WHERE j.workspace = $3 AND j.pool = 'any' AND j.state = 'parked'
-                                AND job_claim_class(j.required_capabilities, j.source_key) = 1
-                              ORDER BY j.priority DESC, j.id
-                              LIMIT 1000) AS c
-                     WHERE c.id NOT IN (SELECT id FROM pool))))) AS more
+           -- snapshot), of either class: another runner may run what this one cannot. Each
+           -- class is read from its start (the *_ahead scans).
+           $8::boolean
+           AND (EXISTS (SELECT 1 FROM own_ahead c WHERE c.id NOT IN (SELECT id FROM pool))
+                OR EXISTS (SELECT 1 FROM own_c_ahead c WHERE c.id NOT IN (SELECT id FROM pool))
+                OR ($4 LIKE 'ws:%'
+                    AND (EXISTS (SELECT 1 FROM any_ahead c
+                                  WHERE c.id NOT IN (SELECT id FROM pool))
+                         OR EXISTS (SELECT 1 FROM any_c_ahead c
+                                     WHERE c.id NOT IN (SELECT id FROM pool))))) AS more
       FROM slots s, commit_mode
 ),
--- Where the next plain claim of each queue may start (store::bounds): the first parked job at or
--- after this one's start, or (-1001, nil), past every job, when there was none; and this
--- statement's snapshot xmin. The 'any' place is NULL for a personal runner.
+-- Where the next claim of each class of each queue may start (store::bounds): the first parked
+-- job at or after this one's start, or (-1001, nil), past every job, when there was none; and
+-- this statement's snapshot xmin. The 'any' places are NULL for a personal runner.
 places AS (
     SELECT COALESCE((SELECT priority FROM own_ahead ORDER BY priority DESC, id LIMIT 1), -1001)
                AS own_next_priority,
@@ -347,10 +458,21 @@ places AS (
            CASE WHEN $4 LIKE 'ws:%'
                 THEN COALESCE((SELECT id FROM any_ahead ORDER BY priority DESC, id LIMIT 1),
                               '00000000-0000-0000-0000-000000000000'::uuid) END AS any_next_id,
+           COALESCE((SELECT priority FROM own_c_ahead ORDER BY priority DESC, id LIMIT 1), -1001)
+               AS own_c_next_priority,
+           COALESCE((SELECT id FROM own_c_ahead ORDER BY priority DESC, id LIMIT 1),
+                    '00000000-0000-0000-0000-000000000000'::uuid) AS own_c_next_id,
+           CASE WHEN $4 LIKE 'ws:%'
+                THEN COALESCE((SELECT priority FROM any_c_ahead ORDER BY priority DESC, id LIMIT 1),
+                              -1001) END AS any_c_next_priority,
+           CASE WHEN $4 LIKE 'ws:%'
+                THEN COALESCE((SELECT id FROM any_c_ahead ORDER BY priority DESC, id LIMIT 1),
+                              '00000000-0000-0000-0000-000000000000'::uuid) END AS any_c_next_id,
            pg_snapshot_xmin(pg_current_snapshot())::text AS snapshot_xmin
 )
 SELECT a.plain, a.free, a.leases_since, a.more, p.own_next_priority, p.own_next_id,
-       p.any_next_priority, p.any_next_id, p.snapshot_xmin, l.id, l.workspace, l.epoch,
+       p.any_next_priority, p.any_next_id, p.own_c_next_priority, p.own_c_next_id,
+       p.any_c_next_priority, p.any_c_next_id, p.snapshot_xmin, l.id, l.workspace, l.epoch,
        l.attempts, l.kind, l.payload, l.required_capabilities, l.priority, l.named,
        l.lease_expires_at, l.secrets, l.source, l.traceparent
   FROM answer a CROSS JOIN places p LEFT JOIN leased l ON true

@@ -111,9 +111,10 @@ pub struct Config {
     #[arg(long, env = "LEASEHOLD_POOL_TIMEOUT_MS", default_value_t = 5_000)]
     pub pool_timeout_ms: u64,
     /// While the oldest snapshot the database keeps (a long analytics query, a replication
-    /// slot) is at least this many transactions old, a claim reads the plain jobs of
-    /// its queue from where the last claim of it on this replica found the first one parked, not
-    /// from the queue's head (docs/design.md, "Where a claim starts"). 0: always.
+    /// slot) is at least this many transactions old, a claim reads each class of its queue
+    /// (plain and constrained jobs) from where the last claim of it on this replica found the
+    /// first one parked, not from the queue's head (docs/design.md, "Where a claim starts").
+    /// 0: always.
     #[arg(long, env = "LEASEHOLD_CLAIM_BOUND_AGE", default_value_t = 5_000)]
     pub claim_bound_age: u64,
     /// Claims that start from remembered places still read each queue from its head at least

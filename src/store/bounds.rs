@@ -1,6 +1,6 @@
-//! Where this replica's next claim of each queue starts in its plain class
+//! Where this replica's next claim of each queue starts, class by class
 //! (`lease_claim_plain_from.sql` for a plain runner, `lease_claim_from.sql` for any other;
-//! migration 0013).
+//! migrations 0013 and 0016).
 //!
 //! A claim index keeps an entry for every job taken until that job's old row version is dead
 //! to every snapshot, so a claim that reads its queue from the head walks one entry per job
@@ -41,8 +41,42 @@ pub const FULL_WALK_EVERY: Duration = Duration::from_secs(5);
 /// default of `LEASEHOLD_CLAIM_BOUND_AGE`.
 pub const FROM_AGE: u64 = 5_000;
 
-/// At most this many queues are remembered; past it, places older than a full walk go.
-const MOST_QUEUES: usize = 10_000;
+/// At most this many places are remembered; past it, places older than a full walk go.
+const MOST_PLACES: usize = 20_000;
+
+/// A class of a queue that keeps a place of its own: the pool's jobs (by workspace and owner)
+/// or a workspace's `any` jobs (by workspace), plain or constrained (migration 0012: a
+/// constrained job requires a capability or a source). A plain runner's claim reads the plain
+/// lanes only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Lane {
+    Own,
+    Any,
+    OwnConstrained,
+    AnyConstrained,
+}
+
+impl Lane {
+    const ALL: [Self; 4] = [
+        Self::Own,
+        Self::Any,
+        Self::OwnConstrained,
+        Self::AnyConstrained,
+    ];
+
+    fn index(self) -> usize {
+        self as usize
+    }
+
+    /// Whether the lane is a workspace's `any` jobs (read by workspace runners only).
+    fn is_any(self) -> bool {
+        matches!(self, Self::Any | Self::AnyConstrained)
+    }
+
+    fn is_constrained(self) -> bool {
+        matches!(self, Self::OwnConstrained | Self::AnyConstrained)
+    }
+}
 
 /// A place in a claim index's order (priority descending, then id), and the xmin of the
 /// snapshot that found it.
@@ -65,17 +99,21 @@ struct Remembered {
     walked_at: Instant,
 }
 
-/// Where a claim starts: a remembered place, or the head (`None`).
+/// Where a claim starts in each lane it reads: a remembered place, or the head (`None`).
 #[derive(Debug, Clone, Default)]
 pub struct Starts {
-    pub own: Option<Place>,
-    pub any: Option<Place>,
-    own_walked_at: Option<Instant>,
-    any_walked_at: Option<Instant>,
+    lanes: [Option<Remembered>; 4],
 }
 
-/// The places, per queue: a pool's plain class by (workspace, owner), and a workspace's 'any'
-/// jobs by workspace.
+impl Starts {
+    /// The place a lane starts from (`None`: its head).
+    pub fn place(&self, lane: Lane) -> Option<&Place> {
+        self.lanes[lane.index()].as_ref().map(|r| &r.place)
+    }
+}
+
+/// The places, per lane and queue: keyed by (lane, workspace, owner), the owner empty for the
+/// `any` lanes.
 #[derive(Debug)]
 pub struct ClaimBounds {
     full_walk_every: Duration,
@@ -83,8 +121,7 @@ pub struct ClaimBounds {
     from_age: u64,
     /// The server's horizon age, as last read.
     horizon_age: AtomicU64,
-    own: Mutex<HashMap<(String, String), Remembered>>,
-    any: Mutex<HashMap<String, Remembered>>,
+    places: Mutex<HashMap<(Lane, String, String), Remembered>>,
 }
 
 impl Default for ClaimBounds {
@@ -99,8 +136,7 @@ impl ClaimBounds {
             full_walk_every,
             from_age,
             horizon_age: AtomicU64::new(0),
-            own: Mutex::default(),
-            any: Mutex::default(),
+            places: Mutex::default(),
         }
     }
 
@@ -109,8 +145,7 @@ impl ClaimBounds {
     pub fn observe_horizon(&self, age: u64) {
         self.horizon_age.store(age, Ordering::Relaxed);
         if !self.in_use() {
-            lock(&self.own).clear();
-            lock(&self.any).clear();
+            lock(&self.places).clear();
         }
     }
 
@@ -119,88 +154,79 @@ impl ClaimBounds {
         self.from_age == 0 || self.horizon_age.load(Ordering::Relaxed) >= self.from_age
     }
 
-    /// Where a claim of this queue starts now (in its plain class): `None` for the head claim
-    /// (`lease_claim_plain.sql`), else the places for `lease_claim_plain_from.sql`.
-    pub fn starts(&self, workspace: &str, owner: &str) -> Option<Starts> {
-        self.in_use().then(|| self.places(workspace, owner))
-    }
-
-    fn places(&self, workspace: &str, owner: &str) -> Starts {
-        let now = Instant::now();
-        let own = take(
-            &self.own,
-            &(workspace.to_owned(), owner.to_owned()),
-            now,
-            self.full_walk_every,
-        );
-        let any = if owner.starts_with("ws:") {
-            take(&self.any, workspace, now, self.full_walk_every)
-        } else {
-            None
-        };
-        Starts {
-            own_walked_at: own.as_ref().map(|r| r.walked_at),
-            any_walked_at: any.as_ref().map(|r| r.walked_at),
-            own: own.map(|r| r.place),
-            any: any.map(|r| r.place),
+    /// Where a claim of this queue starts now: `None` for the head claim (`lease_claim.sql`,
+    /// `lease_claim_plain.sql`), else the places of the lanes it reads: the plain ones, and
+    /// the constrained ones too when `constrained` (the general claim). A workspace's `any`
+    /// lanes are read by a workspace runner (owner `ws:...`) only.
+    pub fn starts(&self, workspace: &str, owner: &str, constrained: bool) -> Option<Starts> {
+        if !self.in_use() {
+            return None;
         }
+        let now = Instant::now();
+        let mut map = lock(&self.places);
+        let mut starts = Starts::default();
+        for lane in Lane::ALL {
+            if (lane.is_any() && !owner.starts_with("ws:"))
+                || (lane.is_constrained() && !constrained)
+            {
+                continue;
+            }
+            starts.lanes[lane.index()] = take(
+                &mut map,
+                &key(lane, workspace, owner),
+                now,
+                self.full_walk_every,
+            );
+        }
+        Some(starts)
     }
 
-    /// Remember what a committed claim that started at `starts` answered: the next place
-    /// of its pool's plain class, and of the workspace's 'any' jobs when it read those.
-    pub fn learn(
-        &self,
-        workspace: &str,
-        owner: &str,
-        starts: &Starts,
-        own: Place,
-        any: Option<Place>,
-    ) {
-        let went_back = [&starts.own, &starts.any]
-            .into_iter()
-            .flatten()
-            .any(|used| own.xmin < used.xmin);
+    /// Remember what a committed claim that started at `starts` answered: the next place of
+    /// each lane it read.
+    pub fn learn(&self, workspace: &str, owner: &str, starts: &Starts, answered: &[(Lane, Place)]) {
+        let went_back = starts.lanes.iter().flatten().any(|used| {
+            answered
+                .iter()
+                .any(|(_, place)| place.xmin < used.place.xmin)
+        });
+        let mut map = lock(&self.places);
         if went_back {
             // The database handed out an xmin below one it handed out before: forget them all.
-            lock(&self.own).clear();
-            lock(&self.any).clear();
+            map.clear();
             return;
         }
         let now = Instant::now();
-        remember(
-            &self.own,
-            (workspace.to_owned(), owner.to_owned()),
-            own,
-            starts.own_walked_at.unwrap_or(now),
-            self.full_walk_every,
-        );
-        if let Some(any) = any {
+        for (lane, place) in answered {
+            let walked_at = starts.lanes[lane.index()]
+                .as_ref()
+                .map_or(now, |r| r.walked_at);
             remember(
-                &self.any,
-                workspace.to_owned(),
-                any,
-                starts.any_walked_at.unwrap_or(now),
+                &mut map,
+                key(*lane, workspace, owner),
+                place.clone(),
+                walked_at,
                 self.full_walk_every,
             );
         }
     }
 }
 
+/// The map key of a lane of a queue.
+fn key(lane: Lane, workspace: &str, owner: &str) -> (Lane, String, String) {
+    let owner = if lane.is_any() { "" } else { owner };
+    (lane, workspace.to_owned(), owner.to_owned())
+}
+
 /// The place a claim of this queue starts from: `None` (the head) when none is remembered, or
 /// when the chain's last walk from the head is a full-walk interval old. Then this claim is the
 /// one that walks from the head, and the place stays in use for the claims that start before
 /// the walk answers (its time moves on now): one walk per interval, not one per claim in flight.
-fn take<K, Q>(
-    map: &Mutex<HashMap<K, Remembered>>,
-    key: &Q,
+fn take(
+    map: &mut HashMap<(Lane, String, String), Remembered>,
+    key: &(Lane, String, String),
     now: Instant,
     full_walk_every: Duration,
-) -> Option<Remembered>
-where
-    K: std::hash::Hash + Eq + std::borrow::Borrow<Q>,
-    Q: std::hash::Hash + Eq + ?Sized,
-{
-    let mut map = lock(map);
+) -> Option<Remembered> {
     let r = map.get_mut(key)?;
     if now.duration_since(r.walked_at) < full_walk_every {
         return Some(r.clone());
@@ -212,15 +238,14 @@ where
 /// Keep a committed claim's answer, unless the place remembered came from a later snapshot
 /// (claims of one queue commit in any order; any answer is a correct start, and the later
 /// snapshot's is the further one). The walk time kept is the later of the two.
-fn remember<K: std::hash::Hash + Eq>(
-    map: &Mutex<HashMap<K, Remembered>>,
-    key: K,
+fn remember(
+    map: &mut HashMap<(Lane, String, String), Remembered>,
+    key: (Lane, String, String),
     place: Place,
     walked_at: Instant,
     full_walk_every: Duration,
 ) {
-    let mut map = lock(map);
-    if map.len() >= MOST_QUEUES {
+    if map.len() >= MOST_PLACES {
         let now = Instant::now();
         map.retain(|_, r| now.duration_since(r.walked_at) < full_walk_every);
     }
@@ -237,7 +262,7 @@ fn remember<K: std::hash::Hash + Eq>(
     }
 }
 
-/// The maps hold plain data: nothing panics while they are locked.
+/// The map holds plain data: nothing panics while it is locked.
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
@@ -279,97 +304,142 @@ mod tests {
         ClaimBounds::new(full_walk_every, 0)
     }
 
-    #[test]
-    fn places_are_used_only_while_the_horizon_is_old() {
-        let b = ClaimBounds::new(FULL_WALK_EVERY, 100);
-        assert!(b.starts("w", "ws:w").is_none());
-        b.observe_horizon(100);
-        let s = b.starts("w", "ws:w").expect("in use");
-        b.learn("w", "ws:w", &s, place(10), None);
-        assert!(b.starts("w", "ws:w").unwrap().own.is_some());
-        // Young again: the head claim, and the places are forgotten.
-        b.observe_horizon(99);
-        assert!(b.starts("w", "ws:w").is_none());
-        b.observe_horizon(1000);
-        assert!(b.starts("w", "ws:w").unwrap().own.is_none());
+    /// The place of the pool's plain lane a claim of the queue would start from now.
+    fn own(b: &ClaimBounds, owner: &str) -> Option<Place> {
+        b.starts("w", owner, false)
+            .expect("in use")
+            .place(Lane::Own)
+            .cloned()
+    }
+
+    /// A claim of the queue's pool's plain lane that answered `place`.
+    fn learn_own(b: &ClaimBounds, owner: &str, starts: &Starts, place: Place) {
+        b.learn("w", owner, starts, &[(Lane::Own, place)]);
     }
 
     #[test]
-    fn a_queue_starts_at_its_head_until_a_claim_answered() {
+    fn places_are_used_only_while_the_horizon_is_old() {
+        let b = ClaimBounds::new(FULL_WALK_EVERY, 100);
+        assert!(b.starts("w", "ws:w", true).is_none());
+        b.observe_horizon(100);
+        let s = b.starts("w", "ws:w", false).expect("in use");
+        learn_own(&b, "ws:w", &s, place(10));
+        assert!(own(&b, "ws:w").is_some());
+        // Young again: the head claim, and the places are forgotten.
+        b.observe_horizon(99);
+        assert!(b.starts("w", "ws:w", false).is_none());
+        b.observe_horizon(1000);
+        assert!(own(&b, "ws:w").is_none());
+    }
+
+    #[test]
+    fn a_lane_starts_at_its_head_until_a_claim_answered() {
         let b = always(FULL_WALK_EVERY);
-        let s = b.starts("w", "ws:w").unwrap();
-        assert!(s.own.is_none() && s.any.is_none());
-        let (own, any) = (place(10), place(10));
-        b.learn("w", "ws:w", &s, own.clone(), Some(any.clone()));
-        let s = b.starts("w", "ws:w").unwrap();
-        assert_eq!(s.own, Some(own));
-        assert_eq!(s.any, Some(any));
+        let s = b.starts("w", "ws:w", true).unwrap();
+        assert!(Lane::ALL.iter().all(|l| s.place(*l).is_none()));
+        let answered: Vec<(Lane, Place)> = Lane::ALL.iter().map(|l| (*l, place(10))).collect();
+        b.learn("w", "ws:w", &s, &answered);
+        let s = b.starts("w", "ws:w", true).unwrap();
+        for (lane, p) in &answered {
+            assert_eq!(s.place(*lane), Some(p), "{lane:?}");
+        }
+        // A plain runner's claim reads the plain lanes only.
+        let s = b.starts("w", "ws:w", false).unwrap();
+        assert!(s.place(Lane::Own).is_some() && s.place(Lane::Any).is_some());
+        assert!(s.place(Lane::OwnConstrained).is_none() && s.place(Lane::AnyConstrained).is_none());
         // Another owner's queue, and a personal queue's 'any' (it reads none).
-        assert!(b.starts("w", "alice").unwrap().own.is_none());
-        assert!(b.starts("w", "alice").unwrap().any.is_none());
+        let s = b.starts("w", "alice", true).unwrap();
+        assert!(Lane::ALL.iter().all(|l| s.place(*l).is_none()));
+        // A personal queue shares the workspace's `any` places with no one: it has none.
+        b.learn("w", "alice", &s, &[(Lane::Own, place(11))]);
+        let s = b.starts("w", "alice", true).unwrap();
+        assert!(s.place(Lane::Own).is_some() && s.place(Lane::Any).is_none());
+    }
+
+    #[test]
+    fn a_plain_claim_leaves_a_due_walk_of_the_constrained_lanes_to_the_claim_that_reads_them() {
+        let b = always(Duration::from_millis(20));
+        let s = b.starts("w", "ws:w", true).unwrap();
+        b.learn(
+            "w",
+            "ws:w",
+            &s,
+            &[(Lane::Own, place(10)), (Lane::OwnConstrained, place(10))],
+        );
+        std::thread::sleep(Duration::from_millis(30));
+        // A plain claim walks its lane from the head; the constrained lane's walk stays due.
+        assert!(b
+            .starts("w", "ws:w", false)
+            .unwrap()
+            .place(Lane::Own)
+            .is_none());
+        let general = b.starts("w", "ws:w", true).unwrap();
+        assert!(general.place(Lane::OwnConstrained).is_none());
+        assert!(
+            general.place(Lane::Own).is_some(),
+            "the plain walk is in flight"
+        );
     }
 
     #[test]
     fn of_claims_that_commit_out_of_order_the_later_snapshots_place_is_kept() {
         let b = always(FULL_WALK_EVERY);
-        b.learn("w", "ws:w", &Starts::default(), place(10), None);
-        let s = b.starts("w", "ws:w").unwrap();
+        learn_own(&b, "ws:w", &Starts::default(), place(10));
+        let s = b.starts("w", "ws:w", false).unwrap();
         let (later, earlier) = (place(14), place(12));
-        b.learn("w", "ws:w", &s, later.clone(), None);
+        learn_own(&b, "ws:w", &s, later.clone());
         // A claim that took its snapshot before the one above, committed after it.
-        b.learn("w", "ws:w", &s, earlier, None);
-        assert_eq!(b.starts("w", "ws:w").unwrap().own, Some(later));
+        learn_own(&b, "ws:w", &s, earlier);
+        assert_eq!(own(&b, "ws:w"), Some(later));
     }
 
     #[test]
     fn when_a_walk_from_the_head_is_due_one_claim_walks_and_the_others_keep_the_place() {
         let b = always(Duration::from_millis(20));
         let kept = place(10);
-        b.learn("w", "ws:w", &Starts::default(), kept.clone(), None);
+        learn_own(&b, "ws:w", &Starts::default(), kept.clone());
         std::thread::sleep(Duration::from_millis(30));
-        let walker = b.starts("w", "ws:w").unwrap();
+        let walker = b.starts("w", "ws:w", false).unwrap();
         assert!(
-            walker.own.is_none(),
+            walker.place(Lane::Own).is_none(),
             "the first claim after the interval walks"
         );
         for _ in 0..3 {
-            let s = b.starts("w", "ws:w").unwrap();
             assert_eq!(
-                s.own.as_ref(),
+                own(&b, "ws:w").as_ref(),
                 Some(&kept),
                 "the claims in flight meanwhile do not"
             );
         }
         let walked = place(11);
-        b.learn("w", "ws:w", &walker, walked.clone(), None);
-        assert_eq!(b.starts("w", "ws:w").unwrap().own, Some(walked));
+        learn_own(&b, "ws:w", &walker, walked.clone());
+        assert_eq!(own(&b, "ws:w"), Some(walked));
     }
 
     #[test]
     fn a_lower_xmin_forgets_every_place() {
         let b = always(FULL_WALK_EVERY);
-        b.learn("w", "ws:w", &Starts::default(), place(10), None);
-        b.learn("w", "bob", &Starts::default(), place(10), None);
-        let s = b.starts("w", "ws:w").unwrap();
-        b.learn("w", "ws:w", &s, place(9), None);
-        assert!(b.starts("w", "ws:w").unwrap().own.is_none());
-        assert!(b.starts("w", "bob").unwrap().own.is_none());
+        learn_own(&b, "ws:w", &Starts::default(), place(10));
+        learn_own(&b, "bob", &Starts::default(), place(10));
+        let s = b.starts("w", "ws:w", false).unwrap();
+        learn_own(&b, "ws:w", &s, place(9));
+        assert!(own(&b, "ws:w").is_none());
+        assert!(own(&b, "bob").is_none());
     }
 
     #[test]
     fn a_chain_of_claims_reads_from_the_head_again_after_a_full_walk_interval() {
         let b = always(Duration::from_millis(50));
-        b.learn("w", "ws:w", &Starts::default(), place(10), None);
-        let s = b.starts("w", "ws:w").unwrap();
-        assert!(s.own.is_some());
+        learn_own(&b, "ws:w", &Starts::default(), place(10));
+        assert!(own(&b, "ws:w").is_some());
         // Claims that started from a remembered place keep the time of the walk they came from.
         let deadline = Instant::now() + Duration::from_secs(5);
         loop {
-            let s = b.starts("w", "ws:w").unwrap();
-            if s.own.is_none() {
+            let s = b.starts("w", "ws:w", false).unwrap();
+            if s.place(Lane::Own).is_none() {
                 break;
             }
-            b.learn("w", "ws:w", &s, place(11), None);
+            learn_own(&b, "ws:w", &s, place(11));
             assert!(Instant::now() < deadline, "never read from the head again");
             std::thread::yield_now();
         }

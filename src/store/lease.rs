@@ -191,7 +191,7 @@ impl Store {
         let plain = me.plain && advertised.capabilities.as_ref().is_none_or(Vec::is_empty);
         let client = self.client().await?;
         let lock = prepare(&client, sql::RUNNER_LOCK_FOR_LEASE).await?;
-        let starts = self.claim_bounds.starts(&me.workspace, &me.owner);
+        let starts = self.claim_bounds.starts(&me.workspace, &me.owner, !plain);
         let claim_sql = claim_statement(plain, starts.is_some());
         let claim = prepare(&client, claim_sql).await?;
         // The general claim is followed by the rejection in its transaction; a plain claim
@@ -211,12 +211,30 @@ impl Store {
         let lock_args = lock_params(&token_hash, advertised, &self.seen_refresh_ms);
         let none = bounds::Starts::default();
         let places = starts.as_ref().unwrap_or(&none);
-        let (own, any) = (StartParams::of(&places.own), StartParams::of(&places.any));
+        let [own, any, own_c, any_c] = [
+            bounds::Lane::Own,
+            bounds::Lane::Any,
+            bounds::Lane::OwnConstrained,
+            bounds::Lane::AnyConstrained,
+        ]
+        .map(|lane| StartParams::of(places.place(lane)));
         let general = claim_params(&token_hash, me, &max_jobs, &lease_ttl_ms);
-        // A claim from remembered places takes whether to answer `more` ($8) and their six
-        // parameters too ($9..$14).
+        // A claim from remembered places takes whether to answer `more` ($8) and the places of
+        // the plain lanes ($9..$14); the general one, of the constrained lanes too ($15..$20).
         let from_places: Vec<&(dyn ToSql + Sync)>;
         let claim_args: &[&(dyn ToSql + Sync)] = if starts.is_some() {
+            let constrained: &[&(dyn ToSql + Sync)] = if plain {
+                &[]
+            } else {
+                &[
+                    &own_c.priority,
+                    &own_c.id,
+                    &own_c.xmin,
+                    &any_c.priority,
+                    &any_c.id,
+                    &any_c.xmin,
+                ]
+            };
             from_places = general
                 .iter()
                 .copied()
@@ -229,6 +247,7 @@ impl Store {
                     &any.id,
                     &any.xmin,
                 ])
+                .chain(constrained.iter().copied())
                 .collect();
             &from_places
         } else {
@@ -299,7 +318,7 @@ impl Store {
             return Ok(out);
         }
         if let (Some(starts), Some(first)) = (&starts, claimed.first()) {
-            self.learn_places(&me.workspace, &me.owner, starts, first)?;
+            self.learn_places(&me.workspace, &me.owner, starts, first, !plain)?;
         }
         let more = match left {
             Some(left) => left.get("more"),
@@ -309,32 +328,48 @@ impl Store {
         outcome(identity, row.get("version"), &claimed, &rejected, more)
     }
 
-    /// Remember where the next claim of the runner's queues starts, from a committed
-    /// claim's first row (plain or general, from places).
+    /// Remember where the next claim of each lane of the runner's queues starts, from a
+    /// committed claim's first row (plain or general, from places; the general one answers the
+    /// constrained lanes too).
     fn learn_places(
         &self,
         workspace: &str,
         owner: &str,
         starts: &bounds::Starts,
         row: &tokio_postgres::Row,
+        constrained: bool,
     ) -> Result<()> {
         let xmin: String = row.get("snapshot_xmin");
         let xmin = xmin
             .parse::<u64>()
             .map_err(|e| StoreError::Invalid(format!("a snapshot xmin {xmin:?}: {e}")))?;
-        let own = bounds::Place {
-            priority: row.get("own_next_priority"),
-            id: row.get("own_next_id"),
-            xmin,
-        };
-        let any = match (
-            row.get::<_, Option<i32>>("any_next_priority"),
-            row.get::<_, Option<uuid::Uuid>>("any_next_id"),
-        ) {
-            (Some(priority), Some(id)) => Some(bounds::Place { priority, id, xmin }),
-            _ => None,
-        };
-        self.claim_bounds.learn(workspace, owner, starts, own, any);
+        let mut lanes = vec![
+            (bounds::Lane::Own, "own_next"),
+            (bounds::Lane::Any, "any_next"),
+        ];
+        if constrained {
+            lanes.extend([
+                (bounds::Lane::OwnConstrained, "own_c_next"),
+                (bounds::Lane::AnyConstrained, "any_c_next"),
+            ]);
+        }
+        // An `any` place is NULL for a personal runner's claim, which does not read that lane.
+        let answered: Vec<(bounds::Lane, bounds::Place)> = lanes
+            .into_iter()
+            .filter_map(|(lane, column)| {
+                let priority: Option<i32> = row.get(format!("{column}_priority").as_str());
+                let id: Option<uuid::Uuid> = row.get(format!("{column}_id").as_str());
+                Some((
+                    lane,
+                    bounds::Place {
+                        priority: priority?,
+                        id: id?,
+                        xmin,
+                    },
+                ))
+            })
+            .collect();
+        self.claim_bounds.learn(workspace, owner, starts, &answered);
         Ok(())
     }
 
@@ -400,7 +435,7 @@ impl Store {
     }
 }
 
-/// A claim's start in its plain class, as parameters: a remembered place, or the head (no xmin).
+/// A claim's start in one lane, as parameters: a remembered place, or the head (no xmin).
 struct StartParams {
     priority: i32,
     id: uuid::Uuid,
@@ -408,7 +443,7 @@ struct StartParams {
 }
 
 impl StartParams {
-    fn of(place: &Option<bounds::Place>) -> Self {
+    fn of(place: Option<&bounds::Place>) -> Self {
         match place {
             Some(p) => Self {
                 priority: p.priority,

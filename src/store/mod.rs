@@ -10,7 +10,7 @@
 //!   [`sweep`]: maintenance; [`records`]: what the store hands back; [`rows`]: rows to
 //!   records; [`combine`]: coalescing concurrent calls into one statement; [`conn`]: a
 //!   checked-out connection and the deadlines every operation runs under; [`bounds`]: where
-//!   each queue's next claim starts (in its plain class).
+//!   each queue's next claim starts, class by class, under an old snapshot.
 //!
 //! Invariants: every job transition is one fenced statement that also authenticates its caller
 //! (or, for the lease and revocation, one short transaction that locks the runner row first);

@@ -117,6 +117,16 @@ mapping!(
 /// Columns [`moved`] reads.
 pub const MOVED_COLUMNS: &[&str] = &["id", "workspace", "owner", "runner_id", "pool", "state"];
 
+/// What the claims from remembered places answer of where each plain lane's next claim starts
+/// (store::bounds).
+const PLAIN_PLACE_COLUMNS: &[&str] = &[
+    "own_next_priority",
+    "own_next_id",
+    "any_next_priority",
+    "any_next_id",
+    "snapshot_xmin",
+];
+
 /// Which statements feed which mapping: the schema test checks that each returns every column
 /// its mapping reads, so a column dropped from a statement fails a test, not a request.
 pub const MAPPED: &[(&str, &[&str])] = &[
@@ -146,8 +156,19 @@ pub const MAPPED: &[(&str, &[&str])] = &[
         &["plain", "free", "more", "unfit_named"],
     ),
     ("lease_claim_plain_from.sql", CLAIMED_COLUMNS),
+    ("lease_claim_plain_from.sql", PLAIN_PLACE_COLUMNS),
     ("lease_claim_from.sql", &["plain", "free", "more"]),
     ("lease_claim_from.sql", CLAIMED_COLUMNS),
+    ("lease_claim_from.sql", PLAIN_PLACE_COLUMNS),
+    (
+        "lease_claim_from.sql",
+        &[
+            "own_c_next_priority",
+            "own_c_next_id",
+            "any_c_next_priority",
+            "any_c_next_id",
+        ],
+    ),
     ("lease_more.sql", &["more"]),
     ("lease_claim_plain.sql", CLAIMED_COLUMNS),
     ("lease_reject_unfit.sql", &["id"]),

@@ -115,7 +115,7 @@ pub struct Metrics {
     pub long_polls: Gauge,
     /// The database's snapshot horizon age, in transactions, as last read.
     pub horizon_age: Gauge,
-    /// 1 while claims read plain jobs from remembered places.
+    /// 1 while claims read each queue from remembered places.
     pub claims_from_places: Gauge,
     pub background_failures: Family<TaskLabel, Counter>,
     pub jobs: Family<StateLabel, Gauge>,
@@ -213,7 +213,7 @@ impl Metrics {
         let claims_from_places = Gauge::default();
         r.register(
             "leasehold_claims_from_places",
-            "1 while claims read the plain jobs of each queue from where the last claim of it found the first one parked (the horizon is old), 0 while they read queues from the head.",
+            "1 while claims read each class of each queue from where the last claim of it found the first job parked (the horizon is old), 0 while they read queues from the head.",
             claims_from_places.clone(),
         );
         let background_failures = Family::<TaskLabel, Counter>::default();

@@ -1,7 +1,8 @@
-//! Where a claim starts (store::bounds, migration 0013): a replica remembers, per queue, the
-//! first parked plain job its last claim saw, and the next claim starts there, whether its
-//! runner is plain (`lease_claim_plain_from.sql`) or advertises capabilities
-//! (`lease_claim_from.sql`): each test runs for both. Nothing
+//! Where a claim starts (store::bounds, migrations 0013 and 0016): a replica remembers, per
+//! queue and class, the first parked job its last claim saw, and the next claim starts there,
+//! whether its runner is plain (`lease_claim_plain_from.sql`) or advertises capabilities
+//! (`lease_claim_from.sql`), and whether the jobs are plain or require a capability (the
+//! constrained class, which only the general claim reads): each test runs for all three. Nothing
 //! behind that place is ever skipped: a job released or re-delivered behind it, a job
 //! dispatched since with a higher priority, and a job a lease held locked and then rolled back
 //! are all taken before the jobs after it, in priority-then-FIFO order.
@@ -16,7 +17,7 @@ use leasehold::client::Client;
 use leasehold::wire::{self, Tier};
 use serde_json::json;
 
-use crate::support::{connect, dispatch, eventually, lease, pair, personal, TestApp};
+use crate::support::{connect, eventually, lease, pair, personal, TestApp};
 
 fn remember_for_an_hour(c: &mut leasehold::config::Config) {
     c.claim_bound_age = 0;
@@ -30,23 +31,35 @@ async fn next(runner: &Client) -> wire::LeasedJob {
     got.remove(0)
 }
 
-/// Park `n` jobs in alice's personal pool, in order.
-async fn park(alice: &Client, n: usize) -> Vec<uuid::Uuid> {
+/// A job for alice's personal pool that requires `requires` (none: a plain job).
+fn job(payload: serde_json::Value, requires: &[&str]) -> wire::Dispatch {
+    wire::Dispatch {
+        required_capabilities: (!requires.is_empty())
+            .then(|| requires.iter().map(|c| (*c).to_owned()).collect()),
+        ..wire::Dispatch::new(personal(), payload)
+    }
+}
+
+/// Park `n` jobs in alice's personal pool, in order, each requiring `requires`.
+async fn park(alice: &Client, n: usize, requires: &[&str]) -> Vec<uuid::Uuid> {
     let mut ids = Vec::new();
     for i in 0..n {
-        ids.push(dispatch(alice, personal(), json!(i)).await.id);
+        ids.push(alice.dispatch(&job(json!(i), requires)).await.unwrap().id);
     }
     ids
 }
 
 #[tokio::test]
 async fn a_job_released_on_another_replica_behind_the_place_is_taken_first() {
-    a_job_released_on_another_replica_behind_the_place_is_taken_first_for(&[]).await;
-    a_job_released_on_another_replica_behind_the_place_is_taken_first_for(&["linux"]).await;
+    a_job_released_on_another_replica_behind_the_place_is_taken_first_for(&[], &[]).await;
+    a_job_released_on_another_replica_behind_the_place_is_taken_first_for(&["linux"], &[]).await;
+    a_job_released_on_another_replica_behind_the_place_is_taken_first_for(&["linux"], &["linux"])
+        .await;
 }
 
 async fn a_job_released_on_another_replica_behind_the_place_is_taken_first_for(
     capabilities: &[&str],
+    requires: &[&str],
 ) {
     let app = TestApp::spawn_with(2, remember_for_an_hour).await;
     let alice = app.operator("acme", "alice", false).await;
@@ -54,7 +67,7 @@ async fn a_job_released_on_another_replica_behind_the_place_is_taken_first_for(
     // A second runner of the same queue, on the other replica.
     let (_, other) = pair(&alice, Tier::Personal, capabilities, 10).await;
     let other = Client::new(app.url(1), other.token().map(str::to_owned));
-    let ids = park(&alice, 5).await;
+    let ids = park(&alice, 5, requires).await;
     // The first call learns who the runner is (general claim from the head); the second, the
     // runner's own claim (plain, or general with a capability), starts at the head, as no
     // place is known yet; the third starts where the second left off.
@@ -72,24 +85,31 @@ async fn a_job_released_on_another_replica_behind_the_place_is_taken_first_for(
 
 #[tokio::test]
 async fn a_job_dispatched_with_a_higher_priority_after_the_place_is_taken_first() {
-    a_job_dispatched_with_a_higher_priority_after_the_place_is_taken_first_for(&[]).await;
-    a_job_dispatched_with_a_higher_priority_after_the_place_is_taken_first_for(&["linux"]).await;
+    a_job_dispatched_with_a_higher_priority_after_the_place_is_taken_first_for(&[], &[]).await;
+    a_job_dispatched_with_a_higher_priority_after_the_place_is_taken_first_for(&["linux"], &[])
+        .await;
+    a_job_dispatched_with_a_higher_priority_after_the_place_is_taken_first_for(
+        &["linux"],
+        &["linux"],
+    )
+    .await;
 }
 
 async fn a_job_dispatched_with_a_higher_priority_after_the_place_is_taken_first_for(
     capabilities: &[&str],
+    requires: &[&str],
 ) {
     let app = TestApp::spawn_with(1, remember_for_an_hour).await;
     let alice = app.operator("acme", "alice", false).await;
     let (_, r) = pair(&alice, Tier::Personal, capabilities, 10).await;
-    let ids = park(&alice, 4).await;
+    let ids = park(&alice, 4, requires).await;
     for id in &ids[..3] {
         assert_eq!(next(&r).await.id, *id);
     }
-    let mut urgent = wire::Dispatch::new(personal(), json!("urgent"));
+    let mut urgent = job(json!("urgent"), requires);
     urgent.priority = Some(5);
     let urgent = alice.dispatch(&urgent).await.unwrap();
-    let mut behind = wire::Dispatch::new(personal(), json!("low"));
+    let mut behind = job(json!("low"), requires);
     behind.priority = Some(-5);
     let behind = alice.dispatch(&behind).await.unwrap();
     assert_eq!(next(&r).await.id, urgent.id, "the higher priority first");
@@ -99,17 +119,20 @@ async fn a_job_dispatched_with_a_higher_priority_after_the_place_is_taken_first_
 
 #[tokio::test]
 async fn a_job_locked_by_a_lease_that_rolls_back_is_taken_by_the_next_claim() {
-    a_job_locked_by_a_lease_that_rolls_back_is_taken_by_the_next_claim_for(&[]).await;
-    a_job_locked_by_a_lease_that_rolls_back_is_taken_by_the_next_claim_for(&["linux"]).await;
+    a_job_locked_by_a_lease_that_rolls_back_is_taken_by_the_next_claim_for(&[], &[]).await;
+    a_job_locked_by_a_lease_that_rolls_back_is_taken_by_the_next_claim_for(&["linux"], &[]).await;
+    a_job_locked_by_a_lease_that_rolls_back_is_taken_by_the_next_claim_for(&["linux"], &["linux"])
+        .await;
 }
 
 async fn a_job_locked_by_a_lease_that_rolls_back_is_taken_by_the_next_claim_for(
     capabilities: &[&str],
+    requires: &[&str],
 ) {
     let app = TestApp::spawn_with(1, remember_for_an_hour).await;
     let alice = app.operator("acme", "alice", false).await;
     let (_, r) = pair(&alice, Tier::Personal, capabilities, 10).await;
-    let ids = park(&alice, 5).await;
+    let ids = park(&alice, 5, requires).await;
     assert_eq!(next(&r).await.id, ids[0]);
     assert_eq!(next(&r).await.id, ids[1]);
     // Another claimer (a replica that will crash mid-lease) holds ids[2] locked.
@@ -133,11 +156,15 @@ async fn a_job_locked_by_a_lease_that_rolls_back_is_taken_by_the_next_claim_for(
 
 #[tokio::test]
 async fn a_lapsed_lease_behind_the_place_is_redelivered_first() {
-    a_lapsed_lease_behind_the_place_is_redelivered_first_for(&[]).await;
-    a_lapsed_lease_behind_the_place_is_redelivered_first_for(&["linux"]).await;
+    a_lapsed_lease_behind_the_place_is_redelivered_first_for(&[], &[]).await;
+    a_lapsed_lease_behind_the_place_is_redelivered_first_for(&["linux"], &[]).await;
+    a_lapsed_lease_behind_the_place_is_redelivered_first_for(&["linux"], &["linux"]).await;
 }
 
-async fn a_lapsed_lease_behind_the_place_is_redelivered_first_for(capabilities: &[&str]) {
+async fn a_lapsed_lease_behind_the_place_is_redelivered_first_for(
+    capabilities: &[&str],
+    requires: &[&str],
+) {
     let app = TestApp::spawn_with(1, |c| {
         remember_for_an_hour(c);
         c.lease_ttl_ms = 1_500;
@@ -145,7 +172,7 @@ async fn a_lapsed_lease_behind_the_place_is_redelivered_first_for(capabilities: 
     .await;
     let alice = app.operator("acme", "alice", false).await;
     let (_, r) = pair(&alice, Tier::Personal, capabilities, 10).await;
-    let ids = park(&alice, 4).await;
+    let ids = park(&alice, 4, requires).await;
     let lapsing = next(&r).await;
     assert_eq!(lapsing.id, ids[0]);
     // The next two settle at once; only ids[0] lapses.
@@ -167,6 +194,36 @@ async fn a_lapsed_lease_behind_the_place_is_redelivered_first_for(capabilities: 
         "re-delivered before ids[3]"
     );
     assert_eq!(next(&r).await.id, ids[3]);
+}
+
+/// A place is the queue's, not the runner's: the constrained place is the first constrained job
+/// parked whoever can run it, so a runner's claim never moves it past a job that another runner
+/// of the queue, on the same replica, can run and it cannot.
+#[tokio::test]
+async fn a_constrained_place_does_not_pass_a_job_another_runner_of_the_queue_can_run() {
+    let app = TestApp::spawn_with(1, remember_for_an_hour).await;
+    let alice = app.operator("acme", "alice", false).await;
+    let (_, linux) = pair(&alice, Tier::Personal, &["linux"], 10).await;
+    let (_, gpu) = pair(&alice, Tier::Personal, &["gpu"], 10).await;
+    let mut ids = Vec::new();
+    for requires in ["gpu", "linux", "linux", "gpu"] {
+        ids.push(
+            alice
+                .dispatch(&job(json!(requires), &[requires]))
+                .await
+                .unwrap()
+                .id,
+        );
+    }
+    // The linux runner's first call learns who it is (from the head); its second is its own
+    // claim from the queue's constrained place, and answers the next place.
+    assert_eq!(next(&linux).await.id, ids[1]);
+    assert_eq!(next(&linux).await.id, ids[2]);
+    assert!(lease(&linux, 0, 1).await.is_empty());
+    // The gpu runner's claims on the same replica start from that place, and find both of its
+    // jobs: the first is before every linux job the place passed, the second after them.
+    assert_eq!(next(&gpu).await.id, ids[0]);
+    assert_eq!(next(&gpu).await.id, ids[3], "the place passed no gpu job");
 }
 
 /// The horizon that switches claims to places is this database's: a snapshot held in another

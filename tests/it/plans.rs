@@ -113,7 +113,7 @@ async fn check_hot_plans(app: &TestApp) {
             sql::LEASE_CLAIM_FROM,
             format!(
                 "{token}, {runner}, 'acme', 'ws:acme', 10, 120000, now(), true, \
-                 0, {job}, '1000', 0, {job}, '1000'"
+                 0, {job}, '1000', 0, {job}, '1000', 0, {job}, '1000', 0, {job}, '1000'"
             ),
         ),
         (
@@ -204,13 +204,25 @@ async fn check_hot_plans(app: &TestApp) {
         );
         if name.ends_with("_from") {
             // The parks since the remembered place come from their own indexes, never from a
-            // walk of the claim index.
+            // walk of the claim index; the general claim's constrained lanes too (migration
+            // 0016).
             assert_plan(
                 name,
                 plan(name),
                 &[
-                    "Index Scan using jobs_parked_since_pool",
-                    "Index Scan using jobs_parked_since_any",
+                    "Index Scan using jobs_parked_since_pool on ",
+                    "Index Scan using jobs_parked_since_any on ",
+                ],
+                &[],
+            );
+        }
+        if name == "lease_claim_from" {
+            assert_plan(
+                name,
+                plan(name),
+                &[
+                    "Index Scan using jobs_parked_since_pool_constrained on ",
+                    "Index Scan using jobs_parked_since_any_constrained on ",
                 ],
                 &[],
             );
@@ -338,12 +350,12 @@ async fn a_claim_behind_an_unfit_head_reads_none_of_it() {
         tx.batch_execute(&format!("PREPARE claim AS {claim}"))
             .await
             .unwrap();
-        // The plain claim from the head (no remembered place).
-        let head = if name.ends_with("_from") {
-            ", true, 1001, '00000000-0000-0000-0000-000000000000', NULL, \
-             1001, '00000000-0000-0000-0000-000000000000', NULL"
-        } else {
-            ""
+        // The claims from places, from the head (no remembered place) in every lane.
+        let lane = ", 1001, '00000000-0000-0000-0000-000000000000', NULL";
+        let head = match name {
+            "lease_claim_plain_from" => format!(", true{lane}{lane}"),
+            "lease_claim_from" => format!(", true{lane}{lane}{lane}{lane}"),
+            _ => String::new(),
         };
         let plan = first_column(
             &tx,
