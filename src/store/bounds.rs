@@ -57,7 +57,8 @@ pub enum Lane {
 }
 
 impl Lane {
-    const ALL: [Self; 4] = [
+    /// Every lane, in the order the statements take their places.
+    pub const ALL: [Self; 4] = [
         Self::Own,
         Self::Any,
         Self::OwnConstrained,
@@ -179,6 +180,25 @@ impl ClaimBounds {
             );
         }
         Some(starts)
+    }
+
+    /// Where each lane of this queue starts for a look that takes no lease (`lease_probe.sql`):
+    /// the places remembered, or the head, whether or not a walk from the head is due (a look
+    /// leaves that walk to the next claim), and the head in every lane while places are not in
+    /// use.
+    pub fn peek(&self, workspace: &str, owner: &str) -> Starts {
+        let mut starts = Starts::default();
+        if !self.in_use() {
+            return starts;
+        }
+        let map = lock(&self.places);
+        for lane in Lane::ALL {
+            if lane.is_any() && !owner.starts_with("ws:") {
+                continue;
+            }
+            starts.lanes[lane.index()] = map.get(&key(lane, workspace, owner)).cloned();
+        }
+        starts
     }
 
     /// Remember what a committed claim that started at `starts` answered: the next place of
@@ -379,6 +399,27 @@ mod tests {
             general.place(Lane::Own).is_some(),
             "the plain walk is in flight"
         );
+    }
+
+    #[test]
+    fn a_look_reads_the_places_and_leaves_a_due_walk_to_the_next_claim() {
+        let b = always(Duration::from_millis(20));
+        let kept = place(10);
+        let s = b.starts("w", "ws:w", true).unwrap();
+        b.learn("w", "ws:w", &s, &[(Lane::OwnConstrained, kept.clone())]);
+        assert_eq!(b.peek("w", "ws:w").place(Lane::OwnConstrained), Some(&kept));
+        std::thread::sleep(Duration::from_millis(30));
+        assert_eq!(b.peek("w", "ws:w").place(Lane::OwnConstrained), Some(&kept));
+        let claim = b.starts("w", "ws:w", true).unwrap();
+        assert!(
+            claim.place(Lane::OwnConstrained).is_none(),
+            "the claim walks"
+        );
+        // Not in use: the head everywhere.
+        let young = ClaimBounds::new(FULL_WALK_EVERY, 100);
+        assert!(Lane::ALL
+            .iter()
+            .all(|l| young.peek("w", "ws:w").place(*l).is_none()));
     }
 
     #[test]

@@ -118,6 +118,8 @@ impl Store {
     /// # Errors
     /// The database failed.
     pub async fn lease_probe(&self, token_hash: &[u8], me: &LeaseIdentity) -> Result<Probe> {
+        let places = self.claim_bounds.peek(&me.workspace, &me.owner);
+        let [own, any, own_c, any_c] = bounds::Lane::ALL.map(|l| StartParams::of(places.place(l)));
         let Some(row) = self
             .query_opt(
                 sql::LEASE_PROBE,
@@ -128,6 +130,18 @@ impl Store {
                     &me.owner,
                     &self.seen_refresh_ms,
                     &me.leases_since,
+                    &own.priority,
+                    &own.id,
+                    &own.xmin,
+                    &any.priority,
+                    &any.id,
+                    &any.xmin,
+                    &own_c.priority,
+                    &own_c.id,
+                    &own_c.xmin,
+                    &any_c.priority,
+                    &any_c.id,
+                    &any_c.xmin,
                 ],
             )
             .await?
@@ -211,13 +225,7 @@ impl Store {
         let lock_args = lock_params(&token_hash, advertised, &self.seen_refresh_ms);
         let none = bounds::Starts::default();
         let places = starts.as_ref().unwrap_or(&none);
-        let [own, any, own_c, any_c] = [
-            bounds::Lane::Own,
-            bounds::Lane::Any,
-            bounds::Lane::OwnConstrained,
-            bounds::Lane::AnyConstrained,
-        ]
-        .map(|lane| StartParams::of(places.place(lane)));
+        let [own, any, own_c, any_c] = bounds::Lane::ALL.map(|l| StartParams::of(places.place(l)));
         let general = claim_params(&token_hash, me, &max_jobs, &lease_ttl_ms);
         // A claim from remembered places takes whether to answer `more` ($8) and the places of
         // the plain lanes ($9..$14); the general one, of the constrained lanes too ($15..$20).

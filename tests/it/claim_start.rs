@@ -14,6 +14,10 @@
 use std::time::Duration;
 
 use leasehold::client::Client;
+use leasehold::domain::credentials::{self, Kind};
+use leasehold::store::lease::{Advertised, Probe};
+use leasehold::store::records::LeaseIdentity;
+use leasehold::store::Store;
 use leasehold::wire::{self, Tier};
 use serde_json::json;
 
@@ -224,6 +228,77 @@ async fn a_constrained_place_does_not_pass_a_job_another_runner_of_the_queue_can
     // jobs: the first is before every linux job the place passed, the second after them.
     assert_eq!(next(&gpu).await.id, ids[0]);
     assert_eq!(next(&gpu).await.id, ids[3], "the place passed no gpu job");
+}
+
+/// A long-poll's last look (`lease_probe.sql`, at the deadline of a wait nothing ended) reads
+/// each lane from its place too, and still sees a job parked behind the place since: here one
+/// parked again with no wake-up at all (a direct update, as a lost notification would leave it),
+/// which only that look can find before the poll ends. The look is the store's, called as a
+/// long-poll calls it, after claims through the same store have set the places.
+#[tokio::test]
+async fn a_long_polls_last_look_from_the_places_sees_a_job_parked_behind_them() {
+    last_look_for(&[], &[]).await;
+    last_look_for(&["linux"], &["linux"]).await;
+}
+
+async fn last_look_for(capabilities: &[&str], requires: &[&str]) {
+    let app = TestApp::spawn().await;
+    let alice = app.operator("acme", "alice", false).await;
+    let (runner, r) = pair(&alice, Tier::Personal, capabilities, 10).await;
+    let token_hash = credentials::parse(Kind::Runner, r.token().unwrap()).unwrap();
+    let ids = park(&alice, 2, requires).await;
+    let db = connect(&app.database_url).await;
+    let row = db
+        .query_one(
+            "SELECT workspace, owner FROM runners WHERE id = $1",
+            &[&runner.id],
+        )
+        .await
+        .unwrap();
+    let me = LeaseIdentity {
+        id: runner.id,
+        workspace: row.get(0),
+        owner: row.get(1),
+        plain: capabilities.is_empty(),
+        leases_since: None,
+    };
+    // A store whose claims always start from remembered places, and never walk from the head.
+    let store = Store::connect(&app.database_url, 1, app.config.presence_window_ms)
+        .unwrap()
+        .with_claim_bounds(0, Duration::from_secs(3600));
+    let advertised = Advertised {
+        capabilities: Some(capabilities.iter().map(|c| (*c).to_owned()).collect()),
+        ..Advertised::default()
+    };
+    for id in &ids {
+        let out = store
+            .lease(&token_hash, &advertised, Some(&me), 1, 60_000, false)
+            .await
+            .unwrap();
+        assert_eq!(
+            out.claimed.iter().map(|j| j.id).collect::<Vec<_>>(),
+            vec![*id]
+        );
+    }
+    // The places are past both jobs now: the look finds nothing.
+    assert_eq!(
+        store.lease_probe(&token_hash, &me).await.unwrap(),
+        Probe::Nothing
+    );
+    // ids[0] parked again behind the place, and nobody told.
+    db.execute(
+        "UPDATE jobs SET state = 'parked', parked_xid = pg_current_xact_id(),
+                         leased_by = NULL, lease_expires_at = NULL
+          WHERE id = $1",
+        &[&ids[0]],
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        store.lease_probe(&token_hash, &me).await.unwrap(),
+        Probe::Worth,
+        "the look saw the job parked behind the place"
+    );
 }
 
 /// The horizon that switches claims to places is this database's: a snapshot held in another

@@ -124,7 +124,10 @@ async fn check_hot_plans(app: &TestApp) {
         (
             "lease_probe",
             sql::LEASE_PROBE,
-            format!("{token}, {runner}, 'acme', 'ws:acme', 30000, now()"),
+            format!(
+                "{token}, {runner}, 'acme', 'ws:acme', 30000, now(), \
+                 0, {job}, '1000', 0, {job}, '1000', 0, {job}, '1000', 0, {job}, '1000'"
+            ),
         ),
         (
             "runner_lock_for_lease",
@@ -268,7 +271,8 @@ async fn check_hot_plans(app: &TestApp) {
             &["Seq Scan", "jobs_leased_since", "jobs_lease_check"],
         );
     }
-    // The probe reads claim indexes and the runner's leases, never a whole table.
+    // The probe reads claim indexes from each lane's place, the parks since it from their own
+    // indexes, and the runner's leases; never a whole table.
     assert_plan(
         "lease_probe",
         plan("lease_probe"),
@@ -278,6 +282,10 @@ async fn check_hot_plans(app: &TestApp) {
             "jobs_claim_pool",
             "jobs_claim_any",
             "jobs_leased_since",
+            "Index Scan using jobs_parked_since_pool on ",
+            "Index Scan using jobs_parked_since_any on ",
+            "Index Scan using jobs_parked_since_pool_constrained on ",
+            "Index Scan using jobs_parked_since_any_constrained on ",
         ],
         &["Seq Scan", "Sort"],
     );
