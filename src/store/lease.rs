@@ -118,34 +118,20 @@ impl Store {
     /// # Errors
     /// The database failed.
     pub async fn lease_probe(&self, token_hash: &[u8], me: &LeaseIdentity) -> Result<Probe> {
-        let places = self.claim_bounds.peek(&me.workspace, &me.owner);
-        let [own, any, own_c, any_c] = bounds::Lane::ALL.map(|l| StartParams::of(places.place(l)));
-        let Some(row) = self
-            .query_opt(
-                sql::LEASE_PROBE,
-                &[
-                    &token_hash,
-                    &me.id,
-                    &me.workspace,
-                    &me.owner,
-                    &self.seen_refresh_ms,
-                    &me.leases_since,
-                    &own.priority,
-                    &own.id,
-                    &own.xmin,
-                    &any.priority,
-                    &any.id,
-                    &any.xmin,
-                    &own_c.priority,
-                    &own_c.id,
-                    &own_c.xmin,
-                    &any_c.priority,
-                    &any_c.id,
-                    &any_c.xmin,
-                ],
-            )
-            .await?
-        else {
+        let lanes = StartParams::lanes(&self.claim_bounds.peek(&me.workspace, &me.owner));
+        let runner: [&(dyn ToSql + Sync); 6] = [
+            &token_hash,
+            &me.id,
+            &me.workspace,
+            &me.owner,
+            &self.seen_refresh_ms,
+            &me.leases_since,
+        ];
+        let params: Vec<&(dyn ToSql + Sync)> = runner
+            .into_iter()
+            .chain(StartParams::params(&lanes))
+            .collect();
+        let Some(row) = self.query_opt(sql::LEASE_PROBE, &params).await? else {
             return Ok(Probe::Gone);
         };
         let free = i64::from(row.get::<_, i32>("capacity_free"));
@@ -225,37 +211,18 @@ impl Store {
         let lock_args = lock_params(&token_hash, advertised, &self.seen_refresh_ms);
         let none = bounds::Starts::default();
         let places = starts.as_ref().unwrap_or(&none);
-        let [own, any, own_c, any_c] = bounds::Lane::ALL.map(|l| StartParams::of(places.place(l)));
+        let lanes = StartParams::lanes(places);
         let general = claim_params(&token_hash, me, &max_jobs, &lease_ttl_ms);
         // A claim from remembered places takes whether to answer `more` ($8) and the places of
         // the plain lanes ($9..$14); the general one, of the constrained lanes too ($15..$20).
         let from_places: Vec<&(dyn ToSql + Sync)>;
         let claim_args: &[&(dyn ToSql + Sync)] = if starts.is_some() {
-            let constrained: &[&(dyn ToSql + Sync)] = if plain {
-                &[]
-            } else {
-                &[
-                    &own_c.priority,
-                    &own_c.id,
-                    &own_c.xmin,
-                    &any_c.priority,
-                    &any_c.id,
-                    &any_c.xmin,
-                ]
-            };
+            let read = if plain { &lanes[..2] } else { &lanes[..] };
             from_places = general
                 .iter()
                 .copied()
-                .chain([
-                    &want_more as &(dyn ToSql + Sync),
-                    &own.priority,
-                    &own.id,
-                    &own.xmin,
-                    &any.priority,
-                    &any.id,
-                    &any.xmin,
-                ])
-                .chain(constrained.iter().copied())
+                .chain([&want_more as &(dyn ToSql + Sync)])
+                .chain(StartParams::params(read))
                 .collect();
             &from_places
         } else {
@@ -451,6 +418,22 @@ struct StartParams {
 }
 
 impl StartParams {
+    /// Every lane's start, in [`bounds::Lane::ALL`]'s order (the statements' order).
+    fn lanes(starts: &bounds::Starts) -> [Self; 4] {
+        bounds::Lane::ALL.map(|lane| Self::of(starts.place(lane)))
+    }
+
+    /// The parameters of these lanes' starts: priority, id and xmin of each, in order.
+    fn params(lanes: &[Self]) -> impl Iterator<Item = &(dyn ToSql + Sync)> {
+        lanes.iter().flat_map(|l| {
+            [
+                &l.priority as &(dyn ToSql + Sync),
+                &l.id as &(dyn ToSql + Sync),
+                &l.xmin as &(dyn ToSql + Sync),
+            ]
+        })
+    }
+
     fn of(place: Option<&bounds::Place>) -> Self {
         match place {
             Some(p) => Self {
