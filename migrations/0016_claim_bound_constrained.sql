@@ -10,11 +10,31 @@
 -- class only, a short range at the end of each.
 --
 -- Each constrained park gains one index entry in each; plain jobs are not in them.
+--
+-- `parked_xid IS NOT NULL` keeps these indexes to the statements that ask for parks since an
+-- xid (a strict comparison on parked_xid implies it; a row parked before migration 0013 has
+-- none, and is older than any place). Without it a claim's ordered walk of the constrained class
+-- (by priority, from its place) may be planned on this index instead of jobs_claim_pool, with
+-- priority and id as a filter and a sort on top: a generic plan on statistics that see hardly
+-- any parked job did exactly that, and read every constrained job taken since the snapshot.
+--
+-- The plain class's indexes (migration 0013) are built again with the same predicate, for the
+-- same reason: a generic plan walked a plain lane from its place on jobs_parked_since_pool.
+DROP INDEX jobs_parked_since_pool;
+CREATE INDEX jobs_parked_since_pool
+    ON jobs (workspace, owner, parked_xid)
+    WHERE state = 'parked' AND runner_id IS NULL AND parked_xid IS NOT NULL
+      AND job_claim_class(required_capabilities, source_key) = 0;
+DROP INDEX jobs_parked_since_any;
+CREATE INDEX jobs_parked_since_any
+    ON jobs (workspace, parked_xid)
+    WHERE state = 'parked' AND pool = 'any' AND parked_xid IS NOT NULL
+      AND job_claim_class(required_capabilities, source_key) = 0;
 CREATE INDEX jobs_parked_since_pool_constrained
     ON jobs (workspace, owner, parked_xid)
-    WHERE state = 'parked' AND runner_id IS NULL
+    WHERE state = 'parked' AND runner_id IS NULL AND parked_xid IS NOT NULL
       AND job_claim_class(required_capabilities, source_key) = 1;
 CREATE INDEX jobs_parked_since_any_constrained
     ON jobs (workspace, parked_xid)
-    WHERE state = 'parked' AND pool = 'any'
+    WHERE state = 'parked' AND pool = 'any' AND parked_xid IS NOT NULL
       AND job_claim_class(required_capabilities, source_key) = 1;
