@@ -23,6 +23,11 @@ use serde_json::json;
 
 use crate::support::{connect, eventually, lease, pair, personal, TestApp};
 
+/// What each place test runs for: a plain runner and plain jobs (`lease_claim_plain_from.sql`),
+/// a runner that advertises `linux` and plain jobs (`lease_claim_from.sql`, plain lanes), and
+/// jobs that require it (`lease_claim_from.sql`, constrained lanes).
+const SHAPES: [(&[&str], &[&str]); 3] = [(&[], &[]), (&["linux"], &[]), (&["linux"], &["linux"])];
+
 fn remember_for_an_hour(c: &mut leasehold::config::Config) {
     c.claim_bound_age = 0;
     c.claim_full_walk_ms = 3_600_000;
@@ -55,10 +60,13 @@ async fn park(alice: &Client, n: usize, requires: &[&str]) -> Vec<uuid::Uuid> {
 
 #[tokio::test]
 async fn a_job_released_on_another_replica_behind_the_place_is_taken_first() {
-    a_job_released_on_another_replica_behind_the_place_is_taken_first_for(&[], &[]).await;
-    a_job_released_on_another_replica_behind_the_place_is_taken_first_for(&["linux"], &[]).await;
-    a_job_released_on_another_replica_behind_the_place_is_taken_first_for(&["linux"], &["linux"])
+    for (capabilities, requires) in SHAPES {
+        a_job_released_on_another_replica_behind_the_place_is_taken_first_for(
+            capabilities,
+            requires,
+        )
         .await;
+    }
 }
 
 async fn a_job_released_on_another_replica_behind_the_place_is_taken_first_for(
@@ -89,14 +97,13 @@ async fn a_job_released_on_another_replica_behind_the_place_is_taken_first_for(
 
 #[tokio::test]
 async fn a_job_dispatched_with_a_higher_priority_after_the_place_is_taken_first() {
-    a_job_dispatched_with_a_higher_priority_after_the_place_is_taken_first_for(&[], &[]).await;
-    a_job_dispatched_with_a_higher_priority_after_the_place_is_taken_first_for(&["linux"], &[])
+    for (capabilities, requires) in SHAPES {
+        a_job_dispatched_with_a_higher_priority_after_the_place_is_taken_first_for(
+            capabilities,
+            requires,
+        )
         .await;
-    a_job_dispatched_with_a_higher_priority_after_the_place_is_taken_first_for(
-        &["linux"],
-        &["linux"],
-    )
-    .await;
+    }
 }
 
 async fn a_job_dispatched_with_a_higher_priority_after_the_place_is_taken_first_for(
@@ -123,10 +130,13 @@ async fn a_job_dispatched_with_a_higher_priority_after_the_place_is_taken_first_
 
 #[tokio::test]
 async fn a_job_locked_by_a_lease_that_rolls_back_is_taken_by_the_next_claim() {
-    a_job_locked_by_a_lease_that_rolls_back_is_taken_by_the_next_claim_for(&[], &[]).await;
-    a_job_locked_by_a_lease_that_rolls_back_is_taken_by_the_next_claim_for(&["linux"], &[]).await;
-    a_job_locked_by_a_lease_that_rolls_back_is_taken_by_the_next_claim_for(&["linux"], &["linux"])
+    for (capabilities, requires) in SHAPES {
+        a_job_locked_by_a_lease_that_rolls_back_is_taken_by_the_next_claim_for(
+            capabilities,
+            requires,
+        )
         .await;
+    }
 }
 
 async fn a_job_locked_by_a_lease_that_rolls_back_is_taken_by_the_next_claim_for(
@@ -160,9 +170,9 @@ async fn a_job_locked_by_a_lease_that_rolls_back_is_taken_by_the_next_claim_for(
 
 #[tokio::test]
 async fn a_lapsed_lease_behind_the_place_is_redelivered_first() {
-    a_lapsed_lease_behind_the_place_is_redelivered_first_for(&[], &[]).await;
-    a_lapsed_lease_behind_the_place_is_redelivered_first_for(&["linux"], &[]).await;
-    a_lapsed_lease_behind_the_place_is_redelivered_first_for(&["linux"], &["linux"]).await;
+    for (capabilities, requires) in SHAPES {
+        a_lapsed_lease_behind_the_place_is_redelivered_first_for(capabilities, requires).await;
+    }
 }
 
 async fn a_lapsed_lease_behind_the_place_is_redelivered_first_for(
