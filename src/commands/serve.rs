@@ -1,6 +1,8 @@
 //! `leasehold serve`: one replica until SIGTERM or Ctrl-C, then an ordered drain (see
 //! [`crate::replica`]); SIGHUP re-reads the TLS certificate (and never stops it). Scripts and
-//! tests read the bound URL from the first line it prints.
+//! tests read the bound URL from the first line it prints. A replica started as a child by the
+//! benchmark, the drill or a test also drains once that parent is gone
+//! ([`serve_process::PARENT_PID`]).
 
 use std::time::Duration;
 
@@ -38,9 +40,38 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     // Scripts and tests read the bound URL from this line.
     println!("{}{}", serve_process::LISTENING, replica.url());
     let token = replica.shutdown_token();
+    if let Some(parent) = std::env::var(serve_process::PARENT_PID)
+        .ok()
+        .and_then(|p| p.parse::<i32>().ok())
+    {
+        tokio::spawn(stop_when_orphaned(parent, token.clone()));
+    }
     tokio::spawn(stop_on_signal(token));
     replica.stop_after_shutdown(Duration::from_secs(9)).await;
     Ok(())
+}
+
+/// How often a child replica looks whether its parent is still there.
+const PARENT_CHECK: Duration = Duration::from_millis(500);
+
+/// Drain once this process's parent is no longer `parent` (it exited, and the process was
+/// handed to an ancestor or to init).
+async fn stop_when_orphaned(parent: i32, token: CancellationToken) {
+    let mut tick = tokio::time::interval(PARENT_CHECK);
+    loop {
+        tokio::select! {
+            () = token.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        if nix::unistd::getppid().as_raw() != parent {
+            tracing::warn!(
+                parent,
+                "the process that started this replica is gone; shutting down"
+            );
+            token.cancel();
+            return;
+        }
+    }
 }
 
 async fn stop_on_signal(token: CancellationToken) {

@@ -6,7 +6,8 @@
 //! printed on its first line ([`LISTENING`]); the child's standard output is drained for its
 //! whole life, so it never blocks on a full pipe; the child is killed when its handle drops,
 //! so a failed test or an aborted benchmark leaves nothing running (under a [`WRAPPER`], the
-//! wrapper is that child).
+//! wrapper is that child); and a child started directly stops by itself once this process is
+//! gone ([`PARENT_PID`]), which covers what a drop cannot: this process killed by a signal.
 
 use std::ffi::OsStr;
 use std::process::{ExitStatus, Stdio};
@@ -26,6 +27,13 @@ pub const LISTENING: &str = "leasehold listening on ";
 /// killed, so the module's invariant holds only for one that `exec`s it or passes signals on,
 /// and a profiling run ends with `pkill -TERM -f 'leasehold serve'` (docs/perf.md).
 pub const WRAPPER: &str = "LEASEHOLD_SERVE_WRAPPER";
+
+/// The variable naming the process that started a replica: the replica stops, as on SIGTERM,
+/// once its parent is no longer that process (it died and the replica was handed to another).
+/// A handle's drop kills the child, but a benchmark or a drill killed by SIGTERM or SIGKILL
+/// runs no drop, and its replicas went on serving a database that was going away. Set only for
+/// a replica started directly: under a [`WRAPPER`] the replica's parent is the wrapper.
+pub const PARENT_PID: &str = "LEASEHOLD_PARENT_PID";
 
 /// How long a replica may take to listen (it migrates first, under an advisory lock).
 pub const START_WITHIN: Duration = Duration::from_secs(60);
@@ -79,7 +87,11 @@ impl ServeProcess {
                 command.arg(exe.as_ref());
                 command
             }
-            None => Command::new(exe),
+            None => {
+                let mut command = Command::new(exe);
+                command.env(PARENT_PID, std::process::id().to_string());
+                command
+            }
         };
         let mut child = command
             .args(["serve", "--listen", listen, "--database-url", database_url])

@@ -2,8 +2,8 @@
 //! server processes: a database restart (readiness drops and returns, parked jobs survive, a
 //! waiting runner gets a new job within seconds; an authenticated call meanwhile is 503, never
 //! 401), kill -9 of a replica during a long-poll and during a lease (the runner carries on
-//! through another replica at the same epoch), and SIGTERM (open long-polls answered at once,
-//! exit 0 well inside 10 s).
+//! through another replica at the same epoch), SIGTERM (open long-polls answered at once,
+//! exit 0 well inside 10 s), and a child replica whose parent is killed (it stops by itself).
 
 use std::time::{Duration, Instant};
 
@@ -192,4 +192,62 @@ async fn sigterm_answers_open_long_polls_at_once_and_exits_cleanly() {
             .state,
         "parked"
     );
+}
+
+/// Whether `pid` is a live process (not gone, not a zombie waiting to be reaped).
+fn alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        let state = s.rfind(')').and_then(|i| s[i + 2..].chars().next());
+        !matches!(state, Some('Z' | 'X') | None)
+    })
+}
+
+/// A benchmark or drill killed by a signal runs no destructor, so the handle that would kill its
+/// replicas never drops: each replica it started must notice its parent is gone and stop.
+#[tokio::test]
+async fn a_replica_whose_parent_is_killed_stops_by_itself() {
+    let app = TestApp::spawn_with(0, |_| {}).await;
+    let dir = std::env::temp_dir().join(format!("leasehold-orphan-{}", uuid::Uuid::now_v7()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let log = dir.join("serve.log");
+    // A parent that starts the replica as `ServeProcess` does (naming itself), then waits.
+    let mut parent = tokio::process::Command::new("sh")
+        .args([
+            "-c",
+            "LEASEHOLD_PARENT_PID=$$ \"$0\" serve --listen 127.0.0.1:0 --database-url \"$1\" \
+             > \"$2\" 2>&1 & echo $!; wait",
+            crate::procs::BIN,
+            &app.database_url,
+            log.to_str().unwrap(),
+        ])
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut out = tokio::io::BufReader::new(parent.stdout.take().unwrap());
+    let mut line = String::new();
+    tokio::io::AsyncBufReadExt::read_line(&mut out, &mut line)
+        .await
+        .unwrap();
+    let replica: i32 = line.trim().parse().expect("the replica's pid");
+    eventually(Duration::from_secs(60), "the replica listening", || async {
+        let text = std::fs::read_to_string(&log).ok()?;
+        text.contains(leasehold::tooling::serve_process::LISTENING)
+            .then_some(())
+    })
+    .await;
+    assert!(alive(replica), "the replica runs while its parent does");
+    parent.kill().await.unwrap();
+    eventually(
+        Duration::from_secs(15),
+        "the orphaned replica gone",
+        || async { (!alive(replica)).then_some(()) },
+    )
+    .await;
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        text.contains("the process that started this replica is gone"),
+        "it stopped for that reason: {text}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }
