@@ -144,7 +144,10 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     let machine = setup::machine();
     report.json.insert("machine".into(), machine.clone());
     let mut failed = Vec::new();
-    for scenario in chosen {
+    for (i, scenario) in chosen.into_iter().enumerate() {
+        if i > 0 {
+            deployment.settle().await;
+        }
         let result = match scenario {
             "throughput" => throughput::run(&deployment, &args, &mut report).await,
             "wake" => wake::run(&deployment, &args, &mut report).await,
