@@ -117,6 +117,17 @@ pub struct Config {
     /// 0: always.
     #[arg(long, env = "LEASEHOLD_CLAIM_BOUND_AGE", default_value_t = 5_000)]
     pub claim_bound_age: u64,
+    /// When that old snapshot ends (the horizon is younger than `claim_bound_age` again), one
+    /// replica vacuums the job table at once instead of leaving it to autovacuum's next turn
+    /// (docs/operations.md). `false` leaves it to autovacuum.
+    #[arg(
+        long,
+        env = "LEASEHOLD_VACUUM_AFTER_OLD_HORIZON",
+        default_value_t = true,
+        action = clap::ArgAction::Set,
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
+    pub vacuum_after_old_horizon: bool,
     /// Claims that start from remembered places still read each queue from its head at least
     /// this often.
     #[arg(long, env = "LEASEHOLD_CLAIM_FULL_WALK_MS", default_value_t = 5_000)]

@@ -221,10 +221,12 @@ async fn count_jobs(hub: Arc<Hub>, cancel: CancellationToken) {
 }
 
 /// The database's snapshot horizon, once a second: plain claims start from remembered places
-/// while it is old (store::bounds).
+/// while it is old (store::bounds), and when it turns young again the job table is vacuumed at
+/// once (hub::vacuum), unless `vacuum_after_old_horizon` is off.
 async fn watch_horizon(hub: Arc<Hub>, cancel: CancellationToken) {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut was_old = false;
     loop {
         tokio::select! {
             _ = cancel.cancelled() => return,
@@ -232,6 +234,13 @@ async fn watch_horizon(hub: Arc<Hub>, cancel: CancellationToken) {
         }
         match hub.store.watch_horizon().await {
             Ok(age) => {
+                let old = hub.store.claims_from_places();
+                if was_old && !old && hub.config.vacuum_after_old_horizon {
+                    tokio::spawn(crate::hub::vacuum::after_old_horizon(
+                        hub.config.database_url.clone(),
+                    ));
+                }
+                was_old = old;
                 hub.metrics
                     .horizon_age
                     .set(i64::try_from(age).unwrap_or(i64::MAX));

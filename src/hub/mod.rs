@@ -12,6 +12,7 @@ pub mod notifier;
 pub mod pace;
 pub mod sweeper;
 mod transitions;
+pub mod vacuum;
 pub mod waiters;
 
 use std::sync::atomic::{AtomicBool, Ordering};

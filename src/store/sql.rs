@@ -76,6 +76,8 @@ statements! {
     LEASE_GIVE_BACK => "lease_give_back.sql",
     PING => "ping.sql",
     METRICS_JOB_DEPTH => "metrics_job_depth.sql",
+    VACUUM_TRY_LOCK => "vacuum_try_lock.sql",
+    VACUUM_JOBS => "vacuum_jobs.sql",
 }
 
 /// The file name of the statement `text` without `.sql` (one of [`ALL`]), for trace spans.

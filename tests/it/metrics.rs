@@ -265,3 +265,56 @@ async fn an_old_snapshot_switches_plain_claims_to_remembered_places_and_back() {
     )
     .await;
 }
+
+/// When an old snapshot ends, the job table is vacuumed at once (hub::vacuum), by one replica of
+/// the two that see it end, rather than at autovacuum's next turn. `vacuum_count` counts only
+/// such explicit vacuums, never autovacuum's.
+#[tokio::test]
+async fn when_an_old_snapshot_ends_one_replica_vacuums_the_job_table() {
+    let app = TestApp::spawn_with(2, |c| c.claim_bound_age = 20).await;
+    let url = app.url(0);
+    let alice = app.operator("acme", "alice", false).await;
+    let (_, runner) = pair(&alice, leasehold::wire::Tier::Personal, &[], 100).await;
+    let db = connect(&app.database_url).await;
+    let vacuums = || async {
+        db.query_one(
+            "SELECT vacuum_count FROM pg_stat_user_tables WHERE relname = 'jobs'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get::<_, i64>(0)
+    };
+    let mut analytics = connect(&app.database_url).await;
+    let snapshot = analytics
+        .build_transaction()
+        .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
+        .start()
+        .await
+        .unwrap();
+    snapshot
+        .query_one("SELECT count(*) FROM jobs", &[])
+        .await
+        .unwrap();
+    for i in 0..30 {
+        dispatch(&alice, personal(), json!(i)).await;
+    }
+    eventually(Duration::from_secs(10), "the horizon seen old", || async {
+        (value(&scrape(&url).await, "leasehold_claims_from_places", &[]) == 1.0).then_some(())
+    })
+    .await;
+    // Dead versions the snapshot keeps: every job leased.
+    while !lease(&runner, 0, 10).await.is_empty() {}
+    assert_eq!(
+        vacuums().await,
+        0,
+        "nothing vacuumed while the snapshot stands"
+    );
+    snapshot.commit().await.unwrap();
+    eventually(
+        Duration::from_secs(15),
+        "the job table vacuumed",
+        || async { (vacuums().await >= 1).then_some(()) },
+    )
+    .await;
+}
