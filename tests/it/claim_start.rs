@@ -21,7 +21,7 @@ use leasehold::store::Store;
 use leasehold::wire::{self, Tier};
 use serde_json::json;
 
-use crate::support::{connect, eventually, lease, pair, personal, TestApp};
+use crate::support::{connect, eventually, hold_snapshot, lease, pair, personal, TestApp};
 
 /// What each place test runs for: a plain runner and plain jobs (`lease_claim_plain_from.sql`),
 /// a runner that advertises `linux` and plain jobs (`lease_claim_from.sql`, plain lanes), and
@@ -323,13 +323,7 @@ async fn the_horizon_counts_this_databases_snapshots_only() {
     const BURN: u64 = 2_000;
     let app = TestApp::spawn().await;
     let mut elsewhere = connect(&crate::support::fresh_database().await).await;
-    let other = elsewhere
-        .build_transaction()
-        .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
-        .start()
-        .await
-        .unwrap();
-    other.query_one("SELECT 1", &[]).await.unwrap();
+    let other = hold_snapshot(&mut elsewhere, "SELECT 1").await;
     let db = connect(&app.database_url).await;
     let burn = || async {
         for _ in 0..BURN {
@@ -346,13 +340,7 @@ async fn the_horizon_counts_this_databases_snapshots_only() {
     );
     // One held here does.
     let mut here = connect(&app.database_url).await;
-    let mine = here
-        .build_transaction()
-        .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
-        .start()
-        .await
-        .unwrap();
-    mine.query_one("SELECT 1", &[]).await.unwrap();
+    let mine = hold_snapshot(&mut here, "SELECT 1").await;
     burn().await;
     let age = app.store.watch_horizon().await.unwrap();
     assert!(

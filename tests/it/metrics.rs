@@ -225,16 +225,7 @@ async fn an_old_snapshot_switches_plain_claims_to_remembered_places_and_back() {
     };
     eventually(Duration::from_secs(10), "claims read the head", gauge(0.0)).await;
     let mut analytics = connect(&app.database_url).await;
-    let snapshot = analytics
-        .build_transaction()
-        .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
-        .start()
-        .await
-        .unwrap();
-    snapshot
-        .query_one("SELECT count(*) FROM jobs", &[])
-        .await
-        .unwrap();
+    let snapshot = hold_snapshot(&mut analytics, "SELECT count(*) FROM jobs").await;
     // Each dispatch is a transaction: the snapshot grows older.
     let mut ids = Vec::new();
     for i in 0..30 {
@@ -286,16 +277,7 @@ async fn when_an_old_snapshot_ends_one_replica_vacuums_the_job_table() {
         .get::<_, i64>(0)
     };
     let mut analytics = connect(&app.database_url).await;
-    let snapshot = analytics
-        .build_transaction()
-        .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
-        .start()
-        .await
-        .unwrap();
-    snapshot
-        .query_one("SELECT count(*) FROM jobs", &[])
-        .await
-        .unwrap();
+    let snapshot = hold_snapshot(&mut analytics, "SELECT count(*) FROM jobs").await;
     for i in 0..30 {
         dispatch(&alice, personal(), json!(i)).await;
     }

@@ -75,6 +75,22 @@ pub async fn connect(url: &str) -> tokio_postgres::Client {
     client
 }
 
+/// An analytics query's snapshot, held until the returned transaction ends: a `REPEATABLE READ`
+/// transaction on `client` that has run `read` (its snapshot is taken by its first statement).
+pub async fn hold_snapshot<'a>(
+    client: &'a mut tokio_postgres::Client,
+    read: &str,
+) -> tokio_postgres::Transaction<'a> {
+    let snapshot = client
+        .build_transaction()
+        .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
+        .start()
+        .await
+        .unwrap();
+    snapshot.query_one(read, &[]).await.unwrap();
+    snapshot
+}
+
 /// A private PostgreSQL of a test's own (in a temporary directory named after `what`), whose
 /// settings and faults touch no other test; `durable` as [`PrivatePg::start`] takes it.
 pub async fn private_pg(what: &str, durable: bool) -> PrivatePg {
