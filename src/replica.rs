@@ -227,6 +227,7 @@ async fn watch_horizon(hub: Arc<Hub>, cancel: CancellationToken) {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut was_old = false;
+    let mut last_vacuum: Option<std::time::Instant> = None;
     loop {
         tokio::select! {
             _ = cancel.cancelled() => return,
@@ -235,7 +236,10 @@ async fn watch_horizon(hub: Arc<Hub>, cancel: CancellationToken) {
         match hub.store.watch_horizon().await {
             Ok(age) => {
                 let old = hub.store.claims_from_places();
-                if was_old && !old && hub.config.vacuum_after_old_horizon {
+                let spaced =
+                    last_vacuum.is_none_or(|at| at.elapsed() >= crate::hub::vacuum::SPACING);
+                if was_old && !old && hub.config.vacuum_after_old_horizon && spaced {
+                    last_vacuum = Some(std::time::Instant::now());
                     tokio::spawn(crate::hub::vacuum::after_old_horizon(
                         hub.config.database_url.clone(),
                     ));

@@ -8,10 +8,14 @@
 //! horizon turn young sends `VACUUM jobs` at once, from a connection of its own.
 //!
 //! Invariants: at most one replica vacuums at a time (a session advisory lock, released when the
-//! vacuum's connection closes); a vacuum never holds a pool connection, and its failure only
-//! logs (autovacuum still comes).
+//! vacuum's connection closes), and a replica starts at most one a [`SPACING`], however often
+//! a horizon near the threshold turns old and young again; a vacuum never holds a pool
+//! connection, and its failure only logs (autovacuum still comes).
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+/// The least time between two vacuums a replica starts.
+pub const SPACING: Duration = Duration::from_secs(60);
 
 use crate::store::{listener, sql};
 
