@@ -204,6 +204,11 @@ async fn families_exist_move_and_stay_bounded() {
     }
 }
 
+/// `leasehold_claims_from_places` as the replica at `url` exposes it: 1 while the horizon is old.
+async fn claims_from_places(url: &str) -> f64 {
+    value(&scrape(url).await, "leasehold_claims_from_places", &[])
+}
+
 /// A snapshot held open (the analytics query) switches plain claims to remembered places once
 /// it is `LEASEHOLD_CLAIM_BOUND_AGE` transactions old, the jobs still come in FIFO order, and its
 /// end switches the claims back to the head.
@@ -217,10 +222,7 @@ async fn an_old_snapshot_switches_plain_claims_to_remembered_places_and_back() {
         let url = url.clone();
         move || {
             let url = url.clone();
-            async move {
-                (value(&scrape(&url).await, "leasehold_claims_from_places", &[]) == want)
-                    .then_some(())
-            }
+            async move { (claims_from_places(&url).await == want).then_some(()) }
         }
     };
     eventually(Duration::from_secs(10), "claims read the head", gauge(0.0)).await;
@@ -282,7 +284,7 @@ async fn when_an_old_snapshot_ends_one_replica_vacuums_the_job_table() {
         dispatch(&alice, personal(), json!(i)).await;
     }
     eventually(Duration::from_secs(10), "the horizon seen old", || async {
-        (value(&scrape(&url).await, "leasehold_claims_from_places", &[]) == 1.0).then_some(())
+        (claims_from_places(&url).await == 1.0).then_some(())
     })
     .await;
     // Dead versions the snapshot keeps: every job leased.
