@@ -7,8 +7,10 @@
 //!
 //! # Layout
 //!
-//! - [`wire`]: the HTTP contract's request and response types (`shared/PROTOCOL.md`), shared by
-//!   the server, the client, the runner and the tests.
+//! - [`wire`], [`client`], [`tls`], [`runner`], [`cli`]: re-exported from the
+//!   `leasehold-runner` crate (crates/runner), which builds without the server side: the
+//!   contract's wire types, the typed HTTP client, the TLS trust both ends share, the reference
+//!   runner and the people's command line.
 //! - [`domain`]: pure rules, no I/O: credentials, owners, capabilities, job states.
 //! - [`store`]: PostgreSQL: the pool, one function per statement in `sql/`, the records its
 //!   rows become, migrations, the LISTEN connection.
@@ -17,11 +19,6 @@
 //! - [`api`]: the axum router, authentication, the error type and its JSON mapping.
 //! - [`replica`]: wires store, hub and api into one replica with an ordered shutdown, and
 //!   accepts its connections (PROXY header, TLS handshake).
-//! - [`client`]: a typed HTTP client over [`wire`] (runner, CLI, bench and tests use it).
-//! - [`tls`]: what both ends of HTTPS share: PEM files, key pins, the client's trust.
-//! - [`runner`]: the reference runner: enrolment, lease loop, executor, sandbox, drain, and
-//!   its command line (`leasehold runner connect|run`).
-//! - [`cli`]: the human command line (`leasehold job|runners|join-code|pool|preflight|secrets`).
 //! - [`commands`]: the operator subcommands, beside [`cli`], which stays the people's HTTP
 //!   commands: `leasehold serve`, `leasehold dev` (a private PostgreSQL, a replica and a local
 //!   runner on one machine), `leasehold admin` (straight against the database), `leasehold
@@ -45,16 +42,15 @@
 #![forbid(unsafe_code)]
 
 pub mod api;
-pub mod cli;
-pub mod client;
 pub mod commands;
 pub mod config;
 pub mod domain;
 pub mod hub;
 pub mod replica;
-pub mod runner;
 pub mod store;
 pub mod telemetry;
-pub mod tls;
 pub mod tooling;
-pub mod wire;
+
+// What runs jobs and what people type is its own crate (crates/runner), built without this
+// one; its modules keep their names here.
+pub use leasehold_runner::{cli, client, runner, tls, wire};
