@@ -19,6 +19,7 @@ mod holes;
 mod http1;
 mod lease;
 mod logs;
+mod mcp;
 mod metrics;
 mod openapi;
 mod patroni;
