@@ -75,7 +75,10 @@ impl Setup {
             .await
             .expect("advertise a target")
             .runner;
-        admin.put_secret(SECRET.0, SECRET.1).await.expect("a secret");
+        admin
+            .put_secret(SECRET.0, SECRET.1)
+            .await
+            .expect("a secret");
         Self {
             admin_key,
             member_key,
@@ -296,7 +299,13 @@ async fn the_mcp_inspector_cli_lists_the_thirteen_tools_and_calls_one() {
             serde_json::from_str::<Value>(stdout[start..].trim()).expect("one JSON document")
         }
     };
-    let listed = run(vec!["--method".into(), "tools/list".into()]).await;
+    // --strict: every input schema is portable (exit 6 otherwise).
+    let listed = run(vec![
+        "--method".into(),
+        "tools/list".into(),
+        "--strict".into(),
+    ])
+    .await;
     let mut names: Vec<&str> = listed["tools"]
         .as_array()
         .expect("tools")
@@ -317,5 +326,8 @@ async fn the_mcp_inspector_cli_lists_the_thirteen_tools_and_calls_one() {
     ])
     .await;
     assert_eq!(called["isError"], false, "{called}");
-    assert_eq!(called["structuredContent"]["runners"]["online"], 0, "{called}");
+    assert_eq!(
+        called["structuredContent"]["runners"]["online"], 0,
+        "{called}"
+    );
 }

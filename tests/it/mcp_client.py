@@ -109,7 +109,7 @@ async def main():
 
         dispatch = {
             "target": {"pool": "workspace"},
-            "payload": {"command": ["true"]},
+            "payload": {"argv": ["true"]},
             "idempotency_key": f"mcp-{uuid.uuid4()}",
         }
         job = await ok(admin, "dispatch_job", dispatch)

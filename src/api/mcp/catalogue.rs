@@ -62,7 +62,7 @@ fn specs() -> Vec<Spec> {
         Spec {
             idempotency_key: true,
             ..spec("dispatch_job", Method::POST, "/v1/jobs", Create,
-                "Dispatch a job (POST /v1/jobs). `target` is {\"pool\":\"personal\"|\"workspace\"|\"any\"} or {\"runner_id\":\"<uuid>\"}; `payload` is the job's input (for kind `command`: {\"command\":[...]}) . Give `idempotency_key` to make a retry of this call safe: the first dispatch with a key wins.")
+                "Dispatch a job (POST /v1/jobs). `target` is {\"pool\":\"personal\"|\"workspace\"|\"any\"} or {\"runner_id\":\"<uuid>\"}; `payload` is the job's input (for kind `command`: {\"argv\":[\"make\",\"test\"]}). Give `idempotency_key` to make a retry of this call safe: the first dispatch with a key wins.")
         },
         spec("get_job", Method::GET, "/v1/jobs/{id}", Read,
             "Get a job by id (GET /v1/jobs/{id}); with `wait_ms`, answers as soon as the job is terminal or the wait ends."),
