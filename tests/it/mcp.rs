@@ -331,3 +331,91 @@ async fn the_mcp_inspector_cli_lists_the_thirteen_tools_and_calls_one() {
         "{called}"
     );
 }
+
+/// One JSON-RPC request to `/mcp` as a client without an SDK sends it: no session, a protocol
+/// version header, both media types accepted.
+async fn rpc(url: &str, key: &str, body: Value) -> reqwest::Response {
+    reqwest::Client::new()
+        .post(format!("{url}/mcp"))
+        .bearer_auth(key)
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2025-06-18")
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+}
+
+/// Without an SDK: a tool call needs no session (none is issued), a long-poll tool gets its
+/// `wait_ms` beyond the request deadline as the route would, and the transport's own refusals
+/// are the contract's error JSON.
+#[tokio::test]
+async fn a_bare_json_rpc_call_needs_no_session_waits_past_the_request_deadline_and_refusals_are_contract_json(
+) {
+    let app = TestApp::spawn_with(1, |c| c.request_timeout_ms = 1000).await;
+    let url = app.url(0);
+    let key = app.key("acme", "alice", false).await;
+    let alice = Client::new(&url, Some(key.clone()));
+    let job = alice
+        .dispatch(&wire::Dispatch::new(
+            crate::support::personal(),
+            json!({"argv": ["true"]}),
+        ))
+        .await
+        .unwrap();
+
+    // A tool call as the first request: answered, and no session id to pin.
+    let call = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {
+        "name": "get_job", "arguments": {"id": job.id, "wait_ms": 2500}}});
+    let answer = rpc(&url, &key, call).await;
+    assert_eq!(
+        answer.status(),
+        200,
+        "a 1 s request deadline plus the 2.5 s wait"
+    );
+    assert!(answer.headers().get("mcp-session-id").is_none());
+    assert!(answer.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("application/json"));
+    let body: Value = answer.json().await.unwrap();
+    assert_eq!(body["id"], 7);
+    assert_eq!(body["result"]["isError"], false, "{body}");
+    assert_eq!(
+        body["result"]["structuredContent"]["id"],
+        job.id.to_string()
+    );
+    assert_eq!(body["result"]["structuredContent"]["state"], "parked");
+
+    // An unknown tool is a JSON-RPC error, not a tool result.
+    let unknown = json!({"jsonrpc": "2.0", "id": 8, "method": "tools/call", "params": {
+        "name": "lease", "arguments": {}}});
+    let body: Value = rpc(&url, &key, unknown).await.json().await.unwrap();
+    assert!(body["error"]["code"].is_i64(), "{body}");
+
+    // The transport's refusals: the contract's shape, with their status.
+    let http = reqwest::Client::new();
+    let no_accept = http
+        .post(format!("{url}/mcp"))
+        .bearer_auth(&key)
+        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(no_accept.status(), 406);
+    let body: Value = no_accept.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "not_acceptable", "{body}");
+    assert!(body["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("Accept"));
+    let get = http
+        .get(format!("{url}/mcp"))
+        .bearer_auth(&key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(get.status(), 405, "no stream, no session to resume");
+    let body: Value = get.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "method_not_allowed");
+}
