@@ -88,7 +88,8 @@ async fn main() -> std::process::ExitCode {
         Command::People(_) | Command::Drill(_) | Command::DrillWorker(_) | Command::Mcp(_)
     );
     let server = matches!(&command, Command::Serve(_) | Command::Dev(_));
-    let traces = init_tracing(if quiet { "warn" } else { "info" }, server);
+    // rmcp logs each stateless /mcp request at info (twice): kept to its warnings.
+    let traces = init_tracing(if quiet { "warn" } else { "info,rmcp=warn" }, server);
     let outcome = run(command).await;
     if let Some(traces) = traces {
         tokio::task::spawn_blocking(move || traces.shutdown())

@@ -20,7 +20,7 @@ use rmcp::model::{
     CallToolRequestParams, CallToolResponse, Implementation, ListToolsResult,
     PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig,
 };
-use rmcp::service::RequestContext;
+use rmcp::service::{NotificationContext, RequestContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 
 pub use catalogue::{ApiAnswer, ApiRequest};
@@ -80,6 +80,9 @@ impl<C: Caller> ServerHandler for Tools<C> {
     fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
         Cow::Borrowed(PROTOCOL_VERSIONS)
     }
+
+    /// Silent: rmcp's default logs every client's handshake, a line per `/mcp` client.
+    async fn on_initialized(&self, _context: NotificationContext<RoleServer>) {}
 
     async fn list_tools(
         &self,
