@@ -16,7 +16,8 @@
 //!   rows become, migrations, the LISTEN connection.
 //! - [`hub`]: long-poll waiters and their wake-up, job transitions with the wake each owes,
 //!   the notifier, the sweeper.
-//! - [`api`]: the axum router, authentication, the error type and its JSON mapping.
+//! - [`api`]: the axum router, authentication, the error type and its JSON mapping; the
+//!   operator tools for agents over MCP ([`api::mcp`], at `/mcp`).
 //! - [`replica`]: wires store, hub and api into one replica with an ordered shutdown, and
 //!   accepts its connections (PROXY header, TLS handshake).
 //! - [`commands`]: the operator subcommands, beside [`cli`], which stays the people's HTTP
@@ -24,7 +25,7 @@
 //!   runner on one machine), `leasehold admin` (straight against the database), `leasehold
 //!   bench` (the benchmark against a raw-SQL baseline), `leasehold drill` (faults on a schedule
 //!   and a checker of the invariants) and `leasehold openapi` (the API's OpenAPI document on
-//!   standard output); `main.rs` only parses and dispatches.
+//!   standard output) and `leasehold mcp` (the MCP tools over stdio); `main.rs` only parses and dispatches.
 //! - [`tooling`]: dev and test tooling, never production: a private PostgreSQL from the
 //!   installed binaries ([`tooling::private_pg`]) and `leasehold serve` as a child process
 //!   ([`tooling::serve_process`]), for `leasehold dev`, the tests, the bench and the drill.

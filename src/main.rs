@@ -39,6 +39,9 @@ enum Command {
     },
     /// Print the OpenAPI 3.1 document of the HTTP API (the same as GET /openapi.json).
     Openapi,
+    /// Serve the operator tools to a local MCP client over stdio, calling LEASEHOLD_SERVER
+    /// with LEASEHOLD_API_KEY.
+    Mcp(leasehold::commands::mcp::McpArgs),
     #[command(flatten)]
     People(cli::Command),
     /// Enrol this machine as a runner, and run it.
@@ -82,10 +85,11 @@ async fn main() -> std::process::ExitCode {
     let command = Cli::parse().command;
     let quiet = matches!(
         &command,
-        Command::People(_) | Command::Drill(_) | Command::DrillWorker(_)
+        Command::People(_) | Command::Drill(_) | Command::DrillWorker(_) | Command::Mcp(_)
     );
     let server = matches!(&command, Command::Serve(_) | Command::Dev(_));
-    let traces = init_tracing(if quiet { "warn" } else { "info" }, server);
+    // rmcp logs each stateless /mcp request at info (twice): kept to its warnings.
+    let traces = init_tracing(if quiet { "warn" } else { "info,rmcp=warn" }, server);
     let outcome = run(command).await;
     if let Some(traces) = traces {
         tokio::task::spawn_blocking(move || traces.shutdown())
@@ -112,5 +116,6 @@ async fn run(command: Command) -> anyhow::Result<i32> {
         Command::Drill(args) => leasehold::commands::drill::run(args).await,
         Command::DrillWorker(args) => leasehold::commands::drill::worker::run(args).await,
         Command::Admin { command } => admin::run(command).await,
+        Command::Mcp(args) => leasehold::commands::mcp::run(args).await.map(|()| 0),
     }
 }

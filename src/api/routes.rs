@@ -14,7 +14,7 @@ use axum::routing::{delete, get, post, put, MethodRouter};
 use utoipa::openapi::{RefOr, Schema};
 use utoipa::ToSchema;
 
-use super::{jobs, operators, ops, placement, runner, secrets, ui, AppState};
+use super::{jobs, mcp, operators, ops, placement, runner, secrets, ui, AppState};
 use crate::wire;
 
 /// Who may call a route.
@@ -189,6 +189,8 @@ pub fn table() -> Vec<Route> {
         route(M::PUT, "/v1/secrets/{name}", put(secrets::put), Doc::new("Create or replace a workspace secret (v1.1) with its scope (runners: workspace|any, dispatch: member|admin); the value is never shown again", Admin).body::<wire::PutSecret>().empty(204)),
         route(M::GET, "/v1/secrets", get(secrets::list), Doc::new("The workspace's secret names and scopes, by name (v1.1); never a value", Member).answer::<wire::SecretList>(200)),
         route(M::DELETE, "/v1/secrets/{name}", delete(secrets::delete), Doc::new("Delete a workspace secret (v1.1)", Admin).empty(204)),
+        // ---- operator tools for agents (v1.2)
+        route(M::POST, "/mcp", post(mcp::endpoint::serve), Doc::new("The operator tools over the Model Context Protocol (Streamable HTTP, stateless, JSON answers; v1.2): JSON-RPC in, JSON-RPC out; README, \"Tools for agents\"", Member).media("application/json")),
         // ---- runners
         route(M::POST, "/v1/enroll", post(runner::enroll), Doc::new("Enrol a runner with a join code (the code is the credential and is burned)", Open).body::<wire::Enroll>().answer::<wire::RunnerWithToken>(201)),
         route(M::POST, "/v1/runner/heartbeat", post(runner::heartbeat), Doc::new("A runner's heartbeat: advertise, and learn which running jobs to stop", Runner).body::<wire::RunnerHeartbeat>().answer::<wire::RunnerHeartbeatReply>(200)),

@@ -273,6 +273,57 @@ async fn has_states(socket: &Path, want: &[(&str, &str)]) -> bool {
         .all(|(server, state)| states.iter().any(|(s, st)| s == server && st == state))
 }
 
+/// A real HAProxy running the shipped `deploy/haproxy.cfg` in front of two replicas, started
+/// and waited for until it reports both UP; killed when dropped.
+pub(crate) struct Balancer {
+    /// `http://127.0.0.1:PORT`.
+    pub url: String,
+    /// Its admin socket ([`has_states`] reads server states from it).
+    pub socket: std::path::PathBuf,
+    _haproxy: tokio::process::Child,
+    _dir: TempDir,
+}
+
+impl Balancer {
+    pub(crate) async fn start(haproxy: &str, replicas: [SocketAddr; 2]) -> Self {
+        let dir = TempDir::new("haproxy");
+        let socket = dir.join("admin.sock");
+        let port = {
+            let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            probe.local_addr().unwrap().port()
+        };
+        let config = dir.join("haproxy.cfg");
+        std::fs::write(&config, haproxy_config(port, &replicas, &socket)).unwrap();
+        let mut child = tokio::process::Command::new(haproxy)
+            .arg("-db")
+            .arg("-f")
+            .arg(&config)
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start haproxy");
+        let up = [("replica1", "UP"), ("replica2", "UP")];
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !has_states(&socket, &up).await {
+            if let Some(status) = child.try_wait().unwrap() {
+                panic!("haproxy exited: {status}");
+            }
+            assert!(
+                Instant::now() < deadline,
+                "haproxy reports both replicas UP"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Self {
+            url: format!("http://127.0.0.1:{port}"),
+            socket,
+            _haproxy: child,
+            _dir: dir,
+        }
+    }
+}
+
 #[tokio::test]
 async fn haproxy_in_front_of_two_replicas_keeps_clients_apart_holds_long_polls_and_drops_a_dead_replica(
 ) {
@@ -300,40 +351,9 @@ async fn haproxy_in_front_of_two_replicas_keeps_clients_apart_holds_long_polls_a
     let replica2 = serve_process(&database_url, &env).await;
     let addr =
         |p: &ServeProcess| -> SocketAddr { p.url.trim_start_matches("http://").parse().unwrap() };
-    let dir = TempDir::new("haproxy");
-    let socket = dir.join("admin.sock");
-    let port = {
-        let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        probe.local_addr().unwrap().port()
-    };
-    let config = dir.join("haproxy.cfg");
-    std::fs::write(
-        &config,
-        haproxy_config(port, &[addr(&replica1), addr(&replica2)], &socket),
-    )
-    .unwrap();
-    let mut haproxy = tokio::process::Command::new(haproxy)
-        .arg("-db")
-        .arg("-f")
-        .arg(&config)
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("start haproxy");
-    let up = [("replica1", "UP"), ("replica2", "UP")];
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !has_states(&socket, &up).await {
-        if let Some(status) = haproxy.try_wait().unwrap() {
-            panic!("haproxy exited: {status}");
-        }
-        assert!(
-            Instant::now() < deadline,
-            "haproxy reports both replicas UP"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let lb = format!("http://127.0.0.1:{port}");
+    let balancer = Balancer::start(haproxy, [addr(&replica1), addr(&replica2)]).await;
+    let socket = balancer.socket.clone();
+    let lb = balancer.url.clone();
 
     let admin = Client::new(
         &lb,

@@ -20,6 +20,7 @@ mod http1;
 mod layout;
 mod lease;
 mod logs;
+mod mcp;
 mod metrics;
 mod openapi;
 mod patroni;
