@@ -897,3 +897,107 @@ fn rss_kib(pid: u32) -> u64 {
         })
         .unwrap_or(0)
 }
+
+/// The reference runner uploads a command job's `artifacts` globs after the command ends,
+/// whatever its exit, with progress as `artifact` events; a symbolic link, a hard link or a
+/// directory link that leaves the work directory is never followed: a root runner does not
+/// upload a root-only file because the job linked it. Run as root (as CI does) it runs once
+/// unconfined (the job is root and can hard-link anything) and once with `--job-user nobody`
+/// (files opened as the job's user).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_runner_uploads_matches_and_never_follows_a_link() {
+    let root = nix::unistd::Uid::effective().is_root();
+    let modes: &[&[&str]] = if root {
+        &[&["--unconfined"], &["--job-user", "nobody"]]
+    } else {
+        &[&["--unconfined"]]
+    };
+    for run in modes {
+        let rig = crate::procs::RunnerRig::new(TestApp::spawn().await, "artifacts-runner").await;
+        // A file only the runner's user may read, beside the work directory (same file
+        // system, so a hard link to it can be made).
+        let secret = rig.dir.join("secret");
+        std::fs::write(&secret, "TOP-SECRET").unwrap();
+        std::fs::set_permissions(&secret, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+            .unwrap();
+        let (_config, _runner) = rig.start_runner(&[], run).await;
+        let script = format!(
+            "mkdir -p dist/sub && echo app > dist/app.txt && head -c 3000000 /dev/zero > dist/sub/b.bin \
+             && echo '<r/>' > report.xml && ln -s {s} dist/shadow-sym && ln -s / dist/root \
+             && (ln {s} dist/shadow-hard || true) && echo own > dist/own && ln dist/own dist/own-too \
+             && mkfifo dist/fifo; exit 3",
+            s = secret.display()
+        );
+        let job = rig
+            .alice
+            .dispatch(&wire::Dispatch::new(
+                personal(),
+                serde_json::json!({"argv": ["sh", "-c", script],
+                                   "artifacts": ["dist/**", "report.xml", "missing.txt"]}),
+            ))
+            .await
+            .unwrap();
+        let done = eventually(Duration::from_secs(90), "the job settles", || async {
+            let j = rig.alice.wait_job(job.id, 5_000).await.ok()?;
+            j.state.is_terminal().then_some(j)
+        })
+        .await;
+        assert_eq!(done.state, "completed", "{run:?}: {done:?}");
+        assert_eq!(done.result.as_ref().unwrap()["exit_code"], 3);
+        let listed = rig.alice.artifacts(job.id).await.unwrap();
+        let paths: Vec<&str> = listed.iter().map(|a| a.path.as_str()).collect();
+        assert_eq!(
+            paths,
+            ["dist/app.txt", "dist/sub/b.bin", "report.xml"],
+            "{run:?}"
+        );
+        assert_eq!(listed[1].size, 3_000_000);
+        let r = rig
+            .alice
+            .download_artifact(job.id, "dist/app.txt", None)
+            .await
+            .unwrap();
+        assert_eq!(&r.bytes().await.unwrap()[..], b"app\n");
+        // Nothing of the secret anywhere in what was stored.
+        let dump = support::data_dump(&rig.app.database_url);
+        assert!(
+            !dump.contains("TOP-SECRET"),
+            "{run:?}: the secret was uploaded"
+        );
+        // Each skip and each upload is an event.
+        let events = rig.alice.events(job.id, 0, 0).await.unwrap().events;
+        let artifact: Vec<&serde_json::Value> = events
+            .iter()
+            .filter(|e| e.kind == "artifact")
+            .map(|e| &e.data)
+            .collect();
+        let state_of = |path: &str| {
+            artifact
+                .iter()
+                .find(|d| d["path"] == path && d["state"] != "uploading")
+                .map(|d| d["state"].as_str().unwrap_or("").to_owned())
+        };
+        for skipped in [
+            "dist/shadow-sym",
+            "dist/root",
+            "dist/own",
+            "dist/own-too",
+            "dist/fifo",
+        ] {
+            assert_eq!(
+                state_of(skipped).as_deref(),
+                Some("skipped"),
+                "{run:?}: {skipped}: {artifact:?}"
+            );
+        }
+        // A root job can hard-link the secret (a job as nobody cannot: protected hard links).
+        if root && run == &["--unconfined"] {
+            assert_eq!(
+                state_of("dist/shadow-hard").as_deref(),
+                Some("skipped"),
+                "{run:?}"
+            );
+        }
+        assert_eq!(state_of("report.xml").as_deref(), Some("uploaded"));
+    }
+}
