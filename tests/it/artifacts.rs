@@ -1001,3 +1001,94 @@ async fn the_runner_uploads_matches_and_never_follows_a_link() {
         assert_eq!(state_of("report.xml").as_deref(), Some("uploaded"));
     }
 }
+
+/// The CLI: `job submit --artifact GLOB` (repeatable) reaches the runner, `job artifacts ID`
+/// lists (table and `--json`), and `--download DIR [PATH...]` writes the files, sha256
+/// checked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_submits_globs_lists_and_downloads() {
+    use crate::procs::{cli, LONG};
+    let rig = crate::procs::RunnerRig::new(TestApp::spawn().await, "artifacts-cli").await;
+    let (_config, _runner) = rig.start_runner(&[], &["--unconfined"]).await;
+    let out = rig
+        .submit_wait(&[
+            "--artifact",
+            "out/*.txt",
+            "--artifact",
+            "big.bin",
+            "--",
+            "sh",
+            "-c",
+            "mkdir out && echo one > out/a.txt && echo two > out/b.txt && echo no > out/c.log \
+             && head -c 2500000 /dev/urandom > big.bin",
+        ])
+        .await;
+    assert_eq!(out.code, Some(0), "{out:?}");
+    let listed = cli(&rig.url(), &rig.key, &["job", "list", "--json"], LONG).await;
+    let jobs: serde_json::Value = serde_json::from_str(&listed.stdout).unwrap();
+    let id = jobs["jobs"][0]["id"].as_str().unwrap().to_owned();
+    let table = cli(&rig.url(), &rig.key, &["job", "artifacts", &id], LONG).await;
+    assert_eq!(table.code, Some(0), "{table:?}");
+    assert!(table.stdout.starts_with("PATH"), "{}", table.stdout);
+    for p in ["big.bin", "out/a.txt", "out/b.txt"] {
+        assert!(table.stdout.contains(p), "{}", table.stdout);
+    }
+    assert!(!table.stdout.contains("c.log"));
+    let json = cli(
+        &rig.url(),
+        &rig.key,
+        &["job", "artifacts", &id, "--json"],
+        LONG,
+    )
+    .await;
+    let json: serde_json::Value =
+        serde_json::from_str(&json.stdout).unwrap_or_else(|_| panic!("{json:?}"));
+    let sha_big = json["artifacts"][0]["sha256"].as_str().unwrap().to_owned();
+    let dir = rig.dir.join("down");
+    let got = cli(
+        &rig.url(),
+        &rig.key,
+        &["job", "artifacts", &id, "--download", dir.to_str().unwrap()],
+        LONG,
+    )
+    .await;
+    assert_eq!(got.code, Some(0), "{got:?}");
+    assert_eq!(
+        std::fs::read_to_string(dir.join("out/a.txt")).unwrap(),
+        "one\n"
+    );
+    assert_eq!(sha(&std::fs::read(dir.join("big.bin")).unwrap()), sha_big);
+    // Only the paths named; an unknown one fails.
+    let one = rig.dir.join("one");
+    let got = cli(
+        &rig.url(),
+        &rig.key,
+        &[
+            "job",
+            "artifacts",
+            &id,
+            "--download",
+            one.to_str().unwrap(),
+            "out/b.txt",
+        ],
+        LONG,
+    )
+    .await;
+    assert_eq!(got.code, Some(0), "{got:?}");
+    assert!(one.join("out/b.txt").exists() && !one.join("big.bin").exists());
+    let bad = cli(
+        &rig.url(),
+        &rig.key,
+        &[
+            "job",
+            "artifacts",
+            &id,
+            "--download",
+            one.to_str().unwrap(),
+            "nope",
+        ],
+        LONG,
+    )
+    .await;
+    assert_ne!(bad.code, Some(0));
+}
