@@ -166,6 +166,28 @@ pub struct Config {
         value_name = "URL"
     )]
     pub public_url: Vec<String>,
+    /// Where artifact bytes are kept: `postgres` (chunk rows in the service's database) or
+    /// `s3://bucket/prefix` (an S3-compatible bucket, configured by the standard `AWS_*`
+    /// variables). Metadata is in PostgreSQL either way.
+    #[arg(long, env = "LEASEHOLD_ARTIFACT_STORE", default_value = "postgres")]
+    pub artifact_store: String,
+    /// Largest artifact a runner may upload, in bytes; a larger one is `413 too_large`.
+    #[arg(
+        long,
+        env = "LEASEHOLD_ARTIFACT_MAX_BYTES",
+        default_value_t = 1_073_741_824
+    )]
+    pub artifact_max_bytes: u64,
+    /// An upload whose replica has not touched it for this long (the replica died) is taken
+    /// for dead and its partial bytes are deleted.
+    #[arg(long, env = "LEASEHOLD_ARTIFACT_STALE_MS", default_value_t = 60_000)]
+    pub artifact_stale_ms: u64,
+    /// Settings of the artifact bucket's client on top of the `AWS_*` environment, as
+    /// `object_store` names them (`aws_endpoint`, `aws_allow_http`, ...): for an embedding
+    /// process such as the tests, which cannot give each replica its own environment. Not a
+    /// flag.
+    #[arg(skip)]
+    pub artifact_s3_options: Vec<(String, String)>,
 }
 
 fn parse_min_version(s: &str) -> Result<Version, String> {

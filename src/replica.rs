@@ -126,6 +126,18 @@ pub async fn start(config: Config, listener: TcpListener) -> anyhow::Result<Repl
 
     let mut state = AppState::new(hub.clone(), shutdown.clone());
     state.certificates = certificates.clone();
+    state.artifacts = crate::store::artifacts::open(
+        Some(&config.artifact_store),
+        &config.artifact_s3_options,
+        &hub.store,
+    )?;
+    tasks.spawn(crate::store::artifacts::sweep(
+        hub.store.clone(),
+        state.artifacts.clone(),
+        config.sweep_interval().max(Duration::from_secs(1)),
+        Duration::from_millis(config.artifact_stale_ms),
+        background.clone(),
+    ));
     let state = Arc::new(state);
     {
         // Forget rate-limit buckets of clients that have been quiet.

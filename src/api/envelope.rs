@@ -115,6 +115,13 @@ fn oversized(st: &AppState, request: &Request) -> Option<Response> {
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
+    // An artifact upload has its own limit (and its own code).
+    if super::artifacts::is_upload(request.method(), request.uri().path()) {
+        let max = st.hub.config.artifact_max_bytes;
+        return declared
+            .is_some_and(|n| n > max)
+            .then(|| ApiError::ArtifactTooLarge(max).into_response());
+    }
     declared
         .is_some_and(|n| n > st.hub.config.max_body_bytes as u64)
         .then(|| ApiError::PayloadTooLarge.into_response())

@@ -23,6 +23,12 @@ pub enum ApiError {
     PayloadTooLarge,
     UnsupportedMediaType,
     CapabilityMismatch(String),
+    /// An artifact upload over `LEASEHOLD_ARTIFACT_MAX_BYTES` (the limit in bytes).
+    ArtifactTooLarge(u64),
+    /// An artifact upload to a path the job already has.
+    ArtifactExists,
+    /// A download's `Range` past the artifact's end (its size).
+    RangeNotSatisfiable(u64),
     /// A lease call from a runner below `LEASEHOLD_MIN_RUNNER_VERSION`.
     RunnerOutdated {
         min_version: String,
@@ -95,6 +101,21 @@ impl ApiError {
                 StatusCode::UNPROCESSABLE_ENTITY,
                 "capability_mismatch",
                 m.clone(),
+            ),
+            ArtifactTooLarge(max) => (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "too_large",
+                format!("an artifact is at most {max} bytes (LEASEHOLD_ARTIFACT_MAX_BYTES)"),
+            ),
+            ArtifactExists => (
+                StatusCode::CONFLICT,
+                "artifact_exists",
+                "the job already has an artifact at this path".into(),
+            ),
+            RangeNotSatisfiable(size) => (
+                StatusCode::RANGE_NOT_SATISFIABLE,
+                "range_not_satisfiable",
+                format!("the range starts past the artifact's end ({size} bytes)"),
             ),
             RunnerOutdated { min_version } => (
                 StatusCode::CONFLICT,
@@ -197,6 +218,11 @@ impl IntoResponse for ApiError {
                 response
                     .headers_mut()
                     .insert(header::RETRY_AFTER, HeaderValue::from(retry_after_s.max(1)));
+            }
+            ApiError::RangeNotSatisfiable(size) => {
+                if let Ok(v) = HeaderValue::from_str(&format!("bytes */{size}")) {
+                    response.headers_mut().insert(header::CONTENT_RANGE, v);
+                }
             }
             ApiError::Unavailable | ApiError::TimedOut => {
                 response

@@ -2,6 +2,7 @@
 //! and the error mapping. Handlers validate, call the store, and tell the hub what changed after
 //! the change committed.
 
+pub mod artifacts;
 pub mod auth;
 pub mod client_address;
 pub mod deadline;
@@ -60,6 +61,8 @@ pub struct AppState {
     pub certificates: Option<Arc<crate::tls::certificates::Certificates>>,
     /// The OpenAPI document of the route table, as JSON text (`GET /openapi.json`).
     pub openapi: &'static str,
+    /// Where artifact bytes are kept (`LEASEHOLD_ARTIFACT_STORE`).
+    pub artifacts: Arc<dyn crate::store::artifacts::BlobStore>,
 }
 
 /// The version last recorded through this replica per runner token hash. Only ever a shortcut:
@@ -99,6 +102,7 @@ impl AppState {
             polls: poll_limit::PollSlots::new(config.max_polls_per_runner),
             certificates: None,
             openapi: openapi::text(),
+            artifacts: Arc::new(crate::store::artifacts::pg::PgBlobs::new(hub.store.clone())),
             hub,
             shutdown,
         }

@@ -14,7 +14,7 @@ use axum::routing::{delete, get, post, put, MethodRouter};
 use utoipa::openapi::{RefOr, Schema};
 use utoipa::ToSchema;
 
-use super::{jobs, mcp, operators, ops, placement, runner, secrets, ui, AppState};
+use super::{artifacts, jobs, mcp, operators, ops, placement, runner, secrets, ui, AppState};
 use crate::wire;
 
 /// Who may call a route.
@@ -200,5 +200,9 @@ pub fn table() -> Vec<Route> {
         route(M::POST, "/v1/runner/jobs/{id}/complete", post(runner::complete), Doc::new("Report success, fenced; the first terminal report wins", Runner).body::<wire::Complete>().answer::<wire::Job>(200).errors(FENCE)),
         route(M::POST, "/v1/runner/jobs/{id}/fail", post(runner::fail), Doc::new("Report that the job could not run, fenced", Runner).body::<wire::Fail>().answer::<wire::Job>(200).errors(FENCE)),
         route(M::POST, "/v1/runner/jobs/{id}/release", post(runner::release), Doc::new("Give the lease back (draining); the job is parked again", Runner).body::<wire::Fence>().answer::<wire::Job>(200).errors(FENCE)),
+        // ---- artifacts (v1.2)
+        route(M::PUT, "/v1/runner/jobs/{id}/artifacts/{*path}", put(artifacts::upload), Doc::new("Upload an artifact while holding the job, fenced by epoch at the start and when the last byte is stored; the body is the bytes (at most LEASEHOLD_ARTIFACT_MAX_BYTES)", Runner).answer::<wire::ArtifactUploaded>(201).query(&[("epoch", "integer", "the epoch the job was leased at (required)")]).errors(&["job_terminal", "lease_superseded", "artifact_exists", "too_large"])),
+        route(M::GET, "/v1/jobs/{id}/artifacts", get(artifacts::list), Doc::new("A job's artifacts, by path (v1.2)", Member).answer::<wire::ArtifactList>(200)),
+        route(M::GET, "/v1/jobs/{id}/artifacts/{*path}", get(artifacts::download), Doc::new("An artifact's bytes; ETag the sha256, Range honoured with 206 (v1.2)", Member).media("application/octet-stream").errors(&["range_not_satisfiable"])),
     ]
 }

@@ -233,7 +233,12 @@ impl Store {
     }
 
     /// The row a fenced statement returned, or why it returned none.
-    async fn fenced<T>(&self, id: Uuid, token_hash: &[u8], done: Option<T>) -> Result<Fenced<T>> {
+    pub(super) async fn fenced<T>(
+        &self,
+        id: Uuid,
+        token_hash: &[u8],
+        done: Option<T>,
+    ) -> Result<Fenced<T>> {
         match done {
             Some(t) => Ok(Ok(t)),
             None => Ok(Err(self.fence_miss(id, token_hash).await?)),

@@ -18,6 +18,7 @@
 //! operation finishes within [`Deadlines::operation`], and a connection an operation left
 //! mid-statement never goes back to the pool.
 
+pub mod artifacts;
 pub mod bounds;
 pub mod combine;
 pub mod conn;

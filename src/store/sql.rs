@@ -78,6 +78,18 @@ statements! {
     METRICS_JOB_DEPTH => "metrics_job_depth.sql",
     VACUUM_TRY_LOCK => "vacuum_try_lock.sql",
     VACUUM_JOBS => "vacuum_jobs.sql",
+    ARTIFACT_FENCE => "artifact_fence.sql",
+    ARTIFACT_BLOB_INSERT => "artifact_blob_insert.sql",
+    ARTIFACT_CHUNK_INSERT => "artifact_chunk_insert.sql",
+    ARTIFACT_BLOB_TOUCH => "artifact_blob_touch.sql",
+    ARTIFACT_PUBLISH => "artifact_publish.sql",
+    ARTIFACT_BLOB_DELETE => "artifact_blob_delete.sql",
+    ARTIFACTS_LIST => "artifacts_list.sql",
+    ARTIFACT_GET => "artifact_get.sql",
+    ARTIFACT_CHUNK_READ => "artifact_chunk_read.sql",
+    SWEEP_ARTIFACT_UPLOADS => "sweep_artifact_uploads.sql",
+    ARTIFACT_GARBAGE_TAKE => "artifact_garbage_take.sql",
+    ARTIFACT_GARBAGE_FORGET => "artifact_garbage_forget.sql",
 }
 
 /// The file name of the statement `text` without `.sql` (one of [`ALL`]), for trace spans.

@@ -336,6 +336,17 @@ async fn runners_page_signs_in_and_follows_a_job_to_completion() {
         )
         .await
         .unwrap();
+    let report = b"<testsuite tests=\"1\"/>".to_vec();
+    runner_client
+        .upload_artifact(
+            job.id,
+            leased[0].epoch,
+            "dist/report.xml",
+            report.clone().into(),
+            Some(report.len() as u64),
+        )
+        .await
+        .unwrap();
     runner_client
         .complete(job.id, leased[0].epoch, json!({"exit_code": 0}))
         .await
@@ -364,6 +375,17 @@ async fn runners_page_signs_in_and_follows_a_job_to_completion() {
         page.eval("document.getElementById('events').children.length >= 4")
             .await,
         json!(true)
+    );
+    // The job's artifacts are listed with download links that fetch the bytes with the key.
+    let link = "document.querySelector('#artifacts a[data-path=\"dist/report.xml\"]')";
+    page.until(&format!("{link} !== null"), "the job's artifact")
+        .await;
+    assert_eq!(
+        page.eval(&format!(
+            "fetch({link}.href, {{headers: {{Authorization: 'Bearer ' + sessionStorage.getItem('leasehold.key')}}}}).then(r => r.text())"
+        ))
+        .await,
+        json!("<testsuite tests=\"1\"/>")
     );
     let desktop = page.screenshot("runners-page.png").await;
     assert!(desktop.exists());

@@ -3,6 +3,7 @@
 
 mod support;
 
+mod artifacts;
 mod balancer;
 mod browser;
 mod claim_start;

@@ -12,6 +12,8 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use uuid::Uuid;
 
+mod artifacts;
+
 pub use crate::tls::{Pin, Trust};
 use crate::wire::{self, ErrorBody};
 
@@ -78,6 +80,28 @@ pub fn backoff(round: u32) -> Duration {
 }
 
 pub type Result<T> = std::result::Result<T, ClientError>;
+
+/// The error of a non-2xx answer whose body is `bytes`.
+fn api_error(status: StatusCode, bytes: &[u8]) -> ClientError {
+    let (code, message, state) = match serde_json::from_slice::<ErrorBody>(bytes) {
+        Ok(e) => (
+            e.error.code,
+            e.error.message,
+            e.error.state.map(|s| s.to_string()),
+        ),
+        Err(_) => (
+            "unknown".into(),
+            String::from_utf8_lossy(bytes).into_owned(),
+            None,
+        ),
+    };
+    ClientError::Api {
+        status,
+        code,
+        message,
+        state,
+    }
+}
 
 /// One server (or load balancer) and one credential.
 #[derive(Clone)]
@@ -169,24 +193,7 @@ impl Client {
         let status = resp.status();
         let bytes = resp.bytes().await?;
         if !status.is_success() {
-            let (code, message, state) = match serde_json::from_slice::<ErrorBody>(&bytes) {
-                Ok(e) => (
-                    e.error.code,
-                    e.error.message,
-                    e.error.state.map(|s| s.to_string()),
-                ),
-                Err(_) => (
-                    "unknown".into(),
-                    String::from_utf8_lossy(&bytes).into_owned(),
-                    None,
-                ),
-            };
-            return Err(ClientError::Api {
-                status,
-                code,
-                message,
-                state,
-            });
+            return Err(api_error(status, &bytes));
         }
         let bytes = if bytes.is_empty() {
             &b"null"[..]

@@ -9,6 +9,7 @@
 //! credential (dispatch, Job view), [`LeasedSource`] carries its value (lease only), so a
 //! credential value cannot reach a Job view by construction.
 
+pub mod artifacts;
 pub mod command;
 pub mod connect;
 
@@ -706,4 +707,30 @@ pub struct SecretInfo {
 #[derive(utoipa::ToSchema, Debug, Clone, Serialize, Deserialize)]
 pub struct SecretList {
     pub secrets: Vec<SecretInfo>,
+}
+
+// ---- artifacts (v1.2) -------------------------------------------------------------------
+
+/// `201` of `PUT /v1/runner/jobs/{id}/artifacts/{path}`.
+#[derive(utoipa::ToSchema, Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ArtifactUploaded {
+    pub path: String,
+    pub size: i64,
+    /// Lowercase hex SHA-256 of the bytes.
+    pub sha256: String,
+}
+
+/// An artifact as listed.
+#[derive(utoipa::ToSchema, Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Artifact {
+    pub path: String,
+    pub size: i64,
+    pub sha256: String,
+    pub created_at: DateTime<Utc>,
+}
+
+/// `GET /v1/jobs/{id}/artifacts`: by path.
+#[derive(utoipa::ToSchema, Debug, Clone, Serialize, Deserialize)]
+pub struct ArtifactList {
+    pub artifacts: Vec<Artifact>,
 }

@@ -179,9 +179,10 @@ async function recentJobs() {
 }
 
 async function renderJob(id) {
-  const [job, events] = await Promise.all([
+  const [job, events, artifacts] = await Promise.all([
     api("/v1/jobs/" + id),
     api("/v1/jobs/" + id + "/events"),
+    api("/v1/jobs/" + id + "/artifacts"),
   ]);
   if (selected !== id) return;
   const facts = $("job-facts");
@@ -223,6 +224,50 @@ async function renderJob(id) {
     return li;
   });
   $("events").replaceChildren(...list);
+  renderArtifacts(id, artifacts.artifacts);
+}
+
+// A job's artifacts, each a download link. The API needs the key in a header, so a click
+// fetches the bytes and hands them to the browser as a file.
+function renderArtifacts(id, artifacts) {
+  const items = artifacts.map((a) => {
+    const li = el("li");
+    const link = el("a", a.path);
+    link.href = "/v1/jobs/" + id + "/artifacts/" + a.path;
+    link.dataset.path = a.path;
+    link.addEventListener("click", (ev) => {
+      ev.preventDefault();
+      download(link.href, a.path.split("/").pop()).catch(fail);
+    });
+    li.append(link, el("span", size(a.size), "sub"), el("code", a.sha256.slice(0, 12), "sub"));
+    return li;
+  });
+  if (items.length === 0) items.push(el("li", "none", "sub"));
+  $("artifacts").replaceChildren(...items);
+}
+
+function size(n) {
+  const units = ["B", "KiB", "MiB", "GiB"];
+  let i = 0;
+  while (n >= 1024 && i < units.length - 1) {
+    n /= 1024;
+    i++;
+  }
+  return (i === 0 ? n : n.toFixed(1)) + " " + units[i];
+}
+
+async function download(href, name) {
+  const res = await fetch(href, { headers: { Authorization: "Bearer " + key() }, cache: "no-store" });
+  if (res.status === 401) throw new Unauthorized();
+  if (!res.ok) throw new Error("download: " + res.status);
+  const url = URL.createObjectURL(await res.blob());
+  const a = document.createElement("a");
+  a.href = url;
+  a.download = name;
+  document.body.append(a);
+  a.click();
+  a.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 60000);
 }
 
 async function select(id) {

@@ -8,6 +8,7 @@
 //! `LEASEHOLD_API_KEY`, and the key is never printed, not even by `--help`; a private CA from
 //! `--ca-cert` / `LEASEHOLD_CA_CERT`.
 
+pub mod artifacts;
 pub mod jobs;
 pub mod operators;
 pub mod secrets;

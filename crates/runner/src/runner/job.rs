@@ -254,6 +254,19 @@ async fn run_tracked(
             // Output first, so a follower sees every line before the job turns terminal.
             shipped.cancel();
             let _ = tokio::time::timeout(Duration::from_secs(60), shipper).await;
+            // Artifacts next, whatever the exit: visible before the job settles.
+            if !spec.artifacts.is_empty() && !lost.is_cancelled() {
+                let up = super::artifacts::upload(
+                    &servers,
+                    &job,
+                    &dir.work,
+                    &spec.artifacts,
+                    user.as_ref(),
+                    lost,
+                )
+                .await;
+                tracing::info!(job = %job.id, files = up.files, skipped = up.skipped, failed = up.failed, "artifacts uploaded");
+            }
             if lost.is_cancelled() {
                 JobEnd::Lost
             } else {

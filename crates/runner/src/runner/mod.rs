@@ -26,6 +26,7 @@
 //! is asked for, running jobs get until the drain deadline, and what is left is released so
 //! another runner takes it without waiting for the lease to lapse.
 
+pub mod artifacts;
 pub mod cli;
 pub mod config;
 pub mod contain;

@@ -28,6 +28,9 @@ pub struct CommandSpec {
     pub timeout: Option<Duration>,
     /// Written to the command's standard input, then closed; absent means `/dev/null`.
     pub stdin: Option<String>,
+    /// Globs of files under the work directory uploaded as artifacts once the command ends,
+    /// whatever its exit (v1.2).
+    pub artifacts: Vec<String>,
 }
 
 /// Longest `timeout_s` accepted: a week.
@@ -42,6 +45,7 @@ impl CommandSpec {
             cwd: None,
             timeout: None,
             stdin: None,
+            artifacts: Vec::new(),
         }
     }
 
@@ -56,6 +60,9 @@ impl CommandSpec {
         }
         if let Some(s) = &self.stdin {
             p["stdin"] = json!(s);
+        }
+        if !self.artifacts.is_empty() {
+            p["artifacts"] = json!(self.artifacts);
         }
         p
     }
@@ -190,13 +197,52 @@ pub fn parse(kind: &str, payload: &Value) -> Result<CommandSpec, String> {
         Some(Value::String(s)) => Some(s.clone()),
         Some(_) => return Err("payload.stdin: must be a string".into()),
     };
+    let artifacts = artifact_globs(obj.get("artifacts"))?;
     Ok(CommandSpec {
         argv,
         env,
         cwd,
         timeout,
         stdin,
+        artifacts,
     })
+}
+
+/// Most globs a job's `artifacts` may list.
+pub const MAX_ARTIFACT_GLOBS: usize = 100;
+
+/// `payload.artifacts`: absent, or up to [`MAX_ARTIFACT_GLOBS`] globs relative to the work
+/// directory (`*` and `?` within a segment, `**` for any number of segments), none absolute
+/// and none with a `..` segment.
+fn artifact_globs(value: Option<&Value>) -> Result<Vec<String>, String> {
+    let items = match value {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(Value::Array(items)) if items.len() <= MAX_ARTIFACT_GLOBS => items,
+        Some(_) => {
+            return Err(format!(
+                "payload.artifacts: must be an array of at most {MAX_ARTIFACT_GLOBS} globs"
+            ))
+        }
+    };
+    items
+        .iter()
+        .enumerate()
+        .map(|(i, v)| match v.as_str() {
+            Some(g)
+                if !g.is_empty()
+                    && g.len() <= 1024
+                    && !g.starts_with('/')
+                    && !g.contains('\0')
+                    && !g.split('/').any(|s| s == "..") =>
+            {
+                Ok(g.trim_end_matches('/').to_owned())
+            }
+            _ => Err(format!(
+                "payload.artifacts[{i}]: must be a glob relative to the work directory, \
+                 without '..'"
+            )),
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -225,6 +271,7 @@ mod tests {
         spec.cwd = Some("sub".into());
         spec.timeout = Some(Duration::from_millis(1500));
         spec.stdin = Some("x".into());
+        spec.artifacts = vec!["dist/**".into(), "report.xml".into()];
         assert_eq!(parse(COMMAND_KIND, &spec.to_payload()).unwrap(), spec);
         let bare = CommandSpec::new(vec!["true".into()]);
         assert_eq!(parse(COMMAND_KIND, &bare.to_payload()).unwrap(), bare);
@@ -260,6 +307,26 @@ mod tests {
                 "timeout_s",
             ),
             ("command", json!({"argv": ["true"], "stdin": 5}), "stdin"),
+            (
+                "command",
+                json!({"argv": ["true"], "artifacts": "x"}),
+                "artifacts",
+            ),
+            (
+                "command",
+                json!({"argv": ["true"], "artifacts": ["/etc/*"]}),
+                "artifacts[0]",
+            ),
+            (
+                "command",
+                json!({"argv": ["true"], "artifacts": ["a", "../x"]}),
+                "artifacts[1]",
+            ),
+            (
+                "command",
+                json!({"argv": ["true"], "artifacts": [""]}),
+                "artifacts[0]",
+            ),
         ];
         for (kind, payload, field) in cases {
             let err = parse(kind, &payload).unwrap_err();

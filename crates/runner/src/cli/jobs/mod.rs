@@ -94,6 +94,10 @@ pub struct SubmitArgs {
     #[arg(long, value_name = "N", conflicts_with = "wait",
           value_parser = clap::value_parser!(u16).range(1..=1000))]
     pub count: Option<u16>,
+    /// Files under the job's work directory (globs: `*`, `?`, `**`) the runner uploads as
+    /// artifacts once the command ends, whatever its exit (repeatable).
+    #[arg(long = "artifact", value_name = "GLOB")]
+    pub artifacts: Vec<String>,
     /// A workspace secret the command receives as an environment variable (repeatable).
     #[arg(long = "secret", value_name = "NAME")]
     pub secrets: Vec<String>,
@@ -129,6 +133,16 @@ pub enum JobCommand {
         #[arg(long, short)]
         follow: bool,
     },
+    /// List a job's artifacts, or download them (`--download DIR [PATH...]`, sha256 checked).
+    Artifacts {
+        id: Uuid,
+        /// Download into this directory (every artifact, or the PATHs named).
+        #[arg(long, value_name = "DIR")]
+        download: Option<std::path::PathBuf>,
+        /// Artifact paths to download (with --download).
+        #[arg(requires = "download", value_name = "PATH")]
+        paths: Vec<String>,
+    },
     /// List the workspace's jobs, oldest first.
     List {
         /// Only jobs in this state (parked, leased, completed, failed, cancelled, rejected).
@@ -151,6 +165,11 @@ pub async fn run(conn: &Conn, command: JobCommand) -> anyhow::Result<i32> {
     let client = conn.client()?;
     match command {
         JobCommand::Submit(args) => submit(&client, conn.json, *args).await,
+        JobCommand::Artifacts {
+            id,
+            download,
+            paths,
+        } => super::artifacts::run(&client, conn.json, id, download.as_deref(), &paths).await,
         JobCommand::Get { id } => {
             let job = client.job(id).await?;
             if conn.json {
@@ -257,6 +276,7 @@ fn payload(args: &SubmitArgs) -> anyhow::Result<Value> {
         })?);
     }
     spec.stdin.clone_from(&args.stdin);
+    spec.artifacts.clone_from(&args.artifacts);
     Ok(spec.to_payload())
 }
 

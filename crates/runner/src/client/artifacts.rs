@@ -1,0 +1,103 @@
+//! The artifact calls of [`Client`]: a runner's streamed upload, the workspace's list and
+//! streamed download. Bodies are streams both ways, never a whole file in memory, and no
+//! total timeout applies (a long transfer that keeps moving is never cut off).
+
+use reqwest::{header, Method, StatusCode};
+use uuid::Uuid;
+
+use super::{api_error, Client, ClientError, Result};
+use crate::wire;
+
+impl Client {
+    fn artifact_request(&self, method: Method, path: &str) -> reqwest::RequestBuilder {
+        let mut req = self.http.request(method, format!("{}{}", self.base, path));
+        if let Some(t) = &self.token {
+            req = req.bearer_auth(t);
+        }
+        req
+    }
+
+    async fn checked(&self, req: reqwest::RequestBuilder) -> Result<reqwest::Response> {
+        let resp = req
+            .send()
+            .await
+            .map_err(|e| match crate::tls::explain(&e) {
+                Some(why) => ClientError::Tls(format!("{}: {why}", self.base)),
+                None => ClientError::Transport(e),
+            })?;
+        let status = resp.status();
+        if status.is_success() {
+            return Ok(resp);
+        }
+        let bytes = resp.bytes().await.unwrap_or_default();
+        Err(api_error(status, &bytes))
+    }
+
+    /// Upload `body` as artifact `path` of job `id`, held at `epoch` (runner token);
+    /// `length`, when known, is sent as `Content-Length` (else the body is chunked).
+    ///
+    /// # Errors
+    /// Transport failures, or the contract's error (409 `artifact_exists`, 413 `too_large`,
+    /// the fence's 409s).
+    pub async fn upload_artifact(
+        &self,
+        id: Uuid,
+        epoch: i64,
+        path: &str,
+        body: reqwest::Body,
+        length: Option<u64>,
+    ) -> Result<wire::ArtifactUploaded> {
+        let mut req = self
+            .artifact_request(
+                Method::PUT,
+                &format!("/v1/runner/jobs/{id}/artifacts/{path}?epoch={epoch}"),
+            )
+            .header(header::CONTENT_TYPE, "application/octet-stream")
+            .body(body);
+        if let Some(n) = length {
+            req = req.header(header::CONTENT_LENGTH, n);
+        }
+        let resp = self.checked(req).await?;
+        let status = resp.status();
+        let bytes = resp.bytes().await?;
+        serde_json::from_slice(&bytes).map_err(|e| ClientError::Api {
+            status,
+            code: "bad_response".into(),
+            message: e.to_string(),
+            state: None,
+        })
+    }
+
+    /// Job `id`'s artifacts, by path.
+    ///
+    /// # Errors
+    /// Transport failures, or the contract's error.
+    pub async fn artifacts(&self, id: Uuid) -> Result<Vec<wire::Artifact>> {
+        let list: wire::ArtifactList = self.get(&format!("/v1/jobs/{id}/artifacts")).await?;
+        Ok(list.artifacts)
+    }
+
+    /// The answer to a download of artifact `path` of job `id` (`range`: a `Range` header
+    /// value): `200` or `206` with the bytes still to be read from it as a stream.
+    ///
+    /// # Errors
+    /// Transport failures, or the contract's error.
+    pub async fn download_artifact(
+        &self,
+        id: Uuid,
+        path: &str,
+        range: Option<&str>,
+    ) -> Result<reqwest::Response> {
+        let mut req =
+            self.artifact_request(Method::GET, &format!("/v1/jobs/{id}/artifacts/{path}"));
+        if let Some(r) = range {
+            req = req.header(header::RANGE, r);
+        }
+        let resp = self.checked(req).await?;
+        debug_assert!(matches!(
+            resp.status(),
+            StatusCode::OK | StatusCode::PARTIAL_CONTENT
+        ));
+        Ok(resp)
+    }
+}
