@@ -9,6 +9,7 @@ mod envelope;
 pub mod error;
 pub mod extract;
 mod jobs;
+mod join;
 mod observe;
 pub mod openapi;
 mod operators;

@@ -17,6 +17,7 @@ mod fits;
 mod fuzz;
 mod holes;
 mod http1;
+mod join;
 mod lease;
 mod logs;
 mod metrics;
