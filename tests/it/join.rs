@@ -176,10 +176,10 @@ async fn of_concurrent_fetches_through_two_replicas_exactly_one_gets_the_payload
             let http = http.clone();
             async move { http.get(url).send().await.unwrap().status().as_u16() }
         });
-        let mut statuses = futures_util::future::join_all(calls).await;
-        statuses.sort();
-        assert_eq!(statuses[..15], [404; 15], "{statuses:?}");
-        assert_eq!(statuses[15], 200, "{statuses:?}");
+        let statuses = futures_util::future::join_all(calls).await;
+        let served = statuses.iter().filter(|s| **s == 200).count();
+        let refused = statuses.iter().filter(|s| **s == 404).count();
+        assert_eq!((served, refused), (1, 15), "{statuses:?}");
     }
 }
 
