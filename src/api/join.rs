@@ -77,6 +77,12 @@ pub async fn fetch(
     Err(ApiError::NotFound)
 }
 
+/// `HEAD /j/<short>`: refused (405), so a probe (`curl -I`, a link checker) never burns the
+/// payload it could not read.
+pub async fn head_refused() -> ApiError {
+    ApiError::MethodNotAllowed
+}
+
 /// `GET /install.sh`: the installer (`curl -fsSL https://HOST/install.sh | sh -s -- URL`).
 pub async fn install_sh() -> impl IntoResponse {
     (

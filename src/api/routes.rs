@@ -190,7 +190,7 @@ pub fn table() -> Vec<Route> {
         route(M::GET, "/v1/secrets", get(secrets::list), Doc::new("The workspace's secret names and scopes, by name (v1.1); never a value", Member).answer::<wire::SecretList>(200)),
         route(M::DELETE, "/v1/secrets/{name}", delete(secrets::delete), Doc::new("Delete a workspace secret (v1.1)", Admin).empty(204)),
         // ---- runners
-        route(M::GET, "/j/{short}", get(join::fetch), Doc::new("A join URL (v1.2): the join code's connect payload, once; unknown, used or expired short codes get one identical 404, each counted against the caller's rate-limit bucket", Open).answer::<wire::JoinUrl>(200).errors(&["rate_limited"])),
+        route(M::GET, "/j/{short}", get(join::fetch).head(join::head_refused), Doc::new("A join URL (v1.2): the join code's connect payload, once; unknown, used or expired short codes get one identical 404, each counted against the caller's rate-limit bucket", Open).answer::<wire::JoinUrl>(200).errors(&["rate_limited"])),
         route(M::GET, "/install.sh", get(join::install_sh), Doc::new("The installer (v1.2): curl -fsSL https://HOST/install.sh | sh -s -- https://HOST/j/<short> [--service]", Open).media("text/x-shellscript")),
         route(M::GET, "/download/{file}", get(join::download), Doc::new("This replica's own binary, leasehold-<os>-<arch> (header X-Checksum-Sha256), or its .sha256 (v1.2); other platforms 404", Open).media("application/octet-stream")),
         route(M::POST, "/v1/enroll", post(runner::enroll), Doc::new("Enrol a runner with a join code (the code is the credential and is burned)", Open).body::<wire::Enroll>().answer::<wire::RunnerWithToken>(201)),

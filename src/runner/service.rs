@@ -161,6 +161,9 @@ fn unit_dir(system: bool) -> anyhow::Result<PathBuf> {
 pub fn install(unit: &Unit) -> anyhow::Result<PathBuf> {
     let text = unit.render();
     let system = unit.user.is_some();
+    // ReadWritePaths= names it: a missing one would stop the unit from starting.
+    std::fs::create_dir_all(&unit.work_dir)
+        .with_context(|| format!("creating {}", unit.work_dir.display()))?;
     let ctl = |args: &[&str]| -> anyhow::Result<()> {
         let mut cmd = Command::new("systemctl");
         if !system {

@@ -69,6 +69,8 @@ async fn a_join_url_hands_out_its_payload_once_and_every_miss_is_one_404() {
     let url = code.url.clone().expect("an https public URL gives a url");
     let short = short_of(&url);
     assert!(short.len() >= 14, "at least 80 random bits: {short}");
+    let probe = http.head(format!("{base}/j/{short}")).send().await.unwrap();
+    assert_eq!(probe.status(), 405, "a HEAD never burns a payload");
     let (status, headers, body) = answer(&http, &format!("{base}/j/{short}")).await;
     assert_eq!(status, 200, "{body}");
     assert!(headers.contains(&("cache-control".into(), "no-store".into())));
