@@ -11,6 +11,7 @@ pub mod error;
 pub mod extract;
 mod jobs;
 pub mod mcp;
+mod join;
 mod observe;
 pub mod openapi;
 mod operators;

@@ -255,11 +255,6 @@ pub async fn create_join_code(
         approved_by: op.0.subject.clone(),
         ephemeral: req.ephemeral.unwrap_or(false),
     };
-    let expires_at = st
-        .hub
-        .store
-        .insert_join_code(code.hash(), &grant, ttl_s)
-        .await?;
     let public_urls = &st.hub.config.public_url;
     let connect = (!public_urls.is_empty()).then(|| {
         wire::connect::Connect {
@@ -273,12 +268,24 @@ pub async fn create_join_code(
         }
         .encode()
     });
+    let join_url = super::join::mint(public_urls, connect.as_deref());
+    let expires_at = st
+        .hub
+        .store
+        .insert_join_code(
+            code.hash(),
+            &grant,
+            ttl_s,
+            join_url.as_ref().map(|u| (&u.hash[..], &u.sealed[..])),
+        )
+        .await?;
     Ok((
         StatusCode::CREATED,
         Json(wire::JoinCode {
             code: code.reveal().to_owned(),
             expires_at,
             connect,
+            url: join_url.map(|u| u.url),
         }),
     ))
 }

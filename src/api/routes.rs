@@ -14,7 +14,7 @@ use axum::routing::{delete, get, post, put, MethodRouter};
 use utoipa::openapi::{RefOr, Schema};
 use utoipa::ToSchema;
 
-use super::{artifacts, jobs, mcp, operators, ops, placement, runner, secrets, ui, AppState};
+use super::{artifacts, jobs, join, mcp, operators, ops, placement, runner, secrets, ui, AppState};
 use crate::wire;
 
 /// Who may call a route.
@@ -192,6 +192,9 @@ pub fn table() -> Vec<Route> {
         // ---- operator tools for agents (v1.2)
         route(M::POST, "/mcp", post(mcp::endpoint::serve), Doc::new("The operator tools over the Model Context Protocol (Streamable HTTP, stateless, JSON answers; v1.2): JSON-RPC in, JSON-RPC out; README, \"Tools for agents\"", Member).media("application/json")),
         // ---- runners
+        route(M::GET, "/j/{short}", get(join::fetch).head(join::head_refused), Doc::new("A join URL (v1.2): the join code's connect payload, once; unknown, used or expired short codes get one identical 404, each counted against the caller's rate-limit bucket", Open).answer::<wire::JoinUrl>(200).errors(&["rate_limited"])),
+        route(M::GET, "/install.sh", get(join::install_sh), Doc::new("The installer (v1.2): curl -fsSL https://HOST/install.sh | sh -s -- https://HOST/j/<short> [--service]", Open).media("text/x-shellscript")),
+        route(M::GET, "/download/{file}", get(join::download), Doc::new("This replica's own binary, leasehold-<os>-<arch> (header X-Checksum-Sha256), or its .sha256 (v1.2); other platforms 404", Open).media("application/octet-stream")),
         route(M::POST, "/v1/enroll", post(runner::enroll), Doc::new("Enrol a runner with a join code (the code is the credential and is burned)", Open).body::<wire::Enroll>().answer::<wire::RunnerWithToken>(201)),
         route(M::POST, "/v1/runner/heartbeat", post(runner::heartbeat), Doc::new("A runner's heartbeat: advertise, and learn which running jobs to stop", Runner).body::<wire::RunnerHeartbeat>().answer::<wire::RunnerHeartbeatReply>(200)),
         route(M::POST, "/v1/runner/lease", post(runner::lease), Doc::new("Long-poll for jobs: answers with jobs, or empty when the wait ends", Runner).body::<wire::Lease>().answer::<wire::Leased>(200).errors(&["runner_outdated"])),

@@ -3,6 +3,7 @@
 
 pub mod capabilities;
 pub mod credentials;
+pub mod join_url;
 pub mod owner;
 pub mod sealing;
 pub mod state;

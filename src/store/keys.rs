@@ -1,6 +1,7 @@
 //! Credentials the store keeps: API keys and single-use join codes, each by the SHA-256 of its
-//! plaintext (never the plaintext). Invariant: a revoked key and a burned or expired code are
-//! never found again.
+//! plaintext (never the plaintext), and join URLs (a hash and a sealed payload). Invariant: a
+//! revoked key and a burned or expired code are never found again, and a join URL's payload is
+//! handed out at most once.
 
 use uuid::Uuid;
 
@@ -44,7 +45,9 @@ impl Store {
         hash: &[u8],
         grant: &JoinGrant,
         ttl_s: i64,
+        url: Option<(&[u8], &[u8])>,
     ) -> Result<chrono::DateTime<chrono::Utc>> {
+        let (url_hash, url_sealed) = url.unzip();
         let rows = self
             .query(
                 sql::JOIN_CODE_INSERT,
@@ -55,9 +58,20 @@ impl Store {
                     &grant.approved_by,
                     &grant.ephemeral,
                     &ttl_s,
+                    &url_hash,
+                    &url_sealed,
                 ],
             )
             .await?;
         Ok(rows[0].get("expires_at"))
+    }
+
+    /// The sealed connect payload of the join URL whose short code hashes to `url_hash`, handed
+    /// out once: `None` when unknown, already handed out, or its join code used or expired.
+    pub async fn burn_join_url(&self, url_hash: &[u8]) -> Result<Option<Vec<u8>>> {
+        Ok(self
+            .query_opt(sql::JOIN_URL_BURN, &[&url_hash])
+            .await?
+            .map(|r| r.get("url_sealed")))
     }
 }

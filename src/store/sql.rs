@@ -56,6 +56,7 @@ statements! {
     SWEEP_EPHEMERAL_RUNNERS => "sweep_ephemeral_runners.sql",
     JOIN_CODE_INSERT => "join_code_insert.sql",
     JOIN_CODE_BURN => "join_code_burn.sql",
+    JOIN_URL_BURN => "join_url_burn.sql",
     POOL_COUNTS => "pool_counts.sql",
     PREFLIGHT_RUNNERS => "preflight_runners.sql",
     PARKED_QUEUES => "parked_queues.sql",

@@ -19,6 +19,7 @@ mod fuzz;
 mod holes;
 mod http1;
 mod layout;
+mod join;
 mod lease;
 mod logs;
 mod mcp;

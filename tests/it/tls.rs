@@ -178,7 +178,7 @@ async fn a_runner_enrolled_with_the_pasted_payload_leases_and_completes_a_job_ov
     )
     .await;
     assert_eq!(out.code, Some(0), "{out:?}");
-    let line = out.stdout.trim();
+    let line = out.stdout.lines().next().unwrap_or_default().trim();
     let payload = line
         .strip_prefix("leasehold runner connect ")
         .unwrap_or_else(|| panic!("one line to paste: {line}"));

@@ -278,6 +278,11 @@ impl Client {
         self.post("/v1/join-codes", req).await
     }
 
+    /// v1.2: what the join URL `<base>/j/<short>` hands out, once (no credential).
+    pub async fn fetch_join_url(&self, short: &str) -> Result<wire::JoinUrl> {
+        self.get(&format!("/j/{short}")).await
+    }
+
     pub async fn dispatch(&self, req: &wire::Dispatch) -> Result<wire::Job> {
         self.post("/v1/jobs", req).await
     }

@@ -494,6 +494,18 @@ pub struct JoinCode {
     /// `LEASEHOLD_PUBLIC_URL`. A leasehold extension; v1 clients ignore it.
     #[serde(default)]
     pub connect: Option<String>,
+    /// v1.2: `<first public URL>/j/<short>`, which hands out `connect` once (`GET /j/<short>`),
+    /// for `leasehold runner connect <url>` and the installer; `null` unless the first
+    /// `LEASEHOLD_PUBLIC_URL` is https.
+    #[serde(default)]
+    pub url: Option<String>,
+}
+
+/// v1.2: the answer of `GET /j/<short>`, given once.
+#[derive(utoipa::ToSchema, Debug, Clone, Serialize, Deserialize)]
+pub struct JoinUrl {
+    /// The join code's `lh1.` connect payload.
+    pub connect: String,
 }
 
 #[derive(utoipa::ToSchema, Debug, Clone, Serialize, Deserialize)]

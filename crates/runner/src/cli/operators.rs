@@ -3,7 +3,8 @@
 //!
 //! Invariant: a join code is printed only by the command that creates it (the contract's one
 //! showing), as the whole `leasehold runner connect <payload>` line when the server hands out a
-//! connect payload; nothing else here prints a secret.
+//! connect payload (and, v1.2, the installer line with its join URL); nothing else here prints
+//! a secret.
 
 use clap::Subcommand;
 use uuid::Uuid;
@@ -191,6 +192,9 @@ pub async fn join_code(conn: &Conn, command: JoinCodeCommand) -> anyhow::Result<
     } else if let Some(payload) = &code.connect {
         // The server knows its public URLs: one line to paste on the runner's machine.
         println!("leasehold runner connect {payload}");
+        if let Some(url) = &code.url {
+            println!("{}", install_line(url, payload));
+        }
         eprintln!(
             "valid until {}, once. Paste the line above on the runner's machine.",
             when(Some(code.expires_at)),
@@ -205,6 +209,23 @@ pub async fn join_code(conn: &Conn, command: JoinCodeCommand) -> anyhow::Result<
         );
     }
     Ok(0)
+}
+
+/// The one command that installs leasehold on a fresh machine and enrols it with the join URL
+/// `url`: `curl -fsSL https://HOST/install.sh | sh -s -- URL --service`. For a self-signed
+/// server (the payload pins its key) curl pins that key instead of checking a CA, and the
+/// script hands the pin on to `runner connect`.
+pub fn install_line(url: &str, payload: &str) -> String {
+    let base = url.rsplit_once("/j/").map_or(url, |(b, _)| b);
+    let pin = wire::connect::Connect::decode(payload)
+        .ok()
+        .and_then(|c| c.pin);
+    match pin {
+        Some(pin) => format!(
+            "curl -fsSL -k --pinnedpubkey {pin} {base}/install.sh | sh -s -- --pin {pin} {url} --service"
+        ),
+        None => format!("curl -fsSL {base}/install.sh | sh -s -- {url} --service"),
+    }
 }
 
 /// # Errors

@@ -40,8 +40,9 @@ pub enum RunnerCommand {
     /// Enrol with a join code and write the runner's credentials (mode 0600).
     Connect {
         /// The `lh1.` payload `leasehold join-code create` printed (it carries the code, the
-        /// servers and the key pin: no other flag is needed), or a bare `jc_` code with --server.
-        #[arg(value_name = "PAYLOAD|CODE")]
+        /// servers and the key pin: no other flag is needed), its `https://HOST/j/...` join URL
+        /// (fetched once, over HTTPS only), or a bare `jc_` code with --server.
+        #[arg(value_name = "PAYLOAD|URL|CODE")]
         code: String,
         /// The service's URL; repeat for replicas to fail over to. Needed with a bare code;
         /// with a payload, used instead of the URLs it carries.
@@ -70,6 +71,14 @@ pub enum RunnerCommand {
         /// Where to write the credentials.
         #[arg(long, value_name = "PATH")]
         config: Option<PathBuf>,
+        /// Trust only the server whose key has this pin (`sha256//BASE64`, curl's
+        /// `--pinnedpubkey` form), for a join URL or a bare code (a payload carries its own).
+        #[arg(long, value_name = "sha256//BASE64")]
+        pin: Option<Pin>,
+        /// Also install and start a systemd unit running `runner run` with these credentials
+        /// (printed, with the commands that install it, where systemd does not run).
+        #[arg(long)]
+        service: bool,
     },
     /// Lease and run jobs until SIGTERM (drains) or, with --once, one job.
     Run {
@@ -232,9 +241,27 @@ pub async fn run(command: RunnerCommand) -> anyhow::Result<i32> {
             repo_targets,
             exclusive,
             config,
+            pin,
+            service,
         } => {
             let path = config_path(config);
-            let (code, servers, trust) = what_to_join(code, servers, ca_cert)?;
+            let code = if runner::join_url::is_url(&code) {
+                let trust = Trust {
+                    ca_cert: ca_cert.clone().map(absolute).transpose()?,
+                    pin,
+                };
+                runner::join_url::fetch(&code, &trust).await?.encode()
+            } else {
+                code
+            };
+            let (code, servers, mut trust) = what_to_join(code, servers, ca_cert)?;
+            if trust.pin.is_none() && pin.is_some() {
+                anyhow::ensure!(
+                    servers.iter().all(|u| runner::join_url::is_https(u)),
+                    "--pin checks the server's key, which plain HTTP has none of: use https:// URLs"
+                );
+                trust.pin = pin;
+            }
             let req = wire::Enroll {
                 code,
                 label: label.unwrap_or_else(hostname),
@@ -260,10 +287,16 @@ pub async fn run(command: RunnerCommand) -> anyhow::Result<i32> {
                 if cfg.ephemeral { ", ephemeral" } else { "" }
             );
             println!("credentials written to {} (mode 0600)", path.display());
-            println!(
-                "start it with: leasehold runner run --config {}",
-                path.display()
-            );
+            if service {
+                let config = std::fs::canonicalize(&path)?;
+                let unit = runner::service::Unit::for_this_machine(&config, &default_work_dir())?;
+                runner::service::install(&unit)?;
+            } else {
+                println!(
+                    "start it with: leasehold runner run --config {}",
+                    path.display()
+                );
+            }
             Ok(0)
         }
         RunnerCommand::Run {

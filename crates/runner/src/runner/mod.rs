@@ -9,6 +9,8 @@
 //! - [`config`]: the credentials file (`runner.json`, mode 0600).
 //! - [`servers`]: failover across several `--server` URLs with jittered back-off.
 //! - [`cli`]: `leasehold runner connect|run`, the runner's command line.
+//! - [`join_url`]: the payload a join URL (`https://HOST/j/<short>`) hands out, over HTTPS.
+//! - [`service`]: the systemd unit `runner connect --service` installs.
 //! - [`job`]: one job from lease to report: heartbeat, output, result, release.
 //! - [`executor`]: runs a command in its own process group and classifies how it ended.
 //! - [`output`]: output lines to batched job events, bounded; the result's tails.
@@ -32,9 +34,11 @@ pub mod config;
 pub mod contain;
 pub mod executor;
 pub mod job;
+pub mod join_url;
 pub mod output;
 pub mod sandbox;
 pub mod servers;
+pub mod service;
 pub mod source;
 mod startup;
 pub mod workdir;
