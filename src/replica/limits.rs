@@ -20,7 +20,7 @@ use std::io;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use hyper::body::{Body, Frame, SizeHint};
@@ -85,7 +85,7 @@ enum State {
 /// A connection's [`State`], shared by its stream and its service.
 #[derive(Clone)]
 pub struct Phase {
-    state: Arc<Mutex<State>>,
+    state: Arc<Mutex<(State, Option<Waker>)>>,
     deadlines: Deadlines,
 }
 
@@ -93,7 +93,10 @@ impl Phase {
     /// A fresh connection: its first head is due within the header timeout.
     pub fn new(deadlines: Deadlines) -> Self {
         Self {
-            state: Arc::new(Mutex::new(State::Head(Instant::now() + deadlines.header))),
+            state: Arc::new(Mutex::new((
+                State::Head(Instant::now() + deadlines.header),
+                None,
+            ))),
             deadlines,
         }
     }
@@ -101,7 +104,7 @@ impl Phase {
     /// A request head arrived: no read deadline until the [`Answering`] guard drops.
     pub fn answering(&self) -> Answering {
         let mut state = self.state.lock();
-        *state = match *state {
+        state.0 = match state.0 {
             State::Busy(n) => State::Busy(n + 1),
             _ => State::Busy(1),
         };
@@ -111,17 +114,25 @@ impl Phase {
     /// Bytes were read: the first ones after an answer start the header clock.
     fn read_some(&self) {
         let mut state = self.state.lock();
-        if let State::Idle(_) = *state {
-            *state = State::Head(Instant::now() + self.deadlines.header);
+        if let State::Idle(_) = state.0 {
+            state.0 = State::Head(Instant::now() + self.deadlines.header);
         }
     }
 
-    /// When a read still waiting must give up, if it must.
-    fn read_deadline(&self) -> Option<Instant> {
-        match *self.state.lock() {
+    /// When a read still waiting must give up, if it must. While a request is answered, the
+    /// waiting read's waker is kept: hyper may not read again after the answer (its read for
+    /// the client leaving is still pending), so the answer's end wakes it to arm the deadline.
+    fn read_deadline(&self, cx: &Context<'_>) -> Option<Instant> {
+        let mut state = self.state.lock();
+        match state.0 {
             State::Head(at) => Some(at),
             State::Idle(since) => Some(since + self.deadlines.idle),
-            State::Busy(_) => None,
+            State::Busy(_) => {
+                if !state.1.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                    state.1 = Some(cx.waker().clone());
+                }
+                None
+            }
         }
     }
 }
@@ -132,10 +143,15 @@ pub struct Answering(Phase);
 impl Drop for Answering {
     fn drop(&mut self) {
         let mut state = self.0.state.lock();
-        *state = match *state {
+        state.0 = match state.0 {
             State::Busy(n) if n > 1 => State::Busy(n - 1),
             _ => State::Idle(Instant::now()),
         };
+        if matches!(state.0, State::Idle(_)) {
+            if let Some(waker) = state.1.take() {
+                waker.wake();
+            }
+        }
     }
 }
 
@@ -262,7 +278,7 @@ impl<S: AsyncRead + Unpin> AsyncRead for Guarded<S> {
         let this = self.get_mut();
         let before = buf.filled().len();
         match Pin::new(&mut this.inner).poll_read(cx, buf) {
-            Poll::Pending => match this.phase.read_deadline() {
+            Poll::Pending => match this.phase.read_deadline(cx) {
                 Some(at) => {
                     if arm(&mut this.read_timer, at, cx) {
                         return Poll::Ready(Err(timed_out(
