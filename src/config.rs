@@ -141,6 +141,16 @@ pub struct Config {
     /// call answers 429 `rate_limited` with `Retry-After`, before any database work.
     #[arg(long, env = "LEASEHOLD_MAX_POLLS_PER_RUNNER", default_value_t = 16)]
     pub max_polls_per_runner: usize,
+    /// A connection must send a whole request head within this long of its first byte (of
+    /// being accepted, for its first request), else it is closed.
+    #[arg(long, env = "LEASEHOLD_HEADER_TIMEOUT_MS", default_value_t = 30_000)]
+    pub header_timeout_ms: u64,
+    /// A keep-alive connection idle this long between requests is closed.
+    #[arg(long, env = "LEASEHOLD_IDLE_TIMEOUT_MS", default_value_t = 75_000)]
+    pub idle_timeout_ms: u64,
+    /// Open connections one replica holds at most; past it a new connection is closed at once.
+    #[arg(long, env = "LEASEHOLD_MAX_CONNECTIONS", default_value_t = 20_000)]
+    pub max_connections: usize,
     /// Serve HTTPS with this PEM certificate chain (with --tls-key); re-read on SIGHUP.
     #[arg(
         long,
@@ -235,6 +245,16 @@ impl Config {
     /// See [`Config::request_timeout_ms`].
     pub fn request_timeout(&self) -> Duration {
         Duration::from_millis(self.request_timeout_ms.max(1))
+    }
+
+    /// See [`Config::header_timeout_ms`].
+    pub fn header_timeout(&self) -> Duration {
+        Duration::from_millis(self.header_timeout_ms.max(1))
+    }
+
+    /// See [`Config::idle_timeout_ms`].
+    pub fn idle_timeout(&self) -> Duration {
+        Duration::from_millis(self.idle_timeout_ms.max(1))
     }
 
     /// See [`Config::pool_timeout_ms`].

@@ -9,6 +9,7 @@
 
 mod accept;
 mod connections;
+mod limits;
 mod proxy_protocol;
 pub mod tls;
 
@@ -161,8 +162,14 @@ pub async fn start(config: Config, listener: TcpListener) -> anyhow::Result<Repl
             .proxy_protocol
             .then(|| config.trusted_proxies.clone()),
         certificates.as_ref().map(Certificates::acceptor),
+        limits::Slots::new(config.max_connections),
     );
-    let serve = connections::serve(listener, app, shutdown.clone());
+    let deadlines = limits::Deadlines {
+        header: config.header_timeout(),
+        idle: config.idle_timeout(),
+        write: config.request_timeout(),
+    };
+    let serve = connections::serve(listener, app, deadlines, shutdown.clone());
     let server = tokio::spawn(async move {
         serve.await;
         background.cancel();

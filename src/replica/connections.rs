@@ -7,6 +7,10 @@
 //! its read buffer stays at hyper's minimum (8 KB, where a first read of only the sniffed
 //! 24 bytes had it grow to 16 KB).
 //!
+//! Each connection runs under [`super::limits`]: a request head is at most [`MAX_HEAD`] bytes
+//! (hyper answers `431` past it), and its stream closes it at the header, idle and write
+//! deadlines.
+//!
 //! Invariant: once `shutdown` fires no connection is accepted, every open connection finishes
 //! the request it is serving (long-polls answer at once: they watch the same token) and then
 //! closes, and [`serve`] returns when the last one has.
@@ -14,7 +18,6 @@
 use std::net::SocketAddr;
 
 use axum::extract::ConnectInfo;
-use axum::serve::Listener;
 use axum::Router;
 use hyper::body::Incoming;
 use hyper::Request;
@@ -23,25 +26,44 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::accept::ClientListener;
+use super::limits::{AnswerBody, Deadlines, Guarded, Phase};
+
+/// The largest request head (request line and headers) a connection may send.
+pub const MAX_HEAD: usize = 64 * 1024;
 
 /// Serve `app` on every connection `listener` accepts until `shutdown` fires, then let the
 /// open connections finish and return. Handlers see the client's address (the listener's,
 /// from a PROXY header or the TCP peer) as `ConnectInfo<SocketAddr>`.
-pub async fn serve(mut listener: ClientListener, app: Router, shutdown: CancellationToken) {
-    let http = hyper::server::conn::http1::Builder::new();
+pub async fn serve(
+    mut listener: ClientListener,
+    app: Router,
+    deadlines: Deadlines,
+    shutdown: CancellationToken,
+) {
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.max_header_size(MAX_HEAD);
     let connections = TaskTracker::new();
     loop {
-        let (io, client) = tokio::select! {
+        let (io, client, slot) = tokio::select! {
             accepted = listener.accept() => accepted,
             () = shutdown.cancelled() => break,
         };
         let app = app.clone();
+        let phase = Phase::new(deadlines);
+        let io = Guarded::new(io, phase.clone(), slot);
         let service = hyper::service::service_fn(move |mut request: Request<Incoming>| {
+            let answering = phase.answering();
             request
                 .extensions_mut()
                 .insert(ConnectInfo::<SocketAddr>(client));
             // A router is always ready: no `poll_ready` needed before the call.
-            tower_service::Service::call(&mut app.clone(), request)
+            let answer = tower_service::Service::call(&mut app.clone(), request);
+            async move {
+                let answer = answer.await?;
+                Ok::<_, std::convert::Infallible>(
+                    answer.map(|body| axum::body::Body::new(AnswerBody::new(body, answering))),
+                )
+            }
         });
         let connection = http.serve_connection(TokioIo::new(io), service);
         let shutdown = shutdown.clone();

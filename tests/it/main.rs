@@ -38,4 +38,5 @@ mod sources;
 mod tenancy;
 mod tls;
 mod traces;
+mod transport;
 mod trust;
