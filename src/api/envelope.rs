@@ -6,7 +6,7 @@
 //! around the route's: no allocation of its own, no copy of the request. Each `Router::layer`
 //! boxes the route again, and each `from_fn` boxes a future holding a copy of the request and a
 //! boxed `Next`: five such layers cost a parked long-poll several allocations and about 4.5 KB
-//! (docs/perf.md, "Round 7: idle memory").
+//! (docs/perf.md, "Idle memory").
 //!
 //! Invariant: the order is the one above, so the metrics see every answer (413s before
 //! authentication, 500s from panics, 503s past a deadline) and the deadline bounds everything

@@ -1,7 +1,7 @@
 //! The pace of the periodic reads that walk a whole index: the re-check of waited-on queues
 //! and the queue-depth count behind `/metrics`. Under an old snapshot such a read walks an entry
 //! for every job since that snapshot, so it grows from milliseconds to seconds (1.9 s for the
-//! depth count after ten minutes of the soak, docs/perf.md "Round 10").
+//! depth count after ten minutes of the soak, docs/perf.md, History, round 10).
 //!
 //! Invariant: a paced read waits at least [`DUTY`] times as long as it last took before it runs
 //! again, so it occupies at most a [`DUTY`]th of one connection's time, however slow it grows;

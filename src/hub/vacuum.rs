@@ -4,8 +4,8 @@
 //! feedback), vacuum can remove none of the job versions the queue leaves behind. When it ends,
 //! autovacuum comes back to the table only at its launcher's next turn for the database (up to
 //! `autovacuum_naptime`, a minute by default), and until then every claim and every report runs
-//! through the bloat the snapshot kept (docs/perf.md, "Round 13"). So the replica that sees the
-//! horizon turn young sends `VACUUM jobs` at once, from a connection of its own.
+//! through the bloat the snapshot kept (docs/perf.md, History: round 13). So the replica that
+//! sees the horizon turn young sends `VACUUM jobs` at once, from a connection of its own.
 //!
 //! Invariants: at most one replica vacuums at a time (a session advisory lock, released when the
 //! vacuum's connection closes), and a replica starts at most one a [`SPACING`], however often

@@ -266,7 +266,7 @@ impl Store {
             // Rare: a named job the runner can no longer run. Its own durable transaction, after
             // the claim's (which took only jobs that fit, so the two never touch one job).
             // Boxed: this future is part of every parked long-poll's state, and a rare call
-            // should not make all of them bigger (docs/perf.md, "Idle memory (round 4)").
+            // should not make all of them bigger (docs/perf.md, "Idle memory").
             rejected = Box::pin(self.query(sql::LEASE_REJECT_UNFIT, &reject_params)).await?;
         }
         let Some(row) = locked else {

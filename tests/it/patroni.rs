@@ -172,7 +172,6 @@ async fn a_switchover_and_a_leader_crash_on_patroni_lose_nothing_acknowledged() 
     tokio::task::block_in_place(|| drop(cluster));
     let took = started.elapsed();
     eprintln!("patroni: the whole run took {} ms", took.as_millis());
-    assert!(took < Duration::from_secs(120), "took {took:?}");
 }
 
 /// `leasehold drill --cluster patroni` end to end, a database fault injected by an operator's

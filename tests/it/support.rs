@@ -417,8 +417,10 @@ pub async fn until_waiters(url: &str, n: u64, within: Duration) {
 
 /// Whether a test that needs something outside the crate (a tool, root) can go on: `missing`
 /// is `None` when it is here, else why not. Under CI (`CI=true`), where `.ci/run` installs
-/// every tool the suite uses, a missing one fails the test; elsewhere the test says why and
-/// returns, so nothing is ever skipped silently.
+/// every tool the suite uses, a missing one fails the test; elsewhere the test says why,
+/// records the skip in [`SKIPS_LOG`] and returns. libtest can only call such a test `ok`, so
+/// the `skips` test target, which cargo runs after this one, counts the skips this `cargo test`
+/// recorded and prints them at the end of the run: nothing is ever skipped silently.
 #[must_use]
 pub fn require(test: &str, missing: Option<String>) -> bool {
     let Some(why) = missing else {
@@ -429,7 +431,31 @@ pub fn require(test: &str, missing: Option<String>) -> bool {
         "{test} cannot run under CI: {why}"
     );
     eprintln!("SKIPPED {test}: {why}");
+    record_skip(test, &why);
     false
+}
+
+/// Where skips are recorded: one line each, `<pid of cargo>\t<test>\t<why>`, so the `skips`
+/// target reports only those of the `cargo test` that runs it (tests/skips.rs).
+pub const SKIPS_LOG: &str = concat!(env!("CARGO_TARGET_TMPDIR"), "/skips.log");
+
+fn record_skip(what: &str, why: &str) {
+    use std::io::Write;
+    let thread = std::thread::current();
+    let test = thread.name().unwrap_or(what);
+    let line = format!(
+        "{}\t{test} ({what})\t{}\n",
+        std::os::unix::process::parent_id(),
+        why.replace(['\t', '\n'], " ")
+    );
+    let appended = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(SKIPS_LOG)
+        .and_then(|mut f| f.write_all(line.as_bytes()));
+    if let Err(e) = appended {
+        eprintln!("could not record the skip in {SKIPS_LOG}: {e}");
+    }
 }
 
 /// Debian's HAProxy binary, for the balancer tests; `None` (see [`require`]) when it is missing.
