@@ -552,3 +552,123 @@ async fn leasehold_dev_as_root_runs_its_jobs_as_nobody() {
         }
     }
 }
+
+/// `leasehold runner run --config CONFIG EXTRA...` with `HOME` set to `home` and no
+/// `--work-dir`, as a root runner started from root's own (0700) home would be.
+fn runner_in_home(config: &std::path::Path, home: &std::path::Path, extra: &[&str]) -> Proc {
+    let log = config.with_extension(format!("{}.log", Uuid::now_v7().simple()));
+    let child = tokio::process::Command::new(crate::procs::BIN)
+        .args(["runner", "run", "--config", config.to_str().unwrap()])
+        .args(extra)
+        .env("HOME", home)
+        .env("LEASEHOLD_LOG", "info")
+        .env_remove("XDG_STATE_HOME")
+        .env_remove("LEASEHOLD_WORK_DIR")
+        .env_remove("LEASEHOLD_SERVER")
+        .env_remove("LEASEHOLD_API_KEY")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    Proc { child, log }
+}
+
+/// Issue 35 rows 6 and 10: as root with `HOME` a 0700 directory and no `--work-dir`, a runner
+/// with `--job-user-range`, and one with `--sandbox bubblewrap`, starts and runs a job as an
+/// unprivileged uid (the default work directory is outside any home); one given a work
+/// directory its job users cannot reach refuses, naming the directory and `--work-dir`.
+#[tokio::test]
+async fn as_root_with_a_private_home_the_confined_runners_start_and_run_jobs() {
+    use std::os::unix::fs::PermissionsExt;
+    if !crate::support::require("root", root()) {
+        return;
+    }
+    let rig = RunnerRig::new(TestApp::spawn().await, "contain-home").await;
+    let home = rig.dir.join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    std::fs::set_permissions(&home, std::fs::Permissions::from_mode(0o700)).unwrap();
+
+    let config = rig.enrol(&[]).await;
+    // The rig's work directory, under a directory only root may enter.
+    std::fs::set_permissions(rig.dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    let mut refused = rig.runner(&config, &["--job-user-range", "61720-61720"], &[]);
+    assert!(!refused.exit(LONG).await.success());
+    let log = refused.log();
+    assert!(log.contains("refusing to start"), "{log}");
+    assert!(log.contains("--work-dir"), "names the flag: {log}");
+    assert!(
+        log.contains(rig.dir.path().to_str().unwrap()),
+        "names the directory: {log}"
+    );
+    std::fs::set_permissions(rig.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+
+    let mut r = runner_in_home(&config, &home, &["--job-user-range", "61720-61720"]);
+    let out = rig.sh("id -u; pwd").await;
+    assert_eq!(out.code, Some(0), "{out:?}\nrunner log:\n{}", r.log());
+    assert!(
+        out.stdout.starts_with("61720\n/var/lib/leasehold/work/"),
+        "{out:?}"
+    );
+    r.signal(Signal::SIGTERM);
+    assert!(r.exit(LONG).await.success(), "{}", r.log());
+
+    if !crate::support::require("bubblewrap", crate::runner_e2e::bwrap_unusable()) {
+        return;
+    }
+    let config = rig.enrol(&[]).await;
+    let mut r = runner_in_home(&config, &home, &["--sandbox", "bubblewrap"]);
+    let out = rig.sh("id -u").await;
+    let nobody = nix::unistd::User::from_name("nobody").unwrap().unwrap();
+    assert_eq!(
+        (out.code, out.stdout.clone()),
+        (Some(0), format!("{}\n", nobody.uid)),
+        "{out:?}\nrunner log:\n{}",
+        r.log()
+    );
+    r.signal(Signal::SIGTERM);
+    assert!(r.exit(LONG).await.success(), "{}", r.log());
+}
+
+/// Issue 35 row 13: `runner connect` onto an existing configuration refuses, naming the
+/// file and `--force`, and leaves it as it was; with `--force` it replaces it.
+#[tokio::test]
+async fn runner_connect_never_silently_replaces_a_configuration() {
+    let rig = RunnerRig::new(TestApp::spawn().await, "contain-connect").await;
+    let config = rig.enrol(&[]).await;
+    let before = std::fs::read(&config).unwrap();
+    let code = |rig: &RunnerRig| {
+        let alice = rig.alice.clone();
+        async move {
+            alice
+                .create_join_code(&leasehold::wire::CreateJoinCode {
+                    tier: leasehold::wire::Tier::Personal,
+                    ttl_s: None,
+                    ephemeral: None,
+                })
+                .await
+                .unwrap()
+                .code
+        }
+    };
+    let url = rig.url();
+    let first = code(&rig).await;
+    let path = config.to_str().unwrap();
+    let out = crate::procs::runner_connect(&[&first, "--server", &url, "--config", path]).await;
+    assert_ne!(out.code, Some(0), "{out:?}");
+    assert!(
+        out.stderr.contains(path) && out.stderr.contains("--force"),
+        "{out:?}"
+    );
+    assert_eq!(std::fs::read(&config).unwrap(), before, "left as it was");
+    let out =
+        crate::procs::runner_connect(&[&first, "--server", &url, "--config", path, "--force"])
+            .await;
+    assert_eq!(
+        out.code,
+        Some(0),
+        "the refusal did not burn the code: {out:?}"
+    );
+    assert_ne!(std::fs::read(&config).unwrap(), before, "replaced");
+}

@@ -79,6 +79,10 @@ pub enum RunnerCommand {
         /// (printed, with the commands that install it, where systemd does not run).
         #[arg(long)]
         service: bool,
+        /// Replace an existing configuration at that path (the runner it held is orphaned:
+        /// revoke it with `leasehold runners revoke`).
+        #[arg(long)]
+        force: bool,
     },
     /// Lease and run jobs until SIGTERM (drains) or, with --once, one job.
     Run {
@@ -146,8 +150,12 @@ fn config_path(given: Option<PathBuf>) -> PathBuf {
     })
 }
 
+/// As root [`ROOT_WORK_DIR`] (job users must reach it, and root's home is 0700); else
 /// `$XDG_STATE_HOME/leasehold/work`, else `$HOME/.local/state/leasehold/work`.
 fn default_work_dir() -> PathBuf {
+    if nix::unistd::Uid::effective().is_root() {
+        return PathBuf::from(ROOT_WORK_DIR);
+    }
     match (env("XDG_STATE_HOME"), env("HOME")) {
         (Some(x), _) => PathBuf::from(x),
         (None, Some(h)) => PathBuf::from(h).join(".local").join("state"),
@@ -156,6 +164,9 @@ fn default_work_dir() -> PathBuf {
     .join("leasehold")
     .join("work")
 }
+
+/// A root runner's default `--work-dir`: outside any home, so job users can reach it.
+pub const ROOT_WORK_DIR: &str = "/var/lib/leasehold/work";
 
 fn hostname() -> String {
     nix::unistd::gethostname()
@@ -243,8 +254,15 @@ pub async fn run(command: RunnerCommand) -> anyhow::Result<i32> {
             config,
             pin,
             service,
+            force,
         } => {
             let path = config_path(config);
+            anyhow::ensure!(
+                force || !path.exists(),
+                "{} already holds a runner's configuration; enrolling would orphan that runner: \
+                 pass --force to replace it, or --config PATH to write another file",
+                path.display()
+            );
             let code = if runner::join_url::is_url(&code) {
                 let trust = Trust {
                     ca_cert: ca_cert.clone().map(absolute).transpose()?,

@@ -139,6 +139,9 @@ pub(super) async fn confine(opts: &Options, capacity: i64) -> anyhow::Result<Con
     }
 
     let work = WorkRoot::open(&opts.work_dir, config.runner_id, probe_user.is_some())?;
+    if let Some(user) = &probe_user {
+        reachable(work.path(), user)?;
+    }
     let hidden = opts
         .config_path
         .as_ref()
@@ -237,6 +240,36 @@ pub(super) async fn announce(
     Ok(())
 }
 
+/// Refuse a work directory `user` cannot reach: every directory above it must let others
+/// search it (as root's 0700 home does not), or be `user`'s.
+///
+/// # Errors
+/// A directory above `path` shuts `user` out; the message names it and `--work-dir`.
+fn reachable(path: &Path, user: &JobUser) -> anyhow::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    for dir in path.ancestors().skip(1) {
+        let Ok(meta) = std::fs::metadata(dir) else {
+            continue;
+        };
+        let passes = meta.mode() & 0o001 != 0
+            || (meta.uid() == user.uid && meta.mode() & 0o100 != 0)
+            || (meta.gid() == user.gid && meta.mode() & 0o010 != 0);
+        if !passes {
+            bail!(
+                "refusing to start: jobs run as {} and cannot reach the work directory {}: {} \
+                 (mode {:o}) does not let them through; pass --work-dir with a directory \
+                 outside it (as root the default is {})",
+                user.name,
+                path.display(),
+                dir.display(),
+                meta.mode() & 0o7777,
+                super::cli::ROOT_WORK_DIR
+            );
+        }
+    }
+    Ok(())
+}
+
 /// Run a probe job as `user`: it must write its work directory and `HOME` and must not be
 /// able to read `config` (the runner's token).
 ///
@@ -265,7 +298,13 @@ echo ok > probe && echo ok > "$2/h" || { echo "it cannot write its work director
         .stdin(std::process::Stdio::null())
         .output()
         .await
-        .context("starting a probe job as the job user")?;
+        .with_context(|| {
+            format!(
+                "starting a probe job as the job user in {} (pass --work-dir with a directory \
+                 that user can reach)",
+                dir.work.display()
+            )
+        })?;
     let wrote = dir.work.join("probe").exists() && dir.home.join("h").exists();
     dir.remove().await;
     if !out.status.success() || !wrote {

@@ -12,7 +12,8 @@
 //! but not listable by others, and each job's directory (0700) belongs to the uid that job
 //! runs as, so a job can reach its own directory and nothing else of the runner's (nor,
 //! with a uid range, another job's). The whole directory stays the runner's until the source
-//! is checked out, and is handed over only then ([`JobDir::hand_to`]): git refuses a
+//! is checked out, and is handed over only then ([`JobDir::hand_to`], by file descriptor,
+//! never following a link, children first and the job root last): git refuses a
 //! repository another user owns, and a job sharing the uid cannot swap `work/` for a link
 //! while git, as the runner, writes there.
 
@@ -21,8 +22,14 @@ use std::io;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
+use std::ffi::{CStr, CString};
+
 use anyhow::Context;
-use nix::fcntl::{Flock, FlockArg};
+use nix::dir::Dir;
+use nix::errno::Errno;
+use nix::fcntl::{AtFlags, Flock, FlockArg, OFlag};
+use nix::sys::stat::{fchmod, fstatat, FileStat, Mode, SFlag};
+use nix::unistd::{fchown, fchownat, Gid, Uid};
 use uuid::Uuid;
 
 /// The other, unprivileged user jobs run as.
@@ -197,18 +204,85 @@ impl Drop for JobDir {
     }
 }
 
-/// Give a checkout to the job's user (`--job-user`): the runner fetched it as itself, the
-/// command runs as that user and must be able to write there.
+/// Give a directory and everything in it (a checkout) to the job's user (`--job-user`): the
+/// runner fetched it as itself, the command runs as that user and must be able to write there.
+///
+/// The walk goes by file descriptor and never follows a link: each directory is opened
+/// `O_NOFOLLOW` relative to the one above it, each entry is handed over with
+/// `fchownat(AT_SYMLINK_NOFOLLOW)` and each directory with `fchown` on the descriptor opened,
+/// children first, `dir` itself last (a 0700 job root keeps everything of that uid out until
+/// then). An entry swapped for a link meanwhile is a link handed over, never its target; a
+/// file with other hard links is left alone (it may be a name for a file outside the tree).
 ///
 /// # Errors
 /// A file could not be handed over.
 pub fn hand_to(dir: &Path, uid: u32, gid: u32) -> std::io::Result<()> {
-    std::os::unix::fs::lchown(dir, Some(uid), Some(gid))?;
-    if std::fs::symlink_metadata(dir)?.is_dir() {
-        for entry in std::fs::read_dir(dir)? {
-            hand_to(&entry?.path(), uid, gid)?;
+    let mut d = Dir::open(dir, DIR_FLAGS, Mode::empty())?;
+    chown_tree(&mut d, Uid::from_raw(uid), Gid::from_raw(gid))
+}
+
+/// Open a directory without following a link, close-on-exec.
+const DIR_FLAGS: OFlag = OFlag::O_RDONLY
+    .union(OFlag::O_DIRECTORY)
+    .union(OFlag::O_NOFOLLOW)
+    .union(OFlag::O_CLOEXEC);
+
+/// The names in `dir` but `.` and `..`.
+fn names(dir: &mut Dir) -> nix::Result<Vec<CString>> {
+    let mut out = Vec::new();
+    for e in dir.iter() {
+        let name = e?.file_name().to_owned();
+        if name.as_bytes() != b"." && name.as_bytes() != b".." {
+            out.push(name);
         }
     }
+    Ok(out)
+}
+
+/// What `name` in `dir` is, without following a link; `None` when it is gone.
+fn entry(dir: &Dir, name: &CStr) -> nix::Result<Option<FileStat>> {
+    match fstatat(dir, name, AtFlags::AT_SYMLINK_NOFOLLOW) {
+        Err(Errno::ENOENT) => Ok(None),
+        other => other.map(Some),
+    }
+}
+
+fn is_dir(st: &FileStat) -> bool {
+    SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == SFlag::S_IFDIR
+}
+
+fn chown_tree(dir: &mut Dir, uid: Uid, gid: Gid) -> io::Result<()> {
+    for name in names(dir)? {
+        let Some(st) = entry(dir, &name)? else {
+            continue;
+        };
+        if is_dir(&st) {
+            match Dir::openat(&*dir, name.as_c_str(), DIR_FLAGS, Mode::empty()) {
+                Ok(mut child) => {
+                    chown_tree(&mut child, uid, gid)?;
+                    continue;
+                }
+                // Swapped for a link or a file since: hand over the entry itself, below.
+                Err(Errno::ELOOP | Errno::ENOTDIR) => {}
+                Err(Errno::ENOENT) => continue,
+                Err(e) => return Err(e.into()),
+            }
+        } else if st.st_nlink > 1 && st.st_uid != uid.as_raw() {
+            tracing::warn!(name = %name.to_string_lossy(), "not handing over a file with other hard links");
+            continue;
+        }
+        match fchownat(
+            &*dir,
+            name.as_c_str(),
+            Some(uid),
+            Some(gid),
+            AtFlags::AT_SYMLINK_NOFOLLOW,
+        ) {
+            Ok(()) | Err(Errno::ENOENT) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    fchown(&*dir, Some(uid), Some(gid))?;
     Ok(())
 }
 
@@ -276,12 +350,25 @@ pub fn force_remove(path: &Path) -> io::Result<()> {
     }
 }
 
+/// Make `dir` and every directory below it 0700, by file descriptor, never following a link
+/// (a job may have swapped a directory for a link to one of the runner's).
 fn make_writable(dir: &Path) {
-    let _ = fs::set_permissions(dir, fs::Permissions::from_mode(0o700));
-    if let Ok(entries) = fs::read_dir(dir) {
-        for entry in entries.flatten() {
-            if entry.file_type().is_ok_and(|t| t.is_dir()) {
-                make_writable(&entry.path());
+    if let Ok(mut d) = Dir::open(dir, DIR_FLAGS, Mode::empty()) {
+        writable_tree(&mut d);
+    }
+}
+
+fn writable_tree(dir: &mut Dir) {
+    let _ = fchmod(&*dir, Mode::S_IRWXU);
+    let Ok(names) = names(dir) else { return };
+    for name in names {
+        if entry(dir, &name)
+            .ok()
+            .flatten()
+            .is_some_and(|st| is_dir(&st))
+        {
+            if let Ok(mut child) = Dir::openat(&*dir, name.as_c_str(), DIR_FLAGS, Mode::empty()) {
+                writable_tree(&mut child);
             }
         }
     }
@@ -354,6 +441,68 @@ mod tests {
         dir.remove().await;
         drop(root);
         fs::remove_dir_all(base).unwrap();
+    }
+
+    /// Issue 35 row 1: while the hand-over runs, something of the job's uid (here a thread)
+    /// keeps swapping a directory of the tree for a link to a root-only directory holding
+    /// files of the same names; no file outside the job directory changes owner.
+    #[test]
+    fn a_hand_over_never_follows_a_directory_swapped_for_a_link() {
+        use std::os::unix::fs::MetadataExt;
+        use std::sync::atomic::{AtomicBool, Ordering};
+        if !nix::unistd::geteuid().is_root() {
+            eprintln!("skipping: handing files to another user needs root");
+            return;
+        }
+        let base = std::env::temp_dir().join(format!("lh-swap-{}", Uuid::now_v7()));
+        let (tree, outside) = (base.join("job"), base.join("root-only"));
+        let c = tree.join("work/c");
+        for d in [&c, &outside] {
+            fs::create_dir_all(d.join("sub")).unwrap();
+            for i in 0..300 {
+                fs::write(d.join(format!("f{i}")), "x").unwrap();
+                fs::write(d.join("sub").join(format!("f{i}")), "x").unwrap();
+            }
+        }
+        fs::set_permissions(&outside, fs::Permissions::from_mode(0o700)).unwrap();
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let swapper = std::thread::spawn({
+            let (stop, c, outside) = (stop.clone(), c.clone(), outside.clone());
+            move || {
+                let real = c.with_file_name("c.real");
+                while !stop.load(Ordering::Relaxed) {
+                    if fs::rename(&c, &real).is_ok() {
+                        let _ = std::os::unix::fs::symlink(&outside, &c);
+                        std::thread::yield_now();
+                        let _ = fs::remove_file(&c);
+                        let _ = fs::rename(&real, &c);
+                    }
+                }
+            }
+        });
+        for _ in 0..100 {
+            let _ = hand_to(&tree, 65534, 65534);
+        }
+        stop.store(true, Ordering::Relaxed);
+        swapper.join().unwrap();
+        let mut moved = Vec::new();
+        for d in [outside.clone(), outside.join("sub")] {
+            for e in fs::read_dir(&d).unwrap().flatten() {
+                if e.metadata().unwrap().uid() != 0 {
+                    moved.push(e.path());
+                }
+            }
+            if fs::metadata(&d).unwrap().uid() != 0 {
+                moved.push(d);
+            }
+        }
+        let _ = fs::remove_dir_all(&base);
+        assert!(
+            moved.is_empty(),
+            "{} files outside the job directory changed owner: {:?}",
+            moved.len(),
+            &moved[..moved.len().min(5)]
+        );
     }
 
     #[test]
