@@ -142,7 +142,7 @@ pub async fn run(dep: &Deployment, args: &BenchArgs, report: &mut Report) -> any
 
 async fn truncate(url: &str) -> anyhow::Result<()> {
     let c = setup::connect(url).await?;
-    c.batch_execute("TRUNCATE jobs, job_events").await?;
+    c.batch_execute("TRUNCATE jobs, job_events CASCADE").await?;
     c.batch_execute("VACUUM ANALYZE jobs").await?;
     Ok(())
 }
