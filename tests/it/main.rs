@@ -5,6 +5,7 @@ mod support;
 
 mod artifacts;
 mod balancer;
+mod bench;
 mod browser;
 mod claim_start;
 mod contain;

@@ -55,7 +55,8 @@ pub async fn run(dep: &Deployment, args: &BenchArgs, report: &mut Report) -> any
     let mut p99s = Map::new();
     for depth in depths {
         for kind in ["other", "same"] {
-            db.batch_execute("TRUNCATE jobs, job_events CASCADE").await?;
+            db.batch_execute("TRUNCATE jobs, job_events CASCADE")
+                .await?;
             if kind == "other" {
                 load(&db, depth, None).await?;
                 load(&db, SAMPLES as i64, Some("ws:bench")).await?;
@@ -77,7 +78,8 @@ pub async fn run(dep: &Deployment, args: &BenchArgs, report: &mut Report) -> any
             ));
         }
     }
-    db.batch_execute("TRUNCATE jobs, job_events CASCADE").await?;
+    db.batch_execute("TRUNCATE jobs, job_events CASCADE")
+        .await?;
     out.insert("depth_p50_ms".into(), Value::Object(p50s));
     out.insert("depth_p99_ms".into(), Value::Object(p99s));
     Ok(())
