@@ -7,7 +7,10 @@ use std::path::Path;
 
 fn main() {
     println!("cargo:rerun-if-changed=migrations");
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations");
+    // Read at run time, not baked in when the script is compiled: a build script compiled in
+    // another checkout (a copied target directory) must still read this checkout's files.
+    let manifest = std::env::var("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR");
+    let dir = Path::new(&manifest).join("migrations");
     let mut files: Vec<String> = std::fs::read_dir(&dir)
         .expect("migrations/ exists")
         .map(|e| e.expect("readable migrations/").file_name())

@@ -7,7 +7,7 @@
 -- ('personal' | 'workspace' | 'any', or null for a named runner), runner_id, owner (named
 -- runners only: the runner's owner), kind, payload, required_capabilities, priority,
 -- max_attempts, no_runner_timeout_ms, queue_timeout_ms, idempotency_key, secrets, source,
--- source_key, traceparent, needs_workspace_runner (it names a 'workspace' secret)}. Every input
+-- source_key, traceparent, retry (the normalised policy or null), needs_workspace_runner (it names a 'workspace' secret)}. Every input
 -- is a parameter and the key a unique-index probe: nothing here is a join the planner could turn
 -- into a scan of a table, whatever the statistics say.
 -- Jobs with an idempotency key are parked by job_insert_idempotent.sql instead, which is this
@@ -28,7 +28,7 @@ items AS (
                id uuid, pool text, runner_id uuid, owner text, kind text,
                payload jsonb, required_capabilities text[], priority integer, max_attempts integer,
                no_runner_timeout_ms bigint, queue_timeout_ms bigint, idempotency_key text,
-               secrets text[], source jsonb, source_key text, traceparent text,
+               secrets text[], source jsonb, source_key text, traceparent text, retry jsonb,
                needs_workspace_runner boolean),
            k
 ),
@@ -36,7 +36,7 @@ inserted AS (
     INSERT INTO jobs (id, workspace, owner, runner_id, pool, state, kind, payload,
                       required_capabilities, priority, max_attempts, no_runner_timeout_ms,
                       no_runner_check_at, queue_deadline, idempotency_key, billing_tenant,
-                      secrets, source, source_key, traceparent, needs_workspace_runner,
+                      secrets, source, source_key, traceparent, retry, needs_workspace_runner,
                       event_seq)
     SELECT id, workspace, queue_owner, runner_id, pool, 'parked', kind,
            COALESCE(payload, 'null'::jsonb),  -- a JSON null reads as SQL NULL here
@@ -45,7 +45,7 @@ inserted AS (
            now() + queue_timeout_ms * interval '1 millisecond',
            idempotency_key,
            CASE WHEN queue_owner LIKE 'ws:%' THEN workspace END,
-           secrets, source, source_key, traceparent,
+           secrets, source, source_key, traceparent, retry,
            COALESCE(needs_workspace_runner, false), 1
       FROM items
     RETURNING *

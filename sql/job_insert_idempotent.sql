@@ -17,7 +17,7 @@ items AS (
                id uuid, pool text, runner_id uuid, owner text, kind text,
                payload jsonb, required_capabilities text[], priority integer, max_attempts integer,
                no_runner_timeout_ms bigint, queue_timeout_ms bigint, idempotency_key text,
-               secrets text[], source jsonb, source_key text, traceparent text,
+               secrets text[], source jsonb, source_key text, traceparent text, retry jsonb,
                needs_workspace_runner boolean),
            k
 ),
@@ -25,7 +25,7 @@ inserted AS (
     INSERT INTO jobs (id, workspace, owner, runner_id, pool, state, kind, payload,
                       required_capabilities, priority, max_attempts, no_runner_timeout_ms,
                       no_runner_check_at, queue_deadline, idempotency_key, billing_tenant,
-                      secrets, source, source_key, traceparent, needs_workspace_runner,
+                      secrets, source, source_key, traceparent, retry, needs_workspace_runner,
                       event_seq)
     SELECT id, workspace, queue_owner, runner_id, pool, 'parked', kind,
            COALESCE(payload, 'null'::jsonb),  -- a JSON null reads as SQL NULL here
@@ -34,7 +34,7 @@ inserted AS (
            now() + queue_timeout_ms * interval '1 millisecond',
            idempotency_key,
            CASE WHEN queue_owner LIKE 'ws:%' THEN workspace END,
-           secrets, source, source_key, traceparent,
+           secrets, source, source_key, traceparent, retry,
            COALESCE(needs_workspace_runner, false), 1
       FROM items
     ON CONFLICT (workspace, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING

@@ -59,7 +59,7 @@ slots AS (
 named AS (
     SELECT id, priority FROM (
         SELECT j.id, j.priority FROM jobs j
-         WHERE j.runner_id = $2 AND j.state = 'parked'
+         WHERE j.runner_id = $2 AND j.state = 'parked' AND (j.not_before IS NULL OR j.not_before <= now())
            AND job_fits(j.required_capabilities, j.source_key, j.needs_workspace_runner,
                         (SELECT capabilities FROM r), (SELECT exclusive FROM r),
                         (SELECT sources FROM r), $4 LIKE 'ws:%')
@@ -77,7 +77,7 @@ named AS (
 own_plain AS (
     SELECT id, priority FROM (
         SELECT j.id, j.priority FROM jobs j
-         WHERE j.workspace = $3 AND j.owner = $4 AND j.runner_id IS NULL AND j.state = 'parked'
+         WHERE j.workspace = $3 AND j.owner = $4 AND j.runner_id IS NULL AND j.state = 'parked' AND (j.not_before IS NULL OR j.not_before <= now())
            AND job_claim_class(j.required_capabilities, j.source_key) = 0
            AND (SELECT cardinality(exclusive) = 0 FROM r)
            AND job_fits(j.required_capabilities, j.source_key, j.needs_workspace_runner,
@@ -91,7 +91,7 @@ own_plain AS (
 own_constrained AS (
     SELECT id, priority FROM (
         SELECT j.id, j.priority FROM jobs j
-         WHERE j.workspace = $3 AND j.owner = $4 AND j.runner_id IS NULL AND j.state = 'parked'
+         WHERE j.workspace = $3 AND j.owner = $4 AND j.runner_id IS NULL AND j.state = 'parked' AND (j.not_before IS NULL OR j.not_before <= now())
            AND job_claim_class(j.required_capabilities, j.source_key) = 1
            AND (SELECT cardinality(capabilities) > 0 OR cardinality(sources) > 0 FROM r)
            AND job_fits(j.required_capabilities, j.source_key, j.needs_workspace_runner,
@@ -106,7 +106,7 @@ own_constrained AS (
 any_plain AS (
     SELECT id, priority FROM (
         SELECT j.id, j.priority FROM jobs j
-         WHERE $4 LIKE 'ws:%' AND j.workspace = $3 AND j.pool = 'any' AND j.state = 'parked'
+         WHERE $4 LIKE 'ws:%' AND j.workspace = $3 AND j.pool = 'any' AND j.state = 'parked' AND (j.not_before IS NULL OR j.not_before <= now())
            AND job_claim_class(j.required_capabilities, j.source_key) = 0
            AND (SELECT cardinality(exclusive) = 0 FROM r)
            AND job_fits(j.required_capabilities, j.source_key, j.needs_workspace_runner,
@@ -120,7 +120,7 @@ any_plain AS (
 any_constrained AS (
     SELECT id, priority FROM (
         SELECT j.id, j.priority FROM jobs j
-         WHERE $4 LIKE 'ws:%' AND j.workspace = $3 AND j.pool = 'any' AND j.state = 'parked'
+         WHERE $4 LIKE 'ws:%' AND j.workspace = $3 AND j.pool = 'any' AND j.state = 'parked' AND (j.not_before IS NULL OR j.not_before <= now())
            AND job_claim_class(j.required_capabilities, j.source_key) = 1
            AND (SELECT cardinality(capabilities) > 0 OR cardinality(sources) > 0 FROM r)
            AND job_fits(j.required_capabilities, j.source_key, j.needs_workspace_runner,

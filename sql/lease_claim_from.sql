@@ -51,7 +51,7 @@ slots AS (
 named AS (
     SELECT id, priority FROM (
         SELECT j.id, j.priority FROM jobs j
-         WHERE j.runner_id = $2 AND j.state = 'parked'
+         WHERE j.runner_id = $2 AND j.state = 'parked' AND (j.not_before IS NULL OR j.not_before <= now())
            AND job_fits(j.required_capabilities, j.source_key, j.needs_workspace_runner,
                         (SELECT capabilities FROM r), (SELECT exclusive FROM r),
                         (SELECT sources FROM r), $4 LIKE 'ws:%')
@@ -124,7 +124,7 @@ own_plain AS (
     SELECT id, priority FROM (
         SELECT * FROM (SELECT j.id, j.priority FROM jobs j
                         WHERE j.workspace = $3 AND j.owner = $4 AND j.runner_id IS NULL
-                          AND j.state = 'parked'
+                          AND j.state = 'parked' AND (j.not_before IS NULL OR j.not_before <= now())
                           AND (SELECT cardinality(exclusive) = 0 FROM r)
                           AND job_claim_class(j.required_capabilities, j.source_key) = 0
                           AND j.priority = (SELECT priority FROM own_start)
@@ -138,7 +138,7 @@ own_plain AS (
         UNION ALL
         SELECT * FROM (SELECT j.id, j.priority FROM jobs j
                         WHERE j.workspace = $3 AND j.owner = $4 AND j.runner_id IS NULL
-                          AND j.state = 'parked'
+                          AND j.state = 'parked' AND (j.not_before IS NULL OR j.not_before <= now())
                           AND (SELECT cardinality(exclusive) = 0 FROM r)
                           AND job_claim_class(j.required_capabilities, j.source_key) = 0
                           AND j.priority < (SELECT priority FROM own_start)
@@ -194,7 +194,7 @@ own_constrained AS (
     SELECT id, priority FROM (
         SELECT * FROM (SELECT j.id, j.priority FROM jobs j
                         WHERE j.workspace = $3 AND j.owner = $4 AND j.runner_id IS NULL
-                          AND j.state = 'parked'
+                          AND j.state = 'parked' AND (j.not_before IS NULL OR j.not_before <= now())
                           AND (SELECT cardinality(capabilities) > 0
                                       OR cardinality(sources) > 0 FROM r)
                           AND job_claim_class(j.required_capabilities, j.source_key) = 1
@@ -210,7 +210,7 @@ own_constrained AS (
         UNION ALL
         SELECT * FROM (SELECT j.id, j.priority FROM jobs j
                         WHERE j.workspace = $3 AND j.owner = $4 AND j.runner_id IS NULL
-                          AND j.state = 'parked'
+                          AND j.state = 'parked' AND (j.not_before IS NULL OR j.not_before <= now())
                           AND (SELECT cardinality(capabilities) > 0
                                       OR cardinality(sources) > 0 FROM r)
                           AND job_claim_class(j.required_capabilities, j.source_key) = 1
@@ -273,7 +273,7 @@ any_plain AS (
     SELECT id, priority FROM (
         SELECT * FROM (SELECT j.id, j.priority FROM jobs j
                         WHERE $4 LIKE 'ws:%' AND j.workspace = $3 AND j.pool = 'any'
-                          AND j.state = 'parked'
+                          AND j.state = 'parked' AND (j.not_before IS NULL OR j.not_before <= now())
                           AND (SELECT cardinality(exclusive) = 0 FROM r)
                           AND job_claim_class(j.required_capabilities, j.source_key) = 0
                           AND j.priority = (SELECT priority FROM any_start)
@@ -286,7 +286,7 @@ any_plain AS (
         UNION ALL
         SELECT * FROM (SELECT j.id, j.priority FROM jobs j
                         WHERE $4 LIKE 'ws:%' AND j.workspace = $3 AND j.pool = 'any'
-                          AND j.state = 'parked'
+                          AND j.state = 'parked' AND (j.not_before IS NULL OR j.not_before <= now())
                           AND (SELECT cardinality(exclusive) = 0 FROM r)
                           AND job_claim_class(j.required_capabilities, j.source_key) = 0
                           AND j.priority < (SELECT priority FROM any_start)
@@ -338,7 +338,7 @@ any_constrained AS (
     SELECT id, priority FROM (
         SELECT * FROM (SELECT j.id, j.priority FROM jobs j
                         WHERE $4 LIKE 'ws:%' AND j.workspace = $3 AND j.pool = 'any'
-                          AND j.state = 'parked'
+                          AND j.state = 'parked' AND (j.not_before IS NULL OR j.not_before <= now())
                           AND (SELECT cardinality(capabilities) > 0
                                       OR cardinality(sources) > 0 FROM r)
                           AND job_claim_class(j.required_capabilities, j.source_key) = 1
@@ -354,7 +354,7 @@ any_constrained AS (
         UNION ALL
         SELECT * FROM (SELECT j.id, j.priority FROM jobs j
                         WHERE $4 LIKE 'ws:%' AND j.workspace = $3 AND j.pool = 'any'
-                          AND j.state = 'parked'
+                          AND j.state = 'parked' AND (j.not_before IS NULL OR j.not_before <= now())
                           AND (SELECT cardinality(capabilities) > 0
                                       OR cardinality(sources) > 0 FROM r)
                           AND job_claim_class(j.required_capabilities, j.source_key) = 1

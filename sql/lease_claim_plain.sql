@@ -53,7 +53,7 @@ slots AS (
 named AS (
     SELECT id, priority FROM (
         SELECT j.id, j.priority FROM jobs j
-         WHERE j.runner_id = $2 AND j.state = 'parked'
+         WHERE j.runner_id = $2 AND j.state = 'parked' AND (j.not_before IS NULL OR j.not_before <= now())
            AND job_fits(j.required_capabilities, j.source_key, j.needs_workspace_runner,
                         '{}', '{}', '{}', $4 LIKE 'ws:%')
          ORDER BY j.priority DESC, j.id
@@ -65,7 +65,7 @@ named AS (
 own_plain AS (
     SELECT id, priority FROM (
         SELECT j.id, j.priority FROM jobs j
-         WHERE j.workspace = $3 AND j.owner = $4 AND j.runner_id IS NULL AND j.state = 'parked'
+         WHERE j.workspace = $3 AND j.owner = $4 AND j.runner_id IS NULL AND j.state = 'parked' AND (j.not_before IS NULL OR j.not_before <= now())
            AND job_claim_class(j.required_capabilities, j.source_key) = 0
            AND job_fits(j.required_capabilities, j.source_key, j.needs_workspace_runner,
                         '{}', '{}', '{}', $4 LIKE 'ws:%')
@@ -78,7 +78,7 @@ own_plain AS (
 any_plain AS (
     SELECT id, priority FROM (
         SELECT j.id, j.priority FROM jobs j
-         WHERE $4 LIKE 'ws:%' AND j.workspace = $3 AND j.pool = 'any' AND j.state = 'parked'
+         WHERE $4 LIKE 'ws:%' AND j.workspace = $3 AND j.pool = 'any' AND j.state = 'parked' AND (j.not_before IS NULL OR j.not_before <= now())
            AND job_claim_class(j.required_capabilities, j.source_key) = 0
            AND job_fits(j.required_capabilities, j.source_key, j.needs_workspace_runner,
                         '{}', '{}', '{}', $4 LIKE 'ws:%')

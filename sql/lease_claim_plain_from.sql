@@ -56,7 +56,7 @@ slots AS (
 named AS (
     SELECT id, priority FROM (
         SELECT j.id, j.priority FROM jobs j
-         WHERE j.runner_id = $2 AND j.state = 'parked'
+         WHERE j.runner_id = $2 AND j.state = 'parked' AND (j.not_before IS NULL OR j.not_before <= now())
            AND job_fits(j.required_capabilities, j.source_key, j.needs_workspace_runner,
                         '{}', '{}', '{}', $4 LIKE 'ws:%')
          ORDER BY j.priority DESC, j.id
@@ -128,7 +128,7 @@ own_plain AS (
     SELECT id, priority FROM (
         SELECT * FROM (SELECT j.id, j.priority FROM jobs j
                         WHERE j.workspace = $3 AND j.owner = $4 AND j.runner_id IS NULL
-                          AND j.state = 'parked'
+                          AND j.state = 'parked' AND (j.not_before IS NULL OR j.not_before <= now())
                           AND job_claim_class(j.required_capabilities, j.source_key) = 0
                           AND j.priority = (SELECT priority FROM own_start)
                           AND j.id >= (SELECT id FROM own_start)
@@ -141,7 +141,7 @@ own_plain AS (
         UNION ALL
         SELECT * FROM (SELECT j.id, j.priority FROM jobs j
                         WHERE j.workspace = $3 AND j.owner = $4 AND j.runner_id IS NULL
-                          AND j.state = 'parked'
+                          AND j.state = 'parked' AND (j.not_before IS NULL OR j.not_before <= now())
                           AND job_claim_class(j.required_capabilities, j.source_key) = 0
                           AND j.priority < (SELECT priority FROM own_start)
                           AND job_fits(j.required_capabilities, j.source_key,
@@ -201,7 +201,7 @@ any_plain AS (
     SELECT id, priority FROM (
         SELECT * FROM (SELECT j.id, j.priority FROM jobs j
                         WHERE $4 LIKE 'ws:%' AND j.workspace = $3 AND j.pool = 'any'
-                          AND j.state = 'parked'
+                          AND j.state = 'parked' AND (j.not_before IS NULL OR j.not_before <= now())
                           AND job_claim_class(j.required_capabilities, j.source_key) = 0
                           AND j.priority = (SELECT priority FROM any_start)
                           AND j.id >= (SELECT id FROM any_start)
@@ -213,7 +213,7 @@ any_plain AS (
         UNION ALL
         SELECT * FROM (SELECT j.id, j.priority FROM jobs j
                         WHERE $4 LIKE 'ws:%' AND j.workspace = $3 AND j.pool = 'any'
-                          AND j.state = 'parked'
+                          AND j.state = 'parked' AND (j.not_before IS NULL OR j.not_before <= now())
                           AND job_claim_class(j.required_capabilities, j.source_key) = 0
                           AND j.priority < (SELECT priority FROM any_start)
                           AND job_fits(j.required_capabilities, j.source_key,

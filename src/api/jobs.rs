@@ -49,6 +49,7 @@ struct Checked {
     secrets: Vec<String>,
     source: Option<wire::Source>,
     source_key: Option<String>,
+    retry: Option<wire::RetryPolicy>,
 }
 
 /// Validate a dispatch body; `at` prefixes field names (`jobs[3].` in a batch).
@@ -91,6 +92,10 @@ fn check(st: &AppState, req: wire::Dispatch, at: &str) -> ApiResult<Checked> {
             (Some(source), Some(key))
         }
     };
+    let retry = match req.retry {
+        None => None,
+        Some(r) => validate::retry(&field("retry"), r)?,
+    };
     Ok(Checked {
         target: req.target,
         kind,
@@ -103,6 +108,7 @@ fn check(st: &AppState, req: wire::Dispatch, at: &str) -> ApiResult<Checked> {
         secrets,
         source,
         source_key,
+        retry,
     })
 }
 
@@ -147,6 +153,8 @@ fn new_job(
         source_key: c.source_key,
         traceparent: crate::telemetry::traces::current_traceparent(),
         needs_workspace_runner,
+        // A struct of numbers and strings: serialising it cannot fail.
+        retry: c.retry.and_then(|r| serde_json::to_value(r).ok()),
     }
 }
 
@@ -532,6 +540,38 @@ pub async fn cancel(
         return Ok(Json(views::job(job)));
     }
     // Unknown, or already terminal: a terminal job is returned unchanged.
+    store
+        .job(id, &key.workspace)
+        .await?
+        .map(|j| Json(views::job(j)))
+        .ok_or(ApiError::NotFound)
+}
+
+/// `POST /v1/jobs/{id}/retry` (v1.2): a settled job is parked again, a leased one superseded
+/// (its runner's reports get 409, its next heartbeat lists it in `cancelled`); a parked job is
+/// answered unchanged (docs/contract-notes.md, "Retries (v1.2)"). With an `Idempotency-Key`, a
+/// repeat of a retry of this job answers the job as it is now and retries nothing.
+pub async fn retry(
+    State(st): State<Arc<AppState>>,
+    Operator(key): Operator,
+    PathId(id): PathId,
+    headers: HeaderMap,
+) -> ApiResult<Json<wire::Job>> {
+    let idempotency_key = idempotency_header(&headers)?;
+    let store = &st.hub.store;
+    if let Some(k) = &idempotency_key {
+        if let Some(job) = store.job_retried_with_key(id, k, &key.workspace).await? {
+            return Ok(Json(views::job(job)));
+        }
+    }
+    if let Some(job) = st
+        .hub
+        .retry(id, &key.workspace, idempotency_key.as_deref())
+        .await?
+    {
+        return Ok(Json(views::job(job)));
+    }
+    // Unknown (404), or parked already: answered unchanged.
     store
         .job(id, &key.workspace)
         .await?

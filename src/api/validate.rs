@@ -237,3 +237,70 @@ pub fn source(
     };
     Ok((source, key))
 }
+
+/// A dispatch's `retry` (v1.2): an object `{"limit": 0..10, "on"?: [reasons], "delay_ms"?:
+/// 0..3600000}`, `on` a subset of [`crate::wire::RetryPolicy::REASONS`] (default all three,
+/// duplicates dropped), `delay_ms` default 0; other fields are ignored, as everywhere in a
+/// request. JSON `null` is no policy. Any error is a 400 naming `field`.
+pub fn retry(
+    field: &str,
+    value: serde_json::Value,
+) -> Result<Option<crate::wire::RetryPolicy>, ApiError> {
+    use crate::wire::RetryPolicy;
+    use serde_json::Value;
+    let map = match value {
+        Value::Null => return Ok(None),
+        Value::Object(map) => map,
+        _ => return Err(ApiError::bad(format!("{field}: must be an object"))),
+    };
+    let int = |name: &str, lo: i64, hi: i64, default: Option<i64>| -> Result<i64, ApiError> {
+        match (map.get(name), default) {
+            (None | Some(Value::Null), Some(d)) => Ok(d),
+            (Some(v), _) if v.as_i64().is_some_and(|n| (lo..=hi).contains(&n)) => {
+                Ok(v.as_i64().unwrap_or_default())
+            }
+            (None | Some(Value::Null), None) => Err(ApiError::bad(format!(
+                "{field}.{name}: required, an integer {lo}..{hi}"
+            ))),
+            _ => Err(ApiError::bad(format!(
+                "{field}.{name}: must be an integer {lo}..{hi}"
+            ))),
+        }
+    };
+    let limit = int("limit", 0, 10, None)?;
+    let delay_ms = int("delay_ms", 0, 3_600_000, Some(0))?;
+    let on = match map.get("on") {
+        None | Some(Value::Null) => RetryPolicy::REASONS
+            .iter()
+            .map(|r| (*r).to_owned())
+            .collect(),
+        Some(Value::Array(items)) => {
+            let mut on: Vec<String> = Vec::with_capacity(items.len());
+            for item in items {
+                match item.as_str() {
+                    Some(r) if RetryPolicy::REASONS.contains(&r) => {
+                        if !on.iter().any(|o| o == r) {
+                            on.push(r.to_owned());
+                        }
+                    }
+                    _ => {
+                        return Err(ApiError::bad(format!(
+                            "{field}.on: {item} is not one of runner_failed, exit_code, lease_lost"
+                        )))
+                    }
+                }
+            }
+            on
+        }
+        Some(_) => {
+            return Err(ApiError::bad(format!(
+                "{field}.on: must be an array of runner_failed, exit_code, lease_lost"
+            )))
+        }
+    };
+    Ok(Some(RetryPolicy {
+        limit,
+        on,
+        delay_ms,
+    }))
+}

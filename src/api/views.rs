@@ -122,7 +122,18 @@ pub fn job(j: Job) -> wire::Job {
         pool: j.pool,
         secrets: j.secrets,
         source: j.source.and_then(source),
+        retries: j.retries,
+        retry: j.retry.and_then(retry_policy),
+        not_before: j.not_before,
     }
+}
+
+/// A stored retry policy (validated and normalised at dispatch); `None`, and an error logged,
+/// if it does not read back (a bug).
+fn retry_policy(stored: serde_json::Value) -> Option<wire::RetryPolicy> {
+    serde_json::from_value(stored)
+        .map_err(|e| tracing::error!(error = %e, "a stored retry policy does not read back"))
+        .ok()
 }
 
 /// A leased job as its runner sees it: `secrets` are the opened values of the secrets it

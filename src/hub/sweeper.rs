@@ -1,5 +1,6 @@
-//! Maintenance that every replica runs: lapsed leases back to parked (or failed `lease_lost`),
-//! `no_runner` and `queue_timeout` rejections, dead join codes, stale ephemeral runners, and
+//! Maintenance that every replica runs: lapsed leases back to parked (or failed `lease_lost`,
+//! or parked as a retry), `no_runner` and `queue_timeout` rejections, retries whose delay has
+//! passed (a runner woken for each), dead join codes, stale ephemeral runners, and
 //! runners past the dormancy ceiling. At start it re-judges every runner's version against this
 //! replica's minimum, so a changed `LEASEHOLD_MIN_RUNNER_VERSION` takes effect everywhere.
 //!
@@ -167,6 +168,16 @@ async fn sweep(hub: &Hub, windows: &mut Windows) -> Result<()> {
     loop {
         let moved = store.sweep_queue_timeout(BATCH).await?;
         hub.metrics.sweep_batch("queue_timeout");
+        let full = moved.len() as i64 == BATCH;
+        hub.after_moves(&moved);
+        if !full {
+            break;
+        }
+    }
+    // Retries whose delay has passed: nothing else wakes a runner for them (v1.2).
+    loop {
+        let moved = store.sweep_retry_due(BATCH).await?;
+        hub.metrics.sweep_batch("retry_due");
         let full = moved.len() as i64 == BATCH;
         hub.after_moves(&moved);
         if !full {

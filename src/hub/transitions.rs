@@ -64,20 +64,21 @@ impl Hub {
         Ok(answer)
     }
 
-    /// Complete a leased job (fenced); wakes its readers.
+    /// Complete a leased job (fenced); wakes its readers, and a runner when its retry policy
+    /// parked it again instead (v1.2).
     ///
     /// # Errors
     /// The database failed; a fence miss is the inner `Err`.
     pub async fn complete(&self, report: Report) -> Result<Fenced<Job>> {
-        let id = report.id;
         let answer = self.store.complete_job(report).await?;
-        if answer.is_ok() {
-            self.job_changed(id);
+        if let Ok(job) = &answer {
+            self.settled_or_retried(job);
         }
         Ok(answer)
     }
 
-    /// Fail a leased job (fenced); wakes its readers.
+    /// Fail a leased job (fenced); wakes its readers, and a runner when its retry policy parked
+    /// it again instead (v1.2).
     ///
     /// # Errors
     /// The database failed; a fence miss is the inner `Err`.
@@ -89,8 +90,8 @@ impl Hub {
         message: &str,
     ) -> Result<Fenced<Job>> {
         let answer = self.store.fail_job(id, epoch, token_hash, message).await?;
-        if answer.is_ok() {
-            self.job_changed(id);
+        if let Ok(job) = &answer {
+            self.settled_or_retried(job);
         }
         Ok(answer)
     }
@@ -106,6 +107,30 @@ impl Hub {
             self.job_changed(id);
         }
         Ok(answer)
+    }
+
+    /// `POST /v1/jobs/{id}/retry` (v1.2): park a settled or leased job of `workspace` again
+    /// (a leased one's holder is superseded); wakes a runner, and its readers.
+    ///
+    /// # Errors
+    /// The database failed. `Ok(None)`: unknown, or parked already.
+    pub async fn retry(&self, id: Uuid, workspace: &str, key: Option<&str>) -> Result<Option<Job>> {
+        let retried = self.store.retry_job(id, workspace, key).await?;
+        if let Some(job) = &retried {
+            self.job_parked(&job.queue());
+            self.job_changed(id);
+        }
+        Ok(retried)
+    }
+
+    /// The wakes a runner's terminal report owes: its readers always; a runner too when the
+    /// job's retry policy parked it again (a delayed retry is woken by the sweeper instead,
+    /// once its delay has passed: sweep_retry_due.sql).
+    fn settled_or_retried(&self, job: &Job) {
+        if job.state == crate::domain::state::JobState::Parked && job.not_before.is_none() {
+            self.job_parked(&job.queue());
+        }
+        self.job_changed(job.id);
     }
 
     /// Cancel a job of `workspace`; wakes its readers (and its runner, at its next heartbeat).

@@ -504,7 +504,10 @@ mod stamping {
             // The no-runner sweep reads parked jobs only: its 'parked' keeps a job where it is.
             let keeps = *file == "sweep_no_runner.sql";
             let parks = !keeps
-                && (code.contains("SET state = 'parked'") || code.contains("ELSE 'parked' END"));
+                && (code.contains("SET state = 'parked'")
+                    || code.contains("ELSE 'parked' END")
+                    // A retry's re-park (job_fail.sql, job_complete.sql).
+                    || code.contains("THEN 'parked'"));
             if parks {
                 assert!(
                     code.contains("parked_xid = pg_current_xact_id()")

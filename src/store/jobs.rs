@@ -54,6 +54,8 @@ pub struct NewJob {
     pub traceparent: Option<String>,
     /// It names a `workspace` secret: personal runners never take it.
     pub needs_workspace_runner: bool,
+    /// The retry policy, normalised (`{"limit","on","delay_ms"}`), or none.
+    pub retry: Option<Value>,
 }
 
 /// A runner's terminal report of success.
@@ -209,6 +211,35 @@ impl Store {
     /// Cancel a live job. `None` when it is unknown or already terminal.
     pub async fn cancel_job(&self, id: Uuid, workspace: &str, by: &str) -> Result<Option<Job>> {
         self.query_opt(sql::JOB_CANCEL, &[&id, &workspace, &by])
+            .await?
+            .as_ref()
+            .map(rows::job)
+            .transpose()
+    }
+
+    /// Park a settled or leased job again (`job_retry.sql`), recording `key` (the call's
+    /// Idempotency-Key). `None` when it is unknown in this workspace or parked already.
+    pub async fn retry_job(
+        &self,
+        id: Uuid,
+        workspace: &str,
+        key: Option<&str>,
+    ) -> Result<Option<Job>> {
+        self.query_opt(sql::JOB_RETRY, &[&workspace, &id, &key])
+            .await?
+            .as_ref()
+            .map(rows::job)
+            .transpose()
+    }
+
+    /// The job a retry call with Idempotency-Key `key` already retried, as it is now.
+    pub async fn job_retried_with_key(
+        &self,
+        id: Uuid,
+        key: &str,
+        workspace: &str,
+    ) -> Result<Option<Job>> {
+        self.query_opt(sql::JOB_RETRY_BY_KEY, &[&id, &key, &workspace])
             .await?
             .as_ref()
             .map(rows::job)

@@ -127,6 +127,12 @@ pub struct Job {
     pub traceparent: Option<String>,
     /// It names a `workspace` secret: only workspace runners take it (never on the wire).
     pub needs_workspace_runner: bool,
+    /// Re-parks made by its retry policy or the retry call (v1.2).
+    pub retries: i32,
+    /// The retry policy as dispatched, normalised (`{"limit","on","delay_ms"}`), or none.
+    pub retry: Option<Value>,
+    /// While it waits out a retry's delay: when it may be leased again.
+    pub not_before: Option<DateTime<Utc>>,
 }
 
 /// A job as the lease claim hands it to its runner.

@@ -91,6 +91,9 @@ mapping!(
         source: "source",
         traceparent: "traceparent",
         needs_workspace_runner: "needs_workspace_runner",
+        retries: "retries",
+        retry: "retry",
+        not_before: "not_before",
     }
 );
 
@@ -139,6 +142,8 @@ pub const MAPPED: &[(&str, &[&str])] = &[
     ("job_complete.sql", JOB_COLUMNS),
     ("job_fail.sql", JOB_COLUMNS),
     ("job_release.sql", JOB_COLUMNS),
+    ("job_retry.sql", JOB_COLUMNS),
+    ("job_retry_by_key.sql", JOB_COLUMNS),
     ("runner_insert.sql", RUNNER_COLUMNS),
     ("runner_get.sql", RUNNER_COLUMNS),
     ("runner_heartbeat.sql", RUNNER_COLUMNS),
@@ -148,6 +153,7 @@ pub const MAPPED: &[(&str, &[&str])] = &[
     ("sweep_lapsed_leases.sql", MOVED_COLUMNS),
     ("sweep_no_runner.sql", MOVED_COLUMNS),
     ("sweep_queue_timeout.sql", MOVED_COLUMNS),
+    ("sweep_retry_due.sql", MOVED_COLUMNS),
     ("lease_claim.sql", &["plain", "free"]),
     ("lease_claim.sql", CLAIMED_COLUMNS),
     ("lease_claim_plain.sql", &["plain", "free", "unfit_named"]),

@@ -46,6 +46,12 @@ impl Store {
         self.sweep(sql::SWEEP_QUEUE_TIMEOUT, &[&batch]).await
     }
 
+    /// Clear the delay of up to `batch` parked retries whose `not_before` has passed; they
+    /// are returned so that a runner is woken for each.
+    pub async fn sweep_retry_due(&self, batch: i64) -> Result<Vec<Moved>> {
+        self.sweep(sql::SWEEP_RETRY_DUE, &[&batch]).await
+    }
+
     pub async fn sweep_join_codes(&self, batch: i64) -> Result<u64> {
         self.execute(sql::SWEEP_JOIN_CODES, &[&batch]).await
     }

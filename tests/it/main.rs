@@ -32,6 +32,7 @@ mod plans;
 mod private_pg;
 mod procs;
 mod replicas;
+mod retries;
 mod runner_e2e;
 mod schema;
 mod secrets;

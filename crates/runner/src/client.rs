@@ -342,6 +342,20 @@ impl Client {
             .await
     }
 
+    /// Run a job again (v1.2): a settled job is parked again, a leased one superseded; `key`
+    /// is sent as the `Idempotency-Key`.
+    pub async fn retry_job(&self, id: Uuid, key: Option<&str>) -> Result<wire::Job> {
+        let headers: Vec<(&str, &str)> = key.map(|k| ("Idempotency-Key", k)).into_iter().collect();
+        self.call(
+            Method::POST,
+            &format!("/v1/jobs/{id}/retry"),
+            Some(&serde_json::json!({})),
+            &headers,
+        )
+        .await
+        .map(|(_, job)| job)
+    }
+
     pub async fn events(&self, id: Uuid, after: i64, wait_ms: u64) -> Result<wire::EventList> {
         self.get(&format!(
             "/v1/jobs/{id}/events?after={after}&wait_ms={wait_ms}"

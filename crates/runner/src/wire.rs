@@ -271,6 +271,32 @@ pub struct Job {
     /// The repository source as dispatched: a credential only named, never carried.
     #[serde(default)]
     pub source: Option<Source>,
+    /// Re-parks made by its retry policy or `POST /v1/jobs/{id}/retry` (v1.2).
+    #[serde(default)]
+    pub retries: i32,
+    /// The retry policy as dispatched, defaults filled in; null for none (v1.2).
+    #[serde(default)]
+    pub retry: Option<RetryPolicy>,
+    /// While it waits out a retry's delay: when it may be leased again; else null (v1.2).
+    #[serde(default)]
+    pub not_before: Option<DateTime<Utc>>,
+}
+
+/// A dispatch's retry policy (v1.2): up to `limit` re-parks, for the reasons in `on`, each
+/// leasable `delay_ms × 2^(retries-1)` (capped at an hour) after the attempt ended.
+#[derive(utoipa::ToSchema, Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RetryPolicy {
+    /// 0..10.
+    pub limit: i64,
+    /// A subset of `runner_failed`, `exit_code`, `lease_lost` (default all three).
+    pub on: Vec<String>,
+    /// 0..3600000 (default 0).
+    pub delay_ms: i64,
+}
+
+impl RetryPolicy {
+    /// The reasons a policy may name, in the order the default lists them.
+    pub const REASONS: [&'static str; 3] = ["runner_failed", "exit_code", "lease_lost"];
 }
 
 impl Job {
@@ -423,6 +449,9 @@ pub struct Dispatch {
     /// A repository source (v1.1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<Value>,
+    /// A retry policy (v1.2): `{"limit": 0..10, "on"?: [...], "delay_ms"?: 0..3600000}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry: Option<Value>,
 }
 
 /// One item of `POST /v1/jobs/batch`: a dispatch body and its own idempotency key.
@@ -460,6 +489,7 @@ impl Dispatch {
             queue_timeout_ms: None,
             secrets: None,
             source: None,
+            retry: None,
         }
     }
 }

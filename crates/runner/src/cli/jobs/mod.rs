@@ -1,4 +1,4 @@
-//! `leasehold job submit|get|cancel|logs|list`: dispatch a command and follow it.
+//! `leasehold job submit|get|cancel|retry|logs|list`: dispatch a command and follow it.
 //! This file holds the commands; [`follow`] streams a job's events to its end and [`render`]
 //! prints jobs and events for people.
 //!
@@ -88,6 +88,23 @@ pub struct SubmitArgs {
     /// Dispatch at most once per key in the workspace.
     #[arg(long)]
     pub idempotency_key: Option<String>,
+    /// Park the job again up to N times (0..10) when an attempt ends in a reason of
+    /// `--retry-on` (v1.2).
+    #[arg(long, value_name = "N")]
+    pub retry: Option<i64>,
+    /// What retries it, comma-separated: `runner_failed`, `exit_code`, `lease_lost` (default
+    /// all three).
+    #[arg(
+        long,
+        value_name = "REASONS",
+        requires = "retry",
+        value_delimiter = ','
+    )]
+    pub retry_on: Vec<String>,
+    /// Wait this long before the first retry, doubling for each next one (capped at an hour):
+    /// `500ms`, `5s`, `2m`, `1h`, or milliseconds.
+    #[arg(long, value_name = "DELAY", requires = "retry", value_parser = parse_delay_ms)]
+    pub retry_delay: Option<i64>,
     /// Dispatch N copies in one call (`POST /v1/jobs/batch`: all parked or none), each with
     /// `MATRIX_INDEX` (0..N-1) in its environment; prints one id a line. With
     /// `--idempotency-key K`, copy i uses `K-i`.
@@ -126,6 +143,14 @@ pub enum JobCommand {
     Get { id: Uuid },
     /// Cancel a job; a running command is killed by its runner at its next heartbeat.
     Cancel { id: Uuid },
+    /// Run a job again (v1.2): a finished job is parked again; a running one is superseded
+    /// (its runner kills the command) and parked again.
+    Retry {
+        id: Uuid,
+        /// Retry at most once per key (a repeat shows the job as it is).
+        #[arg(long)]
+        idempotency_key: Option<String>,
+    },
     /// Print a job's output.
     Logs {
         id: Uuid,
@@ -190,6 +215,21 @@ pub async fn run(conn: &Conn, command: JobCommand) -> anyhow::Result<i32> {
             }
             Ok(0)
         }
+        JobCommand::Retry {
+            id,
+            idempotency_key,
+        } => {
+            let job = client.retry_job(id, idempotency_key.as_deref()).await?;
+            if conn.json {
+                print_json(&job);
+            } else {
+                println!(
+                    "job {id} parked again (retries {}, epoch {})",
+                    job.retries, job.epoch
+                );
+            }
+            Ok(0)
+        }
         JobCommand::Logs { id, follow } => {
             let mode = if conn.json { Show::Json } else { Show::Output };
             if follow {
@@ -241,6 +281,28 @@ pub async fn run(conn: &Conn, command: JobCommand) -> anyhow::Result<i32> {
     }
 }
 
+/// A `--retry-delay`: a number of milliseconds, or one with a unit (`ms`, `s`, `m`, `h`).
+///
+/// # Errors
+/// Not a non-negative whole number with one of those units.
+pub fn parse_delay_ms(text: &str) -> Result<i64, String> {
+    let t = text.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (digits, unit) = t.split_at(split);
+    let n: i64 = digits
+        .parse()
+        .map_err(|_| format!("{text:?}: expected a delay such as 500ms, 5s, 2m or 1h"))?;
+    let scale = match unit {
+        "" | "ms" => 1,
+        "s" => 1000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        _ => return Err(format!("{text:?}: the unit must be ms, s, m or h")),
+    };
+    n.checked_mul(scale)
+        .ok_or_else(|| format!("{text:?}: too long"))
+}
+
 /// `REPOSITORY@SHA` as a git source; the last `@` separates them (URLs may hold one).
 ///
 /// # Errors
@@ -287,6 +349,16 @@ async fn submit(client: &Client, json_out: bool, args: SubmitArgs) -> anyhow::Re
     }
     req.priority = args.priority;
     req.max_attempts = args.max_attempts;
+    if let Some(limit) = args.retry {
+        let mut policy = serde_json::json!({ "limit": limit });
+        if !args.retry_on.is_empty() {
+            policy["on"] = serde_json::json!(args.retry_on);
+        }
+        if let Some(d) = args.retry_delay {
+            policy["delay_ms"] = serde_json::json!(d);
+        }
+        req.retry = Some(policy);
+    }
     if !args.secrets.is_empty() {
         req.secrets = Some(args.secrets.clone());
     }
@@ -390,6 +462,16 @@ mod tests {
             "provenance": null, "billing_tenant": null
         }))
         .unwrap()
+    }
+
+    #[test]
+    fn retry_delays_take_units() {
+        assert_eq!(parse_delay_ms("250"), Ok(250));
+        assert_eq!(parse_delay_ms("5s"), Ok(5000));
+        assert_eq!(parse_delay_ms("2m"), Ok(120_000));
+        assert_eq!(parse_delay_ms("1h"), Ok(3_600_000));
+        assert!(parse_delay_ms("5 days").is_err());
+        assert!(parse_delay_ms("-1s").is_err());
     }
 
     #[test]

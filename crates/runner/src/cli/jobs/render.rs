@@ -132,6 +132,27 @@ pub(super) fn describe(job: &Job) {
         "attempts",
         format!("{} of {}", job.attempts, job.max_attempts),
     ));
+    match &job.retry {
+        Some(p) => rows.push((
+            "retries",
+            format!(
+                "{} of {} (on {}{})",
+                job.retries,
+                p.limit,
+                p.on.join(", "),
+                if p.delay_ms > 0 {
+                    format!(", delay {} ms doubling", p.delay_ms)
+                } else {
+                    String::new()
+                }
+            ),
+        )),
+        None if job.retries > 0 => rows.push(("retries", job.retries.to_string())),
+        None => {}
+    }
+    if let Some(t) = job.not_before {
+        rows.push(("not before", when(Some(t))));
+    }
     rows.push(("created", when(Some(job.created_at))));
     rows.push(("leased", when(job.leased_at)));
     rows.push(("finished", when(job.finished_at)));
