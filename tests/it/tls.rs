@@ -854,3 +854,60 @@ async fn an_openssl_self_signed_ca_true_certificate_is_trusted_as_its_own_ca_cer
     assert!(r.exit(LONG).await.success(), "{}", r.log());
     serve.terminate(LONG).await.unwrap();
 }
+
+/// A pinned payload's code (and so the token it buys) never goes over plain HTTP, whatever the
+/// scheme's case: `runner connect <pinned lh1> --server HTTP://...`, or a pinned payload naming
+/// `Http://...`, is refused before anything reaches that address; a payload carrying a terminal
+/// escape sequence is echoed with it escaped.
+#[tokio::test]
+async fn a_pinned_payload_never_goes_over_http_in_any_case_and_echoes_are_escaped() {
+    let dir = TempDir::new("tls-http-case");
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let addr = listener.local_addr().unwrap();
+    let pin = Pair::self_signed(dir.path(), "pinned").pin().to_string();
+    let payload = |server: String| {
+        Connect {
+            code: "jc_never_sent".into(),
+            servers: vec![server],
+            pin: Some(pin.clone()),
+        }
+        .encode()
+    };
+    let config = dir.join("runner.json");
+    let config = config.to_str().unwrap();
+    let https = payload(format!("https://{addr}"));
+    let plain_server = format!("HTTP://{addr}");
+    let plain_payload = payload(format!("Http://{addr}"));
+    for args in [
+        vec![https.as_str(), "--server", plain_server.as_str()],
+        vec![plain_payload.as_str()],
+    ] {
+        let out = runner_connect(&[&args[..], &["--config", config]].concat()).await;
+        assert_eq!(out.code, Some(1), "{args:?}: {out:?}");
+        assert!(
+            out.stderr.contains("pins the server's key") && out.stderr.contains("https://"),
+            "{}",
+            out.stderr
+        );
+    }
+    assert!(
+        matches!(listener.accept(), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+        "nothing was sent to the plain-HTTP address"
+    );
+    assert!(!Path::new(config).exists(), "nothing enrolled");
+
+    let hostile = payload("\u{1b}[31mhttps://x\u{1b}]0;owned\u{7}".into());
+    let out = runner_connect(&[&hostile, "--config", config]).await;
+    assert_eq!(out.code, Some(1), "{out:?}");
+    assert!(
+        out.stderr.contains("\\u{1b}[31mhttps://x"),
+        "escaped: {}",
+        out.stderr
+    );
+    assert!(
+        !out.stderr.contains('\u{1b}') && !out.stderr.contains('\u{7}'),
+        "no raw control character: {:?}",
+        out.stderr
+    );
+}
