@@ -78,9 +78,12 @@ pub async fn start(config: Config, listener: TcpListener) -> anyhow::Result<Repl
     if let Some(bad) = config
         .public_url
         .iter()
-        .find(|u| !(u.starts_with("https://") || u.starts_with("http://")))
+        .find(|u| !crate::wire::input::is_web(u))
     {
-        anyhow::bail!("LEASEHOLD_PUBLIC_URL: '{bad}' is not an http:// or https:// URL");
+        anyhow::bail!(
+            "LEASEHOLD_PUBLIC_URL: '{}' is not an http:// or https:// URL",
+            crate::wire::input::escaped(bad)
+        );
     }
     let certificates = match (&config.tls_cert, &config.tls_key) {
         (Some(cert), Some(key)) => Some(Certificates::load(cert, key)?),

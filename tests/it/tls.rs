@@ -744,3 +744,170 @@ async fn sighup_without_tls_leaves_a_plain_replica_serving() {
     Client::new(&serve.url, Some(key)).pool().await.unwrap();
     assert!(serve.terminate(LONG).await.unwrap().success());
 }
+
+/// A self-signed certificate as `openssl req -x509` makes it (`CA:TRUE`), for 127.0.0.1
+/// only: `(cert, key)` in `dir`; `None` (after `require`) without openssl.
+fn openssl_self_signed(dir: &Path) -> Option<(PathBuf, PathBuf)> {
+    let (cert, key) = (dir.join("openssl.crt"), dir.join("openssl.key"));
+    let made = std::process::Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+        ])
+        .args(["-nodes", "-days", "2", "-subj", "/CN=127.0.0.1"])
+        .args(["-addext", "subjectAltName=IP:127.0.0.1", "-keyout"])
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output();
+    let missing = match &made {
+        Ok(out) if out.status.success() => None,
+        Ok(out) => Some(format!(
+            "openssl req -x509 failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )),
+        Err(e) => Some(format!("openssl: {e}")),
+    };
+    if !crate::support::require("openssl", missing) {
+        return None;
+    }
+    let text = std::process::Command::new("openssl")
+        .args(["x509", "-noout", "-text", "-in"])
+        .arg(&cert)
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&text.stdout).contains("CA:TRUE"),
+        "openssl's usual self-signed certificate says CA:TRUE"
+    );
+    Some((cert, key))
+}
+
+/// The usual self-signed certificate (`openssl req -x509`, which says `CA:TRUE`) given as its
+/// own `--ca-cert` is trusted by the CLI, `runner connect` and `runner run`; called by a name
+/// it does not list, it is refused in words that say so and do not tell the user to pass the
+/// `--ca-cert` they passed.
+#[tokio::test]
+async fn an_openssl_self_signed_ca_true_certificate_is_trusted_as_its_own_ca_cert() {
+    let dir = TempDir::new("tls-openssl");
+    let Some((cert, key_file)) = openssl_self_signed(dir.path()) else {
+        return;
+    };
+    let db = fresh_database().await;
+    let listen = format!("127.0.0.1:{}", free_port());
+    let url = format!("https://{listen}");
+    let mut serve = ServeProcess::start_on(
+        BIN,
+        &listen,
+        &db,
+        [
+            ("LEASEHOLD_TLS_CERT", cert.to_str().unwrap()),
+            ("LEASEHOLD_TLS_KEY", key_file.to_str().unwrap()),
+        ],
+        std::process::Stdio::inherit(),
+    )
+    .await
+    .expect("serve --tls-cert takes openssl's pair");
+    let key = key_in(&db, "acme", "alice", false).await;
+    let ca = cert.to_str().unwrap();
+
+    let out = cli(&url, &key, &["pool", "--ca-cert", ca], LONG).await;
+    assert_eq!(out.code, Some(0), "{out:?}");
+
+    let by_name = url.replace("127.0.0.1", "localhost");
+    let out = cli(&by_name, &key, &["pool", "--ca-cert", ca], LONG).await;
+    assert_eq!(out.code, Some(1), "{out:?}");
+    assert!(
+        out.stderr.contains("not valid for localhost") && out.stderr.contains("127.0.0.1"),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        !out.stderr.contains("pass --ca-cert") && !out.stderr.contains("Other("),
+        "{}",
+        out.stderr
+    );
+
+    // The runner's side: enrol with a bare code, --server and --ca-cert; then run a job.
+    let code = mint(&operator(&url, &key, &cert)).await;
+    let config = dir.join("runner.json");
+    let out = runner_connect(&[
+        &code.code,
+        "--server",
+        &url,
+        "--ca-cert",
+        ca,
+        "--config",
+        config.to_str().unwrap(),
+    ])
+    .await;
+    assert_eq!(out.code, Some(0), "{out:?}");
+    let mut r = runner(&config, &dir.join("work"), &["--unconfined"], &[]);
+    let out = submit_wait(&url, &key, &["--ca-cert", ca, "--", "echo", "ca-true"]).await;
+    assert_eq!(out.code, Some(0), "{out:?}\nrunner log:\n{}", r.log());
+    assert_eq!(out.stdout, "ca-true\n");
+    r.signal(Signal::SIGTERM);
+    assert!(r.exit(LONG).await.success(), "{}", r.log());
+    serve.terminate(LONG).await.unwrap();
+}
+
+/// A pinned payload's code (and so the token it buys) never goes over plain HTTP, whatever the
+/// scheme's case: `runner connect <pinned lh1> --server HTTP://...`, or a pinned payload naming
+/// `Http://...`, is refused before anything reaches that address; a payload carrying a terminal
+/// escape sequence is echoed with it escaped.
+#[tokio::test]
+async fn a_pinned_payload_never_goes_over_http_in_any_case_and_echoes_are_escaped() {
+    let dir = TempDir::new("tls-http-case");
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let addr = listener.local_addr().unwrap();
+    let pin = Pair::self_signed(dir.path(), "pinned").pin().to_string();
+    let payload = |server: String| {
+        Connect {
+            code: "jc_never_sent".into(),
+            servers: vec![server],
+            pin: Some(pin.clone()),
+        }
+        .encode()
+    };
+    let config = dir.join("runner.json");
+    let config = config.to_str().unwrap();
+    let https = payload(format!("https://{addr}"));
+    let plain_server = format!("HTTP://{addr}");
+    let plain_payload = payload(format!("Http://{addr}"));
+    for args in [
+        vec![https.as_str(), "--server", plain_server.as_str()],
+        vec![plain_payload.as_str()],
+    ] {
+        let out = runner_connect(&[&args[..], &["--config", config]].concat()).await;
+        assert_eq!(out.code, Some(1), "{args:?}: {out:?}");
+        assert!(
+            out.stderr.contains("pins the server's key") && out.stderr.contains("https://"),
+            "{}",
+            out.stderr
+        );
+    }
+    assert!(
+        matches!(listener.accept(), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+        "nothing was sent to the plain-HTTP address"
+    );
+    assert!(!Path::new(config).exists(), "nothing enrolled");
+
+    let hostile = payload("\u{1b}[31mhttps://x\u{1b}]0;owned\u{7}".into());
+    let out = runner_connect(&[&hostile, "--config", config]).await;
+    assert_eq!(out.code, Some(1), "{out:?}");
+    assert!(
+        out.stderr.contains("\\u{1b}[31mhttps://x"),
+        "escaped: {}",
+        out.stderr
+    );
+    assert!(
+        !out.stderr.contains('\u{1b}') && !out.stderr.contains('\u{7}'),
+        "no raw control character: {:?}",
+        out.stderr
+    );
+}

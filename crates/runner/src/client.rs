@@ -128,7 +128,14 @@ impl Client {
         trust: &Trust,
     ) -> anyhow::Result<Self> {
         let base = base.into().trim_end_matches('/').to_owned();
-        let https = !base.starts_with("http://");
+        let https = !crate::wire::input::is_plain_http(&base);
+        // A pin checks a key plain HTTP has none of: never send a credential unchecked.
+        anyhow::ensure!(
+            trust.pin.is_none() || crate::wire::input::is_https(&base),
+            "{}: the server's key is pinned, which only https:// can check: refusing to call it \
+             over plain HTTP",
+            crate::wire::input::escaped(&base)
+        );
         let http = reqwest::Client::builder()
             .use_preconfigured_tls(trust.client_config(https)?)
             .pool_idle_timeout(Duration::from_secs(30))

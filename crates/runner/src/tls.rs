@@ -10,6 +10,7 @@
 //! refuses every other one; without a pin the usual WebPKI checks apply. System roots are
 //! read once per process, and only by a client that calls an `https://` URL.
 
+mod ca_file;
 pub mod certificates;
 
 use std::fmt;
@@ -163,14 +164,20 @@ impl Trust {
         } else {
             rustls::RootCertStore::empty()
         };
-        if let Some(path) = &self.ca_cert {
-            for cert in load_certs(path).context("--ca-cert")? {
-                roots
-                    .add(cert)
-                    .with_context(|| format!("{}: not a usable CA certificate", path.display()))?;
-            }
+        let Some(path) = &self.ca_cert else {
+            return Ok(builder.with_root_certificates(roots).with_no_client_auth());
+        };
+        let own = load_certs(path).context("--ca-cert")?;
+        for cert in &own {
+            roots
+                .add(cert.clone())
+                .with_context(|| format!("{}: not a usable CA certificate", path.display()))?;
         }
-        Ok(builder.with_root_certificates(roots).with_no_client_auth())
+        let verifier = ca_file::CaFile::new(roots, own, path.clone())?;
+        Ok(builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(verifier))
+            .with_no_client_auth())
     }
 }
 
@@ -265,8 +272,8 @@ impl ServerCertVerifier for PinnedKey {
 
 /// Why a TLS connection was refused, for people: `None` when `e` is no TLS failure.
 ///
-/// A certificate the client would not trust says so and names `--ca-cert`; a pinned key that
-/// does not match says which key came.
+/// Each says why in words (unknown issuer, expired, wrong name, key not pinned) and what to do;
+/// `--ca-cert` is suggested only to a client that had none.
 pub fn explain(e: &(dyn std::error::Error + 'static)) -> Option<String> {
     let tls = find_rustls_error(e)?;
     Some(match tls {
@@ -279,25 +286,119 @@ pub fn explain(e: &(dyn std::error::Error + 'static)) -> Option<String> {
                 other.0
             )
         }
+        rustls::Error::InvalidCertificate(rustls::CertificateError::Other(other))
+            if other.0.downcast_ref::<ca_file::Refusal>().is_some() =>
+        {
+            let refusal = other
+                .0
+                .downcast_ref::<ca_file::Refusal>()
+                .expect("checked above");
+            format!(
+                "TLS certificate verification failed: {}; {}",
+                describe_cert_error(&refusal.why),
+                advice(&refusal.why, Some(&refusal.ca_cert))
+            )
+        }
         rustls::Error::InvalidCertificate(why) => format!(
-            "TLS certificate verification failed: {}; if the server's certificate comes from a \
-             private CA or is self-signed, pass --ca-cert FILE (or set LEASEHOLD_CA_CERT)",
-            describe_cert_error(why)
+            "TLS certificate verification failed: {}; {}",
+            describe_cert_error(why),
+            advice(why, None)
         ),
+        rustls::Error::AlertReceived(alert) => format!(
+            "TLS handshake failed: the server refused it ({alert:?} alert): check that this URL \
+             is the service's https:// address"
+        ),
+        rustls::Error::InvalidMessage(_) | rustls::Error::InappropriateMessage { .. } => {
+            "TLS handshake failed: the server did not answer in TLS: if it serves plain HTTP, \
+             call its http:// URL"
+                .to_owned()
+        }
         other => format!("TLS handshake failed: {other}"),
     })
+}
+
+/// What to do about a refused certificate; `ca_cert` is the file the client already had.
+fn advice(e: &rustls::CertificateError, ca_cert: Option<&Path>) -> String {
+    use rustls::CertificateError as C;
+    match (e, ca_cert) {
+        (C::UnknownIssuer | C::BadSignature, Some(path)) => format!(
+            "neither the system's CAs nor --ca-cert {} vouch for it: give --ca-cert the CA that \
+             issued the server's certificate, or the server's own certificate if it is \
+             self-signed",
+            path.display()
+        ),
+        (C::UnknownIssuer | C::BadSignature, None) => "if the server's certificate comes from a \
+             private CA or is self-signed, pass --ca-cert FILE (or set LEASEHOLD_CA_CERT)"
+            .to_owned(),
+        (
+            C::Expired | C::ExpiredContext { .. } | C::NotValidYet | C::NotValidYetContext { .. },
+            _,
+        ) => "the server's operator must renew it (or this machine's clock is wrong)".to_owned(),
+        (C::NotValidForName | C::NotValidForNameContext { .. }, _) => "call the server by a name \
+             its certificate lists, or have the certificate re-issued for this name"
+            .to_owned(),
+        _ => "the server's operator must replace the certificate".to_owned(),
+    }
 }
 
 fn describe_cert_error(e: &rustls::CertificateError) -> String {
     use rustls::CertificateError as C;
     match e {
         C::UnknownIssuer => "the certificate is not signed by a trusted CA".into(),
-        C::Expired | C::ExpiredContext { .. } => "the certificate has expired".into(),
-        C::NotValidForName | C::NotValidForNameContext { .. } => {
-            "the certificate is not valid for this host name".into()
+        C::BadSignature => {
+            "the certificate's signature does not verify with its issuer's key".into()
         }
-        other => format!("{other}"),
+        C::Expired => "the certificate has expired".into(),
+        C::ExpiredContext { not_after, .. } => format!(
+            "the certificate has expired (it was valid until {})",
+            when(*not_after)
+        ),
+        C::NotValidYet => "the certificate is not valid yet".into(),
+        C::NotValidYetContext { not_before, .. } => format!(
+            "the certificate is not valid yet (it is valid from {})",
+            when(*not_before)
+        ),
+        C::NotValidForName => "the certificate is not valid for this host name".into(),
+        C::NotValidForNameContext {
+            expected,
+            presented,
+        } => format!(
+            "the certificate is not valid for {} (it names {})",
+            expected.to_str(),
+            if presented.is_empty() {
+                "no host".to_owned()
+            } else {
+                presented.join(", ")
+            }
+        ),
+        C::Revoked => "the certificate has been revoked".into(),
+        C::BadEncoding => "the certificate is malformed".into(),
+        C::UnsupportedSignatureAlgorithmContext { .. } => {
+            "the certificate is signed with an algorithm this client does not support".into()
+        }
+        C::InvalidPurpose | C::InvalidPurposeContext { .. } => {
+            "the certificate is not meant for TLS servers (its extended key usage)".into()
+        }
+        C::Other(other)
+            if matches!(
+                other.0.downcast_ref::<webpki::Error>(),
+                Some(webpki::Error::CaUsedAsEndEntity)
+            ) =>
+        {
+            "the server presented a CA certificate as its own, and it is not one given with \
+             --ca-cert"
+                .into()
+        }
+        _ => "the certificate breaks a rule of the WebPKI checks".into(),
     }
+}
+
+/// A certificate time for people (UTC).
+fn when(t: UnixTime) -> String {
+    chrono::DateTime::from_timestamp(i64::try_from(t.as_secs()).unwrap_or(i64::MAX), 0).map_or_else(
+        || t.as_secs().to_string(),
+        |d| d.format("%Y-%m-%d %H:%M UTC").to_string(),
+    )
 }
 
 /// The rustls error in `e`'s chain, looking inside `io::Error`s too (their `source` skips the

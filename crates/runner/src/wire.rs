@@ -12,6 +12,7 @@
 pub mod artifacts;
 pub mod command;
 pub mod connect;
+pub mod input;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Deserializer, Serialize};

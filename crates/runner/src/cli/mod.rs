@@ -125,8 +125,14 @@ pub async fn run(command: Command) -> anyhow::Result<i32> {
     }
 }
 
-/// One line for people: the service's own message, or why it could not be reached.
+/// One line for people: the service's own message, or why it could not be reached, with its
+/// control characters escaped (it may echo what was pasted or what a server answered).
 pub fn render_error(e: &anyhow::Error) -> String {
+    crate::wire::input::escaped(&render_chain(e))
+}
+
+/// [`render_error`] before escaping.
+fn render_chain(e: &anyhow::Error) -> String {
     let mut out = String::new();
     for cause in e.chain() {
         if let Some(c) = cause.downcast_ref::<ClientError>() {

@@ -223,11 +223,12 @@ fn what_to_join(
     };
     if let Some(plain) = servers
         .iter()
-        .find(|u| pin.is_some() && u.starts_with("http://"))
+        .find(|u| pin.is_some() && !crate::wire::input::is_https(u))
     {
         anyhow::bail!(
-            "the connect payload pins the server's key, but {plain} is plain HTTP, where no key \
-             is checked: use its https:// URL"
+            "the connect payload pins the server's key, but {} is not https://, where no key \
+             is checked: use its https:// URL",
+            crate::wire::input::escaped(plain)
         );
     }
     Ok((payload.code, servers, Trust { ca_cert, pin }))

@@ -12,15 +12,12 @@ use crate::wire::connect::Connect;
 /// Whether `arg` is meant as a join URL (`http(s)://...`, any case) rather than a payload or
 /// a bare code.
 pub fn is_url(arg: &str) -> bool {
-    let lower = arg.trim().get(..8).unwrap_or(arg).to_ascii_lowercase();
-    lower.starts_with("https://") || lower.starts_with("http://")
+    crate::wire::input::is_web(arg)
 }
 
 /// Whether `url` is an `https://` URL (the scheme compared without regard to case).
 pub fn is_https(url: &str) -> bool {
-    url.trim()
-        .get(..8)
-        .is_some_and(|s| s.eq_ignore_ascii_case("https://"))
+    crate::wire::input::is_https(url)
 }
 
 /// The base URL and short code of a join URL.
@@ -29,14 +26,15 @@ pub fn is_https(url: &str) -> bool {
 /// Not `https://HOST[/PREFIX]/j/<short>`; the message says why.
 pub fn split(url: &str) -> anyhow::Result<(String, String)> {
     let url = url.trim();
+    let shown = crate::wire::input::escaped(url);
     anyhow::ensure!(
         is_https(url),
-        "refusing {url}: a join URL hands out a join code, so it is fetched only over https://"
+        "refusing {shown}: a join URL hands out a join code, so it is fetched only over https://"
     );
     let (base, short) = url
         .rsplit_once("/j/")
         .filter(|(b, s)| b.len() > 8 && !s.is_empty() && !s.contains('/'))
-        .ok_or_else(|| anyhow::anyhow!("{url} is not a join URL (https://HOST/j/<code>)"))?;
+        .ok_or_else(|| anyhow::anyhow!("{shown} is not a join URL (https://HOST/j/<code>)"))?;
     Ok((base.to_owned(), short.to_owned()))
 }
 

@@ -63,13 +63,10 @@ impl Connect {
         if payload.servers.is_empty() {
             return Err("the connect payload names no server".into());
         }
-        if let Some(bad) = payload
-            .servers
-            .iter()
-            .find(|u| !(u.starts_with("https://") || u.starts_with("http://")))
-        {
+        if let Some(bad) = payload.servers.iter().find(|u| !super::input::is_web(u)) {
             return Err(format!(
-                "the connect payload names '{bad}', not an http(s) URL"
+                "the connect payload names '{}', not an http(s) URL",
+                super::input::escaped(bad)
             ));
         }
         Ok(payload)

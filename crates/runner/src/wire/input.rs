@@ -1,0 +1,85 @@
+//! What people and pasted payloads hand us, read and echoed safely: URL schemes compared
+//! without regard to case (`HTTP://` is plain HTTP, as every HTTP client takes it), and text
+//! echoed in messages with its control characters escaped.
+//!
+//! Invariants: [`is_https`] is true only for an `https://` URL in any case, [`is_plain_http`]
+//! only for `http://` in any case, so no caller that refuses plain HTTP can be passed it in
+//! capitals; [`escaped`] leaves no control character but the newline (and no bidirectional
+//! override) in what it returns, so a pasted payload's escape sequences never reach a terminal.
+
+/// Whether `url` starts with `scheme` followed by `://`, the scheme compared without regard to
+/// case (leading blanks ignored).
+fn has_scheme(url: &str, scheme: &str) -> bool {
+    let url = url.trim_start();
+    url.get(..scheme.len())
+        .is_some_and(|s| s.eq_ignore_ascii_case(scheme))
+        && url
+            .get(scheme.len()..)
+            .is_some_and(|rest| rest.starts_with("://"))
+}
+
+/// Whether `url` is an `https://` URL.
+pub fn is_https(url: &str) -> bool {
+    has_scheme(url, "https")
+}
+
+/// Whether `url` is a plain `http://` URL.
+pub fn is_plain_http(url: &str) -> bool {
+    has_scheme(url, "http")
+}
+
+/// Whether `url` is an `http://` or `https://` URL.
+pub fn is_web(url: &str) -> bool {
+    is_https(url) || is_plain_http(url)
+}
+
+/// `text` with every control character but the newline, and every bidirectional formatting
+/// character, written as a Rust escape (`\u{1b}`, `\r`), for echoing untrusted input.
+pub fn escaped(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        let bidi = matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
+        if c != '\n' && (c.is_control() || bidi) {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schemes_are_compared_without_regard_to_case() {
+        for u in ["https://a", "HTTPS://a", "HttpS://a", " https://a"] {
+            assert!(is_https(u) && !is_plain_http(u) && is_web(u), "{u}");
+        }
+        for u in ["http://a", "HTTP://a", "hTtP://a"] {
+            assert!(is_plain_http(u) && !is_https(u) && is_web(u), "{u}");
+        }
+        for u in [
+            "",
+            "http",
+            "https:/a",
+            "ftp://a",
+            "httpx://a",
+            "éhttps://",
+            "http:://a",
+        ] {
+            assert!(!is_web(u), "{u}");
+        }
+    }
+
+    #[test]
+    fn control_characters_are_escaped() {
+        assert_eq!(
+            escaped("a\u{1b}[31mb\r\nc\u{7}"),
+            "a\\u{1b}[31mb\\r\nc\\u{7}"
+        );
+        assert_eq!(escaped("x\u{202e}y"), "x\\u{202e}y");
+        assert_eq!(escaped("plain ünïcode\n"), "plain ünïcode\n");
+    }
+}
