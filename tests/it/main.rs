@@ -10,6 +10,7 @@ mod browser;
 mod claim_start;
 mod contain;
 mod deadlines;
+mod deploy;
 mod dispatch;
 mod enrolment;
 mod errors;
