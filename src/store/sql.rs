@@ -54,6 +54,7 @@ statements! {
     SWEEP_QUEUE_TIMEOUT => "sweep_queue_timeout.sql",
     SWEEP_JOIN_CODES => "sweep_join_codes.sql",
     SWEEP_EPHEMERAL_RUNNERS => "sweep_ephemeral_runners.sql",
+    SWEEP_RETENTION => "sweep_retention.sql",
     JOIN_CODE_INSERT => "join_code_insert.sql",
     JOIN_CODE_BURN => "join_code_burn.sql",
     JOIN_URL_BURN => "join_url_burn.sql",
