@@ -31,6 +31,8 @@ mod plans;
 mod private_pg;
 mod procs;
 mod replicas;
+mod report_and_lease;
+mod retention;
 mod runner_e2e;
 mod schema;
 mod secrets;
