@@ -276,7 +276,12 @@ async fn serve_deletes_settled_jobs_by_its_environment() {
     eventually(
         Duration::from_secs(20),
         "the settled job is deleted",
-        || async { (code(alice.job(job).await) == "not_found").then_some(()) },
+        || async {
+            match alice.job(job).await {
+                Err(e) if e.code() == Some("not_found") => Some(()),
+                _ => None,
+            }
+        },
     )
     .await;
 }
