@@ -246,7 +246,15 @@ async fn runner_connect_enrols_with_a_join_url_over_https_only() {
     assert_eq!(saved(&conf)["servers"], serde_json::json!([url]));
     assert_eq!(saved(&conf)["pin"], serde_json::json!(pin.to_string()));
 
-    let out = runner_connect(&[&join, "--pin", &pin.to_string(), "--config", conf_s]).await;
+    let out = runner_connect(&[
+        &join,
+        "--pin",
+        &pin.to_string(),
+        "--config",
+        conf_s,
+        "--force",
+    ])
+    .await;
     assert_eq!(out.code, Some(1), "{out:?}");
     assert!(out.stderr.contains("already used"), "{}", out.stderr);
 
@@ -254,14 +262,30 @@ async fn runner_connect_enrols_with_a_join_url_over_https_only() {
     let code = mint(&alice).await;
     let (_, _, other) = self_signed(dir.path(), "other");
     let join = code.url.unwrap();
-    let out = runner_connect(&[&join, "--pin", &other.to_string(), "--config", conf_s]).await;
+    let out = runner_connect(&[
+        &join,
+        "--pin",
+        &other.to_string(),
+        "--config",
+        conf_s,
+        "--force",
+    ])
+    .await;
     assert_eq!(out.code, Some(1), "{out:?}");
     assert!(
         out.stderr.contains("does not match the pinned key"),
         "{}",
         out.stderr
     );
-    let out = runner_connect(&[&join, "--pin", &pin.to_string(), "--config", conf_s]).await;
+    let out = runner_connect(&[
+        &join,
+        "--pin",
+        &pin.to_string(),
+        "--config",
+        conf_s,
+        "--force",
+    ])
+    .await;
     assert_eq!(out.code, Some(0), "the wrong pin sent nothing: {out:?}");
     assert_eq!(alice.runners(wire::Tier::Personal).await.unwrap().len(), 2);
 }

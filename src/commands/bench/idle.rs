@@ -25,15 +25,20 @@ async fn metric(http: &reqwest::Client, url: &str, name: &str) -> Option<f64> {
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
 }
 
-fn rss_mb(pid: u32) -> f64 {
+/// A process's resident memory, KiB (0 if it is gone).
+pub(super) fn rss_kb(pid: u32) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|s| {
             s.lines()
                 .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
         })
-        .map_or(0.0, |kb| kb / 1024.0)
+        .unwrap_or(0)
+}
+
+fn rss_mb(pid: u32) -> f64 {
+    rss_kb(pid) as f64 / 1024.0
 }
 
 pub async fn run(dep: &Deployment, args: &BenchArgs, report: &mut Report) -> anyhow::Result<()> {

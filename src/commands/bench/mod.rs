@@ -5,6 +5,7 @@
 //! It prints a human table and, with `--json`, one JSON object as its last line. Numbers only:
 //! nothing here asserts a target.
 
+mod artifacts;
 mod churn;
 mod depth;
 mod idle;
@@ -36,7 +37,7 @@ pub struct Report {
 #[derive(Debug, Clone, Args)]
 pub struct BenchArgs {
     /// Scenarios, comma-separated: throughput, wake, idle, depth, churn, redelivery,
-    /// unfit-head, soak, or all (every one but soak, which runs for --soak-seconds).
+    /// unfit-head, artifacts, soak, or all (every one but soak, which runs for --soak-seconds).
     #[arg(long, default_value = "all")]
     pub scenario: String,
     /// Use this PostgreSQL server (its role must be allowed to create databases) instead of a
@@ -70,6 +71,9 @@ pub struct BenchArgs {
     /// How long the idle long-polls are held, seconds.
     #[arg(long, default_value_t = 60)]
     pub idle_seconds: u64,
+    /// Size of the one file the artifacts scenario uploads and downloads, MiB.
+    #[arg(long, default_value_t = 1024)]
+    pub artifact_mib: usize,
     /// Queue depths for the depth scenario, comma-separated.
     #[arg(long, default_value = "1000,100000,1000000")]
     pub depths: String,
@@ -125,6 +129,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         "churn",
         "redelivery",
         "unfit-head",
+        "artifacts",
         "soak",
     ];
     let chosen: Vec<&str> = if args.scenario == "all" {
@@ -156,6 +161,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
             "churn" => churn::run(&deployment, &args, &mut report).await,
             "redelivery" => redelivery::run(&deployment, &args, &mut report).await,
             "unfit-head" => unfit_head::run(&deployment, &args, &mut report).await,
+            "artifacts" => artifacts::run(&deployment, &args, &mut report).await,
             "soak" => soak::run(&deployment, &args, &mut report).await,
             _ => unreachable!("checked above"),
         };
