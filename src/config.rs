@@ -38,6 +38,21 @@ pub struct Config {
     /// How often every replica sweeps lapsed leases and timeouts.
     #[arg(long, env = "LEASEHOLD_SWEEP_INTERVAL_MS", default_value_t = 1_000)]
     pub sweep_interval_ms: u64,
+    /// Jobs settled longer ago than this many days are deleted, with their events and
+    /// artifacts (contract v1.2, Retention). 0 keeps them forever.
+    #[arg(long, env = "LEASEHOLD_RETENTION_DAYS", default_value_t = 30)]
+    pub retention_days: u64,
+    /// The retention window in milliseconds, for tests and operators who need it finer than
+    /// days: when set it takes precedence over `LEASEHOLD_RETENTION_DAYS` (0 keeps forever).
+    #[arg(long, env = "LEASEHOLD_RETENTION_MS")]
+    pub retention_ms: Option<u64>,
+    /// How often a replica looks for settled jobs past the retention window.
+    #[arg(
+        long,
+        env = "LEASEHOLD_RETENTION_INTERVAL_MS",
+        default_value_t = 60_000
+    )]
+    pub retention_interval_ms: u64,
     /// Upper clamp for every `wait_ms`.
     #[arg(long, env = "LEASEHOLD_MAX_WAIT_MS", default_value_t = 60_000)]
     pub max_wait_ms: u64,
@@ -232,6 +247,18 @@ impl Config {
 
     pub fn sweep_interval(&self) -> Duration {
         Duration::from_millis(self.sweep_interval_ms.max(10))
+    }
+
+    /// How long settled jobs are kept; `None`: forever.
+    pub fn retention(&self) -> Option<Duration> {
+        let ms = self
+            .retention_ms
+            .unwrap_or(self.retention_days.saturating_mul(86_400_000));
+        (ms > 0).then(|| Duration::from_millis(ms))
+    }
+
+    pub fn retention_interval(&self) -> Duration {
+        Duration::from_millis(self.retention_interval_ms.max(10))
     }
 
     pub fn recheck_interval(&self) -> Duration {

@@ -124,6 +124,7 @@ pub async fn start(config: Config, listener: TcpListener) -> anyhow::Result<Repl
     ));
     tasks.spawn(hub.clone().consume_listener(events_rx));
     tasks.spawn(sweeper::run(hub.clone(), background.clone()));
+    tasks.spawn(crate::hub::retention::run(hub.clone(), background.clone()));
     tasks.spawn(hub.clone().recheck_loop(background.clone()));
     tasks.spawn(count_jobs(hub.clone(), background.clone()));
     tasks.spawn(watch_horizon(hub.clone(), background.clone()));

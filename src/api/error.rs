@@ -57,6 +57,12 @@ impl ApiError {
         ApiError::BadRequest(msg.into())
     }
 
+    /// The status and contract code this error answers with.
+    pub fn status_and_code(&self) -> (StatusCode, &'static str) {
+        let (status, code, _) = self.parts();
+        (status, code)
+    }
+
     fn parts(&self) -> (StatusCode, &'static str, String) {
         use ApiError::*;
         match self {

@@ -120,11 +120,19 @@ pub async fn lease(
 ) -> ApiResult<Json<wire::Leased>> {
     let wait_ms = validate::range("wait_ms", req.wait_ms, 0, 60_000, 30_000)?;
     let max_jobs = validate::range("max_jobs", req.max_jobs, 1, 100, 1)?;
+    if req.done.as_ref().is_some_and(|d| d.len() > 100) {
+        return Err(ApiError::bad("done: at most 100 reports"));
+    }
     validate::opt_text("version", req.version.as_deref(), 64)?;
     let targets = validate::repo_targets(req.repo_targets.as_deref())?;
     // Before any database work; held until this call answers or is dropped.
     let _slot = st.polls.take(&token.hash)?;
     placement_check(&st, &token, req.version.as_deref(), &targets).await?;
+    // v1.2: the reports first, committed before the lease looks (their slots are free for it).
+    let done = match req.done {
+        Some(done) => Box::pin(apply_done(&st, &token, done)).await?,
+        None => Vec::new(),
+    };
     let advertised = Advertised {
         capabilities: req
             .capabilities
@@ -143,12 +151,16 @@ pub async fn lease(
         .lease(&token.hash, advertised, max_jobs, wait, &st.shutdown)
         .await?
     {
-        LeaseAnswer::Jobs(jobs) if jobs.is_empty() => Ok(Json(wire::Leased { jobs: Vec::new() })),
+        LeaseAnswer::Jobs(jobs) if jobs.is_empty() => Ok(Json(wire::Leased {
+            jobs: Vec::new(),
+            done,
+        })),
         // Boxed, like every database call this handler makes: the handler's own future is
         // what a parked long-poll holds (10,000 at once), so it must not carry the state of
         // the calls it makes before or after its wait (13 KB inline).
         LeaseAnswer::Jobs(jobs) => Ok(Json(wire::Leased {
             jobs: Box::pin(hand_over(&st, &token, jobs)).await?,
+            done,
         })),
         LeaseAnswer::RunnerGone => Err(st.auth_failed(token.ip)),
     }
@@ -342,20 +354,32 @@ pub async fn complete(
     PathId(id): PathId,
     Body(req): Body<wire::Complete>,
 ) -> ApiResult<Json<wire::Job>> {
-    let result = req.result.unwrap_or(Value::Null);
+    let job = report_complete(&st, &token, id, req.epoch, req.result).await?;
+    Ok(Json(views::job(job)))
+}
+
+/// A `complete` report, as its own call or as an entry of a lease call's `done`.
+async fn report_complete(
+    st: &AppState,
+    token: &RunnerToken,
+    id: Uuid,
+    epoch: i64,
+    result: Option<Value>,
+) -> ApiResult<crate::store::records::Job> {
+    let result = result.unwrap_or(Value::Null);
     validate::no_nul("result", &result)?;
     let answer = st
         .hub
         .complete(Report {
             id,
-            epoch: req.epoch,
+            epoch,
             token_hash: token.hash.clone(),
             result,
         })
         .await?;
-    let job = fenced(&st, &token, answer)?;
+    let job = fenced(st, token, answer)?;
     traces::job_step("complete", id, job.epoch, job.traceparent.as_deref());
-    Ok(Json(views::job(job)))
+    Ok(job)
 }
 
 pub async fn fail(
@@ -364,18 +388,78 @@ pub async fn fail(
     PathId(id): PathId,
     Body(req): Body<wire::Fail>,
 ) -> ApiResult<Json<wire::Job>> {
-    if req.message.len() > MAX_EVENT_BYTES || req.message.contains('\0') {
+    let job = report_fail(&st, &token, id, req.epoch, &req.message).await?;
+    Ok(Json(views::job(job)))
+}
+
+/// A `fail` report, as its own call or as an entry of a lease call's `done`.
+async fn report_fail(
+    st: &AppState,
+    token: &RunnerToken,
+    id: Uuid,
+    epoch: i64,
+    message: &str,
+) -> ApiResult<crate::store::records::Job> {
+    if message.len() > MAX_EVENT_BYTES || message.contains('\0') {
         return Err(ApiError::bad(
             "message: at most 64 KiB, without NUL characters",
         ));
     }
-    let answer = st
-        .hub
-        .fail(id, req.epoch, &token.hash, &req.message)
-        .await?;
-    let job = fenced(&st, &token, answer)?;
+    let answer = st.hub.fail(id, epoch, &token.hash, message).await?;
+    let job = fenced(st, token, answer)?;
     traces::job_step("fail", id, job.epoch, job.traceparent.as_deref());
-    Ok(Json(views::job(job)))
+    Ok(job)
+}
+
+/// The reports of a lease call's `done` (v1.2), applied one after another, each exactly as its
+/// own call (the same functions), each committed before the next and before the lease looks.
+/// A refusal its own call would answer with 400, 404 or 409 is that entry's status; a failure
+/// of the call as a whole (a dead token, the database) ends the lease call with it, the entries
+/// before it applied (a retry of them is fenced: first terminal report wins).
+async fn apply_done(
+    st: &AppState,
+    token: &RunnerToken,
+    done: Vec<wire::DoneReport>,
+) -> ApiResult<Vec<wire::DoneStatus>> {
+    let mut out = Vec::with_capacity(done.len());
+    for (i, d) in done.into_iter().enumerate() {
+        let applied = match (d.result, d.fail) {
+            (result, None) => Box::pin(report_complete(st, token, d.id, d.epoch, result)).await,
+            (None, Some(message)) => {
+                Box::pin(report_fail(st, token, d.id, d.epoch, &message)).await
+            }
+            (Some(_), Some(_)) => Err(ApiError::bad(format!(
+                "done[{i}]: either result (complete) or fail (fail), not both"
+            ))),
+        };
+        let (status, code) = match applied {
+            Ok(_) => (200, None),
+            Err(
+                e @ (ApiError::BadRequest(_)
+                | ApiError::NotFound
+                | ApiError::JobTerminal(_)
+                | ApiError::LeaseSuperseded),
+            ) => {
+                let (status, code) = e.status_and_code();
+                (status.as_u16(), Some(code))
+            }
+            Err(e) => return Err(e),
+        };
+        st.hub.metrics.done_reports.inc();
+        if let Some(reason @ ("job_terminal" | "lease_superseded")) = code {
+            st.hub
+                .metrics
+                .stale_reports
+                .get_or_create(&crate::telemetry::metrics::ReasonLabel { reason })
+                .inc();
+        }
+        out.push(wire::DoneStatus {
+            id: d.id,
+            status,
+            code: code.map(str::to_owned),
+        });
+    }
+    Ok(out)
 }
 
 pub async fn release(

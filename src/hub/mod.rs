@@ -10,6 +10,7 @@
 mod long_poll;
 pub mod notifier;
 pub mod pace;
+pub mod retention;
 pub mod sweeper;
 mod transitions;
 pub mod vacuum;

@@ -57,6 +57,7 @@ statements! {
     SWEEP_RETRY_DUE => "sweep_retry_due.sql",
     SWEEP_JOIN_CODES => "sweep_join_codes.sql",
     SWEEP_EPHEMERAL_RUNNERS => "sweep_ephemeral_runners.sql",
+    SWEEP_RETENTION => "sweep_retention.sql",
     JOIN_CODE_INSERT => "join_code_insert.sql",
     JOIN_CODE_BURN => "join_code_burn.sql",
     JOIN_URL_BURN => "join_url_burn.sql",

@@ -61,4 +61,13 @@ impl Store {
         self.reap_runners(sql::SWEEP_EPHEMERAL_RUNNERS, batch, unseen_ms)
             .await
     }
+
+    /// Delete up to `batch` jobs settled more than `older_than_ms` ago, with their events and
+    /// artifacts (`sweep_retention.sql`); answers how many.
+    pub async fn sweep_retention(&self, batch: i64, older_than_ms: i64) -> Result<i64> {
+        let row = self
+            .query_opt(sql::SWEEP_RETENTION, &[&batch, &older_than_ms])
+            .await?;
+        Ok(row.map_or(0, |r| r.get("deleted")))
+    }
 }

@@ -106,6 +106,8 @@ pub struct Metrics {
     pub wake_latency: Histogram,
     pub leases: Counter,
     pub redeliveries: Counter,
+    /// Reports that lease calls carried in `done` (v1.2), whatever each came to.
+    pub done_reports: Counter,
     pub stale_reports: Family<ReasonLabel, Counter>,
     pub sweep_batches: Family<SweepLabel, Counter>,
     pub sweep_duration: Histogram,
@@ -161,6 +163,12 @@ impl Metrics {
             "leasehold_redeliveries",
             "Lapsed leases this replica's sweeper put back to parked.",
             redeliveries.clone(),
+        );
+        let done_reports = Counter::default();
+        r.register(
+            "leasehold_done_reports",
+            "Job reports carried by lease calls (`done`, v1.2), applied or refused.",
+            done_reports.clone(),
         );
         let stale_reports = Family::<ReasonLabel, Counter>::default();
         r.register(
@@ -240,6 +248,7 @@ impl Metrics {
             wake_latency,
             leases,
             redeliveries,
+            done_reports,
             stale_reports,
             sweep_batches,
             sweep_duration,

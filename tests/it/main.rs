@@ -33,6 +33,8 @@ mod plans;
 mod private_pg;
 mod procs;
 mod replicas;
+mod report_and_lease;
+mod retention;
 mod retries;
 mod runner_e2e;
 mod schema;

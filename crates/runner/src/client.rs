@@ -452,6 +452,11 @@ impl Client {
             .map(|l| l.jobs)
     }
 
+    /// A lease call whose whole answer matters: the jobs and what its `done` reports came to.
+    pub async fn lease_reporting(&self, req: &wire::Lease) -> Result<wire::Leased> {
+        self.post("/v1/runner/lease", req).await
+    }
+
     pub async fn heartbeat_job(&self, id: Uuid, epoch: i64) -> Result<wire::LeaseExtended> {
         self.post(
             &format!("/v1/runner/jobs/{id}/heartbeat"),

@@ -650,6 +650,34 @@ pub struct Lease {
     pub capabilities: Option<Vec<String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exclusive: Option<Vec<String>>,
+    /// v1.2: reports of finished jobs, applied before the lease (at most 100).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub done: Option<Vec<DoneReport>>,
+}
+
+/// One report a lease call carries (v1.2): `{id, epoch, result}` is a `complete`,
+/// `{id, epoch, fail: "message"}` a `fail`.
+#[derive(utoipa::ToSchema, Debug, Clone, Serialize, Deserialize)]
+pub struct DoneReport {
+    pub id: Uuid,
+    pub epoch: i64,
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub result: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fail: Option<String>,
+}
+
+/// What one report of a lease call's `done` came to: the status and error code its own call
+/// would have answered (`code` null on success).
+#[derive(utoipa::ToSchema, Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DoneStatus {
+    pub id: Uuid,
+    pub status: u16,
+    pub code: Option<String>,
 }
 
 impl Lease {
@@ -666,6 +694,9 @@ impl Lease {
 #[derive(utoipa::ToSchema, Debug, Clone, Serialize, Deserialize)]
 pub struct Leased {
     pub jobs: Vec<LeasedJob>,
+    /// v1.2: what each report of the call's `done` came to, in request order (`[]` without).
+    #[serde(default)]
+    pub done: Vec<DoneStatus>,
 }
 
 /// `{epoch}`: job heartbeat and release.

@@ -112,12 +112,9 @@ async fn run_tracked(
         Ok(spec) => spec,
         Err(message) => {
             tracing::warn!(job = %job.id, %message, "cannot run this job; reporting failure");
-            return report(&servers, lost, job.id, |c| {
-                let message = message.clone();
-                async move { c.fail(job.id, job.epoch, &message).await }
-            })
-            .await
-            .map_or(JobEnd::Unreported, |_| JobEnd::Failed);
+            return settle(shared, lost, &job, Settle::Fail(message))
+                .await
+                .map_or(JobEnd::Unreported, |_| JobEnd::Failed);
         }
     };
     // The program only: arguments may carry secrets.
@@ -179,12 +176,9 @@ async fn run_tracked(
                 tracing::warn!(job = %job.id, commit = %source.commit_sha, "cannot check out the job's commit; reporting failure");
                 dir.remove().await;
                 let message = format!("source: {message}");
-                return report(&servers, lost, job.id, |c| {
-                    let message = message.clone();
-                    async move { c.fail(job.id, job.epoch, &message).await }
-                })
-                .await
-                .map_or(JobEnd::Unreported, |_| JobEnd::Failed);
+                return settle(shared, lost, &job, Settle::Fail(message))
+                    .await
+                    .map_or(JobEnd::Unreported, |_| JobEnd::Failed);
             }
         }
     }
@@ -271,12 +265,7 @@ async fn run_tracked(
                 JobEnd::Lost
             } else {
                 let value = serde_json::to_value(&result).expect("a result serialises");
-                match report(&servers, lost, job.id, |c| {
-                    let value = value.clone();
-                    async move { c.complete(job.id, job.epoch, value).await }
-                })
-                .await
-                {
+                match settle(shared, lost, &job, Settle::Complete(value)).await {
                     Some(()) => JobEnd::Completed,
                     None if lost.is_cancelled() => JobEnd::Lost,
                     None => JobEnd::Unreported,
@@ -286,6 +275,71 @@ async fn run_tracked(
     };
     dir.remove().await;
     end
+}
+
+/// A job's terminal report.
+enum Settle {
+    Complete(serde_json::Value),
+    Fail(String),
+}
+
+/// Report a finished job: in the lease call that follows at once, when the lease loop waits
+/// for this job's slot (v1.2 `done`, [`super::mailbox`]), else alone ([`report`]). A report no
+/// lease answer carried is sent alone, retried as always. `None` when it was not accepted.
+async fn settle(
+    shared: &Shared,
+    lost: &CancellationToken,
+    job: &LeasedJob,
+    settle: Settle,
+) -> Option<()> {
+    let (id, epoch) = (job.id, job.epoch);
+    let done = match &settle {
+        Settle::Complete(value) => crate::wire::DoneReport {
+            id,
+            epoch,
+            result: Some(value.clone()),
+            fail: None,
+        },
+        Settle::Fail(message) => crate::wire::DoneReport {
+            id,
+            epoch,
+            result: None,
+            fail: Some(message.clone()),
+        },
+    };
+    if let Some(receipt) = shared.mailbox.offer(done) {
+        if let Ok(status) = receipt.await {
+            return match (status.status, status.code.as_deref()) {
+                (200, _) => Some(()),
+                (409, code) => {
+                    tracing::info!(job = %id, reason = code.unwrap_or("?"), "report refused: the job is not ours any more");
+                    lost.cancel();
+                    None
+                }
+                (status, code) => {
+                    tracing::error!(job = %id, status, code = code.unwrap_or("?"), "the report was refused; its lease will lapse and it will be re-delivered");
+                    None
+                }
+            };
+        }
+    }
+    let servers = &shared.servers;
+    match settle {
+        Settle::Complete(value) => {
+            report(servers, lost, id, |c| {
+                let value = value.clone();
+                async move { c.complete(id, epoch, value).await }
+            })
+            .await
+        }
+        Settle::Fail(message) => {
+            report(servers, lost, id, |c| {
+                let message = message.clone();
+                async move { c.fail(id, epoch, &message).await }
+            })
+            .await
+        }
+    }
 }
 
 /// Send a terminal report through any replica, patiently. `None` when it was not accepted.

@@ -35,6 +35,7 @@ pub mod contain;
 pub mod executor;
 pub mod job;
 pub mod join_url;
+pub mod mailbox;
 pub mod output;
 pub mod sandbox;
 pub mod servers;
@@ -159,6 +160,8 @@ pub struct Shared {
     pub(crate) git_credential_hosts: Vec<String>,
     /// Jobs held now: epoch, and the token that stops the job when the service takes it back.
     running: Mutex<HashMap<Uuid, (i64, CancellationToken)>>,
+    /// Reports of finished jobs for the next lease call (v1.2 `done`).
+    pub(crate) mailbox: mailbox::Mailbox,
 }
 
 impl Shared {
@@ -343,6 +346,7 @@ pub async fn run(opts: Options, stopper: Stopper) -> anyhow::Result<Summary> {
         runner_id: config.runner_id,
         git_credential_hosts: opts.git_credential_hosts.clone(),
         running: Mutex::new(HashMap::new()),
+        mailbox: mailbox::Mailbox::default(),
     });
     let _presence = AbortOnDropHandle::new(tokio::spawn(runner_heartbeat(shared.clone())));
     let _deadline = release_at_drain_deadline(&stopper, opts.drain_timeout);
@@ -393,18 +397,33 @@ async fn lease_until_stopped(
         if stopper.drain.is_cancelled() || (once && taken > 0) {
             return Ok(());
         }
-        let free = capacity - jobs.len() as i64;
-        if free <= 0 {
-            jobs.one_ends_or(&stopper.drain).await;
-            continue;
+        // Every slot busy: wait for a job to end, and take the report of one that finishes
+        // meanwhile into the lease call that follows at once (v1.2 `done`).
+        let mut letters = Vec::new();
+        if capacity - (jobs.len() as i64) <= 0 {
+            shared.mailbox.open();
+            tokio::select! {
+                () = jobs.one_ends_or(&stopper.drain) => {}
+                () = shared.mailbox.arrived() => {}
+            }
+            letters = shared.mailbox.close();
+            if letters.is_empty() {
+                continue;
+            }
         }
+        // A job whose report is in hand holds its slot only until this call answers.
+        let free = capacity - jobs.len() as i64 + letters.len() as i64;
+        let (done, receipts): (Vec<_>, Vec<_>) = letters.into_iter().unzip();
         let req = wire::Lease {
             version: Some(VERSION.to_owned()),
             repo_targets: None,
             exclusive: None,
-            wait_ms: Some(poll_wait_ms),
+            // With reports in hand the call does not long-poll: their jobs learn what became
+            // of them (and end) at once; the next turn long-polls as usual.
+            wait_ms: Some(if done.is_empty() { poll_wait_ms } else { 0 }),
             max_jobs: Some(if once { 1 } else { free }),
             capabilities: None,
+            done: (!done.is_empty()).then_some(done),
         };
         let leased = tokio::select! {
             // A job leased in the instant this poll is abandoned is re-delivered after its
@@ -415,11 +434,18 @@ async fn lease_until_stopped(
                 opts.poll_wait + Duration::from_secs(15),
                 |c| {
                     let req = req.clone();
-                    async move { c.lease(&req).await }
+                    async move { c.lease_reporting(&req).await }
                 },
             ) => r,
         };
-        match leased {
+        // Each carried report learns its entry; one not answered (the call failed) is dropped
+        // here, and its job sends it alone.
+        if let Ok(answer) = &leased {
+            for (tx, status) in receipts.into_iter().zip(answer.done.iter()) {
+                let _ = tx.send(status.clone());
+            }
+        }
+        match leased.map(|l| l.jobs) {
             Ok(list) => {
                 failures = 0;
                 for j in list {
