@@ -227,11 +227,24 @@ pub async fn load_replicas(
     url: &str,
     args: &super::BenchArgs,
 ) -> anyhow::Result<([ReplicaProcess; 2], String, Vec<Client>)> {
+    load_replicas_env(url, args, &[]).await
+}
+
+/// [`load_replicas`] with `extra` environment for both replicas.
+///
+/// # Errors
+/// As [`load_replicas`].
+pub async fn load_replicas_env(
+    url: &str,
+    args: &super::BenchArgs,
+    extra: &[(&str, String)],
+) -> anyhow::Result<([ReplicaProcess; 2], String, Vec<Client>)> {
     let pool = (args.runners + args.dispatchers)
         .div_ceil(2)
         .max(8)
         .to_string();
-    let env = [("LEASEHOLD_POOL_SIZE", pool)];
+    let mut env = vec![("LEASEHOLD_POOL_SIZE", pool)];
+    env.extend(extra.iter().cloned());
     let replicas = [
         ReplicaProcess::start(url, &env).await?,
         ReplicaProcess::start(url, &env).await?,
