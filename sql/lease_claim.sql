@@ -131,10 +131,9 @@ ahead AS (
                         ORDER BY j.priority DESC, j.id LIMIT 1000) AS any_lower
          LIMIT COALESCE((SELECT take FROM slots), 0) + 1) AS a
 ),
--- `taken`: the lane's jobs due now, from its start, each locked and checked as it is reached
--- (the one job_fits() of the pool: a plain job fits unless its workspace secret keeps it from a
--- personal runner, as the gates keep exclusive sets out of the plain lanes), so a call locks only
--- rows it may take and reads no further than it takes.
+-- `taken`: the lane's jobs due now, from its start, each checked (the pool's one job_fits())
+-- and locked by primary key as it is reached, so a call locks only rows it may take and reads no
+-- further than it takes.
 taken AS (
     SELECT t.id, t.priority FROM starts s CROSS JOIN LATERAL (
         SELECT c.id, c.priority FROM (
