@@ -535,13 +535,19 @@ pub async fn cancel(
     Operator(key): Operator,
     PathId(id): PathId,
 ) -> ApiResult<Json<wire::Job>> {
-    let store = &st.hub.store;
     if let Some(job) = st.hub.cancel(id, &key.workspace, &key.subject).await? {
         return Ok(Json(views::job(job)));
     }
     // Unknown, or already terminal: a terminal job is returned unchanged.
-    store
-        .job(id, &key.workspace)
+    unchanged(&st, id, &key.workspace).await
+}
+
+/// The job as it is, for a call that changed nothing (cancel of a settled job, retry of a
+/// parked one), or 404 when the workspace has no such job.
+async fn unchanged(st: &AppState, id: Uuid, workspace: &str) -> ApiResult<Json<wire::Job>> {
+    st.hub
+        .store
+        .job(id, workspace)
         .await?
         .map(|j| Json(views::job(j)))
         .ok_or(ApiError::NotFound)
@@ -558,9 +564,13 @@ pub async fn retry(
     headers: HeaderMap,
 ) -> ApiResult<Json<wire::Job>> {
     let idempotency_key = idempotency_header(&headers)?;
-    let store = &st.hub.store;
     if let Some(k) = &idempotency_key {
-        if let Some(job) = store.job_retried_with_key(id, k, &key.workspace).await? {
+        if let Some(job) = st
+            .hub
+            .store
+            .job_retried_with_key(id, k, &key.workspace)
+            .await?
+        {
             return Ok(Json(views::job(job)));
         }
     }
@@ -572,11 +582,7 @@ pub async fn retry(
         return Ok(Json(views::job(job)));
     }
     // Unknown (404), or parked already: answered unchanged.
-    store
-        .job(id, &key.workspace)
-        .await?
-        .map(|j| Json(views::job(j)))
-        .ok_or(ApiError::NotFound)
+    unchanged(&st, id, &key.workspace).await
 }
 
 pub async fn events(
