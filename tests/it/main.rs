@@ -45,3 +45,4 @@ mod tls;
 mod traces;
 mod transport;
 mod trust;
+mod vendor;
