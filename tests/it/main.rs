@@ -46,3 +46,4 @@ mod tls;
 mod traces;
 mod transport;
 mod trust;
+mod vendor;

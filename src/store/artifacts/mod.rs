@@ -268,22 +268,30 @@ impl Store {
         }))
     }
 
-    /// `len` bytes from `offset` of chunk `seq` of blob `blob`.
+    /// Chunks `first..=last` of blob `blob`, in order, as `(seq, bytes)`: the first from
+    /// offset `from`, the last up to offset `to` (exclusive), the others whole; one statement.
     ///
     /// # Errors
-    /// The database failed, or the chunk is missing.
-    pub async fn artifact_chunk_read(
+    /// The database failed.
+    pub async fn artifact_chunks_read(
         &self,
         blob: Uuid,
-        seq: i32,
-        offset: i32,
-        len: i32,
-    ) -> Result<Bytes> {
-        let row = self
-            .query_opt(sql::ARTIFACT_CHUNK_READ, &[&blob, &seq, &offset, &len])
-            .await?
-            .ok_or_else(|| StoreError::Invalid(format!("chunk {seq} of blob {blob} is missing")))?;
-        Ok(Bytes::from(row.get::<_, Vec<u8>>("data")))
+        first: i32,
+        last: i32,
+        from: i32,
+        to: i32,
+    ) -> Result<Vec<(i32, Bytes)>> {
+        let rows = self
+            .query(
+                sql::ARTIFACT_CHUNKS_READ,
+                &[&blob, &first, &last, &from, &to],
+            )
+            .await?;
+        // Each row is dropped once copied, so a batch is not held twice.
+        Ok(rows
+            .into_iter()
+            .map(|r| (r.get("seq"), Bytes::from(r.get::<_, Vec<u8>>("data"))))
+            .collect())
     }
 
     /// Delete up to a batch of uploads untouched for `stale_ms`; how many.

@@ -3,13 +3,14 @@
 //! transaction stays open across an upload, so none holds back the database's horizon).
 //!
 //! Invariant: an upload holds at most one chunk it is filling and one being written; a
-//! download one chunk at a time, read as a slice when a range starts or ends inside it.
+//! download [`READ_AHEAD`] batches of [`READ_BATCH`] chunks, one statement each, the first and
+//! last chunk of a range read as slices.
 
 use std::ops::Range;
 
 use async_trait::async_trait;
 use bytes::{Bytes, BytesMut};
-use futures_util::stream::{self, StreamExt};
+use futures_util::stream::{self, StreamExt, TryStreamExt};
 use tokio::task::JoinHandle;
 use uuid::Uuid;
 
@@ -18,6 +19,36 @@ use crate::store::{Result, Store, StoreError};
 
 /// Bytes per chunk row.
 pub const CHUNK: usize = 1024 * 1024;
+
+/// Chunks a download reads per statement.
+const READ_BATCH: u64 = 2;
+
+/// Batches a download holds at once. 2 would read the next batch while one is sent (measured:
+/// 53-58 MiB of RSS growth for 4 concurrent 64 MiB downloads against 41 MiB with 1, too near
+/// `concurrent_large_transfers_keep_a_replica_small`'s 64 MiB bound to keep).
+const READ_AHEAD: usize = 1;
+
+/// A spawned read, aborted when the download it serves is dropped.
+struct AbortOnDrop<T>(JoinHandle<Result<T>>);
+
+impl<T> std::future::Future for AbortOnDrop<T> {
+    type Output = Result<T>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<T>> {
+        std::pin::Pin::new(&mut self.0)
+            .poll(cx)
+            .map(|r| r.unwrap_or_else(|_| Err(StoreError::Invalid("a chunk read was lost".into()))))
+    }
+}
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
 
 /// Blobs as chunk rows of the service's own database.
 pub struct PgBlobs {
@@ -51,31 +82,52 @@ impl BlobStore for PgBlobs {
     }
 
     async fn read(&self, blob: &StoredBlob, range: Range<u64>) -> Result<ByteStream> {
-        let store = self.store.clone();
         let (id, chunk) = (blob.id, blob.chunk_size.max(1));
-        let reads = stream::try_unfold(range.start, move |at| {
-            let store = store.clone();
-            async move {
-                if at >= range.end {
-                    return Ok(None);
-                }
-                let seq = at / chunk;
-                let offset = at % chunk;
-                let len = (chunk - offset).min(range.end - at);
-                let part = |v: u64| {
-                    i32::try_from(v).map_err(|_| StoreError::Invalid("chunk bounds".into()))
-                };
-                let bytes = store
-                    .artifact_chunk_read(id, part(seq)?, part(offset)?, part(len)?)
-                    .await?;
-                if bytes.len() as u64 != len {
-                    return Err(StoreError::Invalid(format!(
-                        "chunk {seq} of blob {id} is shorter than its artifact says"
-                    )));
-                }
-                Ok(Some((bytes, at + len)))
-            }
-        });
+        if range.start >= range.end {
+            return Ok(stream::empty().boxed());
+        }
+        let part =
+            |v: u64| i32::try_from(v).map_err(|_| StoreError::Invalid("chunk bounds".into()));
+        let (first, last) = (range.start / chunk, (range.end - 1) / chunk);
+        let mut batches = Vec::new();
+        let mut lo = first;
+        while lo <= last {
+            let hi = (lo + READ_BATCH - 1).min(last);
+            let from = if lo == first { range.start % chunk } else { 0 };
+            let to = if hi == last {
+                range.end - last * chunk
+            } else {
+                chunk
+            };
+            batches.push((part(lo)?, part(hi)?, from, to));
+            lo = hi + 1;
+        }
+        let store = self.store.clone();
+        let reads = stream::iter(batches)
+            .map(move |(lo, hi, from, to)| {
+                // Spawned, so a READ_AHEAD over 1 reads ahead; aborted with the download.
+                let store = store.clone();
+                AbortOnDrop(tokio::spawn(async move {
+                    let rows = store
+                        .artifact_chunks_read(id, lo, hi, part(from)?, part(to)?)
+                        .await?;
+                    let whole = rows.len() == (hi - lo + 1) as usize
+                        && rows.iter().enumerate().all(|(i, (seq, bytes))| {
+                            let seq_ok = *seq == lo + i as i32;
+                            let start = if *seq == lo { from } else { 0 };
+                            let end = if *seq == hi { to } else { chunk };
+                            seq_ok && bytes.len() as u64 == end - start
+                        });
+                    if !whole {
+                        return Err(StoreError::Invalid(format!(
+                            "chunks {lo}..={hi} of blob {id} are shorter than its artifact says"
+                        )));
+                    }
+                    Ok(stream::iter(rows.into_iter().map(|(_, b)| Ok(b))))
+                }))
+            })
+            .buffered(READ_AHEAD)
+            .try_flatten();
         Ok(reads.boxed())
     }
 
