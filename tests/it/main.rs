@@ -11,6 +11,7 @@ mod claim_start;
 mod contain;
 mod deadlines;
 mod deploy;
+mod dev;
 mod dispatch;
 mod enrolment;
 mod errors;
