@@ -1,6 +1,6 @@
 -- Whether pool jobs are still parked on a runner's queues after its claim: its owner's pool and,
 -- for a workspace runner, the workspace's 'any' jobs, of either claim class (another runner may
--- run what this one cannot). Sent after lease_claim.sql or lease_claim_plain.sql in the same
+-- run what this one cannot). Sent after lease_claim.sql (from the head) in the same
 -- lease transaction, and only by a woken waiter, which passes its wake on when this is true:
 -- its own snapshot follows the claim's, so the jobs the claim took are already leased to it.
 -- Kept out of the claims because a plan's every node is initialised on each execution, used or

@@ -1,6 +1,5 @@
-//! Where this replica's next claim of each queue starts, class by class
-//! (`lease_claim_plain_from.sql` for a plain runner, `lease_claim_from.sql` for any other;
-//! migrations 0013 and 0016).
+//! Where this replica's next claim of each queue starts, class by class (`lease_claim.sql`'s
+//! places; migrations 0013, 0016 and 0030).
 //!
 //! A claim index keeps an entry for every job taken until that job's old row version is dead
 //! to every snapshot, so a claim that reads its queue from the head walks one entry per job
@@ -155,10 +154,10 @@ impl ClaimBounds {
         self.from_age == 0 || self.horizon_age.load(Ordering::Relaxed) >= self.from_age
     }
 
-    /// Where a claim of this queue starts now: `None` for the head claim (`lease_claim.sql`,
-    /// `lease_claim_plain.sql`), else the places of the lanes it reads: the plain ones, and
-    /// the constrained ones too when `constrained` (the general claim). A workspace's `any`
-    /// lanes are read by a workspace runner (owner `ws:...`) only.
+    /// Where a claim of this queue starts now: `None` for a claim from the head, else the places
+    /// of the lanes it reads: the plain ones, and the constrained ones too when `constrained`
+    /// (the runner is not plain). A workspace's `any` lanes are read by a workspace runner
+    /// (owner `ws:...`) only.
     pub fn starts(&self, workspace: &str, owner: &str, constrained: bool) -> Option<Starts> {
         if !self.in_use() {
             return None;

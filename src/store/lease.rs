@@ -186,22 +186,25 @@ impl Store {
                 .lease_learning(token_hash, advertised, max_jobs, lease_ttl_ms, want_more)
                 .await;
         };
-        // The plain claim when the runner was plain at its last claim and advertises nothing
+        // A plain runner when it was plain at its last claim and advertises nothing
         // now that would change it (an exclusive name is always also a capability).
         let plain = me.plain && advertised.capabilities.as_ref().is_none_or(Vec::is_empty);
         let client = self.client().await?;
         let lock = prepare(&client, sql::RUNNER_LOCK_FOR_LEASE).await?;
+        // A plain runner's claim reads no constrained lane: a walk of one that falls due is left
+        // to a claim that reads it (if the runner is not plain after all, its constrained lanes
+        // start at the head, which is always right).
         let starts = self.claim_bounds.starts(&me.workspace, &me.owner, !plain);
-        let claim_sql = claim_statement(plain, starts.is_some());
+        let claim_sql = sql::LEASE_CLAIM;
         let claim = prepare(&client, claim_sql).await?;
-        // The general claim is followed by the rejection in its transaction; a plain claim
-        // answers whether there is anything to reject (`unfit_named`), and is not.
+        // A runner that is not plain is followed by the rejection in its transaction; a plain
+        // one's claim answers whether there is anything to reject (`unfit_named`), and is not.
         let reject = if plain {
             None
         } else {
             Some(prepare(&client, sql::LEASE_REJECT_UNFIT).await?)
         };
-        // Whether jobs are left for another runner, asked only by a woken waiter; the claim from
+        // Whether jobs are left for another runner, asked only by a woken waiter; a claim from
         // remembered places answers it itself.
         let more = if want_more && starts.is_none() {
             Some(prepare(&client, sql::LEASE_MORE).await?)
@@ -209,25 +212,10 @@ impl Store {
             None
         };
         let lock_args = lock_params(&token_hash, advertised, &self.seen_refresh_ms);
-        let none = bounds::Starts::default();
-        let places = starts.as_ref().unwrap_or(&none);
-        let lanes = StartParams::lanes(places);
         let general = claim_params(&token_hash, me, &max_jobs, &lease_ttl_ms);
-        // A claim from remembered places takes whether to answer `more` ($8) and the places of
-        // the plain lanes ($9..$14); the general one, of the constrained lanes too ($15..$20).
-        let from_places: Vec<&(dyn ToSql + Sync)>;
-        let claim_args: &[&(dyn ToSql + Sync)] = if starts.is_some() {
-            let read = if plain { &lanes[..2] } else { &lanes[..] };
-            from_places = general
-                .iter()
-                .copied()
-                .chain([&want_more as &(dyn ToSql + Sync)])
-                .chain(StartParams::params(read))
-                .collect();
-            &from_places
-        } else {
-            &general
-        };
+        let from_places = starts.is_some();
+        let lanes = StartParams::lanes(starts.as_ref().unwrap_or(&bounds::Starts::default()));
+        let claim_args = claim_args(&general, &want_more, &lanes, &from_places);
         let reject_params: [&(dyn ToSql + Sync); 3] = [&token_hash, &me.id, &me.owner];
         let more_params: [&(dyn ToSql + Sync); 2] = [&me.workspace, &me.owner];
         // Pipelined: all of them are queued on the connection before any answer is read (join
@@ -236,7 +224,7 @@ impl Store {
         let (begin, locked, claimed, rejected, left, commit) = tokio::join!(
             client.batch_execute("BEGIN"),
             client.query_opt(&lock, &lock_args),
-            client.query(&claim, claim_args),
+            client.query(&claim, &claim_args),
             async {
                 match &reject {
                     Some(reject) => client.query(reject, &reject_params).await,
@@ -258,10 +246,10 @@ impl Store {
         let mut rejected = rejected.map_err(|e| StoreError::pg(sql::LEASE_REJECT_UNFIT, e))?;
         let left = left.map_err(|e| StoreError::pg(sql::LEASE_MORE, e))?;
         commit?;
-        if plain
+        if reject.is_none()
             && claimed
                 .first()
-                .is_some_and(|r| r.get::<_, bool>("plain") && r.get::<_, bool>("unfit_named"))
+                .is_some_and(|r| r.get::<_, bool>("unfit_named"))
         {
             // Rare: a named job the runner can no longer run. Its own durable transaction, after
             // the claim's (which took only jobs that fit, so the two never touch one job).
@@ -282,18 +270,8 @@ impl Store {
                 ..LeaseOutcome::default()
             });
         }
-        if plain && !claimed.first().is_some_and(|r| r.get::<_, bool>("plain")) {
-            // It was not plain after all (it advertised or was approved a target since): the
-            // plain claim took nothing, and the general one runs now. Rejections stand.
-            let mut out = self
-                .lease_learning(token_hash, advertised, max_jobs, lease_ttl_ms, want_more)
-                .await?;
-            out.rejected
-                .extend(rejected.iter().map(|r| r.get::<_, uuid::Uuid>("id")));
-            return Ok(out);
-        }
         if let (Some(starts), Some(first)) = (&starts, claimed.first()) {
-            self.learn_places(&me.workspace, &me.owner, starts, first, !plain)?;
+            self.learn_places(&me.workspace, &me.owner, starts, first)?;
         }
         let more = match left {
             Some(left) => left.get("more"),
@@ -304,31 +282,26 @@ impl Store {
     }
 
     /// Remember where the next claim of each lane of the runner's queues starts, from a
-    /// committed claim's first row (plain or general, from places; the general one answers the
-    /// constrained lanes too).
+    /// committed claim's first row (from places: it answers each lane it read).
     fn learn_places(
         &self,
         workspace: &str,
         owner: &str,
         starts: &bounds::Starts,
         row: &tokio_postgres::Row,
-        constrained: bool,
     ) -> Result<()> {
         let xmin: String = row.get("snapshot_xmin");
         let xmin = xmin
             .parse::<u64>()
             .map_err(|e| StoreError::Invalid(format!("a snapshot xmin {xmin:?}: {e}")))?;
-        let mut lanes = vec![
+        let lanes = [
             (bounds::Lane::Own, "own_next"),
             (bounds::Lane::Any, "any_next"),
+            (bounds::Lane::OwnConstrained, "own_c_next"),
+            (bounds::Lane::AnyConstrained, "any_c_next"),
         ];
-        if constrained {
-            lanes.extend([
-                (bounds::Lane::OwnConstrained, "own_c_next"),
-                (bounds::Lane::AnyConstrained, "any_c_next"),
-            ]);
-        }
-        // An `any` place is NULL for a personal runner's claim, which does not read that lane.
+        // A lane's place is NULL when the claim did not read it (an `any` lane for a personal
+        // runner, a class closed to the runner).
         let answered: Vec<(bounds::Lane, bounds::Place)> = lanes
             .into_iter()
             .filter_map(|(lane, column)| {
@@ -348,9 +321,8 @@ impl Store {
         Ok(())
     }
 
-    /// A lease of a runner this replica does not know yet (or whose plain claim found it was
-    /// not plain): learn who it is from the lock, then claim with the general claim (whose
-    /// `plain` tells which claim the next call sends). A real transaction, so a call dropped
+    /// A lease of a runner this replica does not know yet: learn who it is from the lock, then
+    /// claim from the head (its `plain` tells whether the next call pipelines the rejection). A real transaction, so a call dropped
     /// half-way rolls back; two round trips.
     async fn lease_learning(
         &self,
@@ -382,7 +354,12 @@ impl Store {
         let claimed = tx
             .query(
                 &claim,
-                &claim_params(&token_hash, &me, &max_jobs, &lease_ttl_ms),
+                &claim_args(
+                    &claim_params(&token_hash, &me, &max_jobs, &lease_ttl_ms),
+                    &false,
+                    &StartParams::lanes(&bounds::Starts::default()),
+                    &false,
+                ),
             )
             .await
             .map_err(|e| StoreError::pg(sql::LEASE_CLAIM, e))?;
@@ -450,18 +427,6 @@ impl StartParams {
     }
 }
 
-/// The claim for a runner: the plain one (`lease_claim_plain.sql`) or the general one
-/// (`lease_claim.sql`), each from remembered places while they are in use
-/// (`lease_claim_plain_from.sql`, `lease_claim_from.sql`).
-fn claim_statement(plain: bool, from_places: bool) -> &'static str {
-    match (plain, from_places) {
-        (false, false) => sql::LEASE_CLAIM,
-        (false, true) => sql::LEASE_CLAIM_FROM,
-        (true, false) => sql::LEASE_CLAIM_PLAIN,
-        (true, true) => sql::LEASE_CLAIM_PLAIN_FROM,
-    }
-}
-
 async fn prepare(
     client: &deadpool_postgres::Object,
     text: &'static str,
@@ -488,6 +453,23 @@ fn claim_params<'a>(
         lease_ttl_ms,
         &me.leases_since,
     ]
+}
+
+/// Every parameter of `lease_claim.sql`: the runner's ($1..$7), whether to answer `more`
+/// ($8), each lane's start ($9..$20) and whether to read ahead for the next places ($21).
+fn claim_args<'a>(
+    general: &[&'a (dyn ToSql + Sync); 7],
+    want_more: &'a bool,
+    lanes: &'a [StartParams; 4],
+    from_places: &'a bool,
+) -> Vec<&'a (dyn ToSql + Sync)> {
+    general
+        .iter()
+        .copied()
+        .chain([want_more as &(dyn ToSql + Sync)])
+        .chain(StartParams::params(lanes))
+        .chain([from_places as &(dyn ToSql + Sync)])
+        .collect()
 }
 
 fn lock_params<'a>(

@@ -98,8 +98,7 @@ mapping!(
 );
 
 mapping!(
-    /// A job the claim leased (the rows of `lease_claim.sql` and `lease_claim_plain.sql` whose
-    /// `id` is not NULL).
+    /// A job the claim leased (the rows of `lease_claim.sql` whose `id` is not NULL).
     CLAIMED_COLUMNS, claimed -> Claimed {
         id: "id",
         workspace: "workspace",
@@ -122,7 +121,7 @@ pub const MOVED_COLUMNS: &[&str] = &["id", "workspace", "owner", "runner_id", "p
 
 /// What the claims from remembered places answer of where each plain lane's next claim starts
 /// (store::bounds).
-const PLAIN_PLACE_COLUMNS: &[&str] = &[
+const PLACE_COLUMNS: &[&str] = &[
     "own_next_priority",
     "own_next_id",
     "any_next_priority",
@@ -154,20 +153,11 @@ pub const MAPPED: &[(&str, &[&str])] = &[
     ("sweep_no_runner.sql", MOVED_COLUMNS),
     ("sweep_queue_timeout.sql", MOVED_COLUMNS),
     ("sweep_retry_due.sql", MOVED_COLUMNS),
-    ("lease_claim.sql", &["plain", "free"]),
+    ("lease_claim.sql", &["plain", "free", "more", "unfit_named"]),
     ("lease_claim.sql", CLAIMED_COLUMNS),
-    ("lease_claim_plain.sql", &["plain", "free", "unfit_named"]),
+    ("lease_claim.sql", PLACE_COLUMNS),
     (
-        "lease_claim_plain_from.sql",
-        &["plain", "free", "more", "unfit_named"],
-    ),
-    ("lease_claim_plain_from.sql", CLAIMED_COLUMNS),
-    ("lease_claim_plain_from.sql", PLAIN_PLACE_COLUMNS),
-    ("lease_claim_from.sql", &["plain", "free", "more"]),
-    ("lease_claim_from.sql", CLAIMED_COLUMNS),
-    ("lease_claim_from.sql", PLAIN_PLACE_COLUMNS),
-    (
-        "lease_claim_from.sql",
+        "lease_claim.sql",
         &[
             "own_c_next_priority",
             "own_c_next_id",
@@ -176,7 +166,6 @@ pub const MAPPED: &[(&str, &[&str])] = &[
         ],
     ),
     ("lease_more.sql", &["more"]),
-    ("lease_claim_plain.sql", CLAIMED_COLUMNS),
     ("lease_reject_unfit.sql", &["id"]),
     (
         "runner_lock_for_lease.sql",

@@ -1,5 +1,5 @@
-//! `leasehold bench` still runs against today's schema: a short throughput run and a small
-//! artifacts run end with their figures. Numbers are printed, never asserted (docs/perf.md);
+//! `leasehold bench` still runs against today's schema: a short throughput run, a small
+//! artifacts run and a small retention run end with their figures. Numbers are printed, never asserted (docs/perf.md);
 //! what is asserted is that every scenario chosen produced its figure and none failed (a
 //! schema change once made the throughput scenario's TRUNCATE fail, unseen by the suite).
 
@@ -8,9 +8,16 @@ use std::time::Duration;
 #[tokio::test]
 async fn a_short_bench_run_reports_every_scenario_it_was_asked_for() {
     let run = tokio::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
-        .args(["bench", "--scenario", "throughput,artifacts", "--json"])
+        .args([
+            "bench",
+            "--scenario",
+            "throughput,artifacts,retention",
+            "--json",
+        ])
         .args(["--seconds", "1", "--runners", "2", "--dispatchers", "1"])
         .args(["--artifact-mib", "4"])
+        .args(["--retention-jobs", "2000", "--retention-window-ms", "1000"])
+        .args(["--retention-churn-seconds", "6"])
         .stderr(std::process::Stdio::inherit())
         .kill_on_drop(true)
         .output();
@@ -29,4 +36,8 @@ async fn a_short_bench_run_reports_every_scenario_it_was_asked_for() {
     ] {
         assert!(figures[key].is_number(), "{key} missing: {last}");
     }
+    assert!(
+        figures["e2e_per_job"].is_object() && figures["retention"]["ratio"].is_number(),
+        "statements per job or the retention figure missing: {last}"
+    );
 }

@@ -1,8 +1,7 @@
-//! Where a claim starts (store::bounds, migrations 0013 and 0016): a replica remembers, per
+//! Where a claim starts (store::bounds, migrations 0013, 0016 and 0030): a replica remembers, per
 //! queue and class, the first parked job its last claim saw, and the next claim starts there,
-//! whether its runner is plain (`lease_claim_plain_from.sql`) or advertises capabilities
-//! (`lease_claim_from.sql`), and whether the jobs are plain or require a capability (the
-//! constrained class, which only the general claim reads): each test runs for all three. Nothing
+//! whether its runner is plain or advertises capabilities, and whether the jobs are plain or
+//! require a capability (the constrained class, read only for a runner that advertises one): each test runs for all three. Nothing
 //! behind that place is ever skipped: a job released or re-delivered behind it, a job
 //! dispatched since with a higher priority, and a job a lease held locked and then rolled back
 //! are all taken before the jobs after it, in priority-then-FIFO order.
@@ -23,9 +22,9 @@ use serde_json::json;
 
 use crate::support::{connect, eventually, hold_snapshot, lease, pair, personal, TestApp};
 
-/// What each place test runs for: a plain runner and plain jobs (`lease_claim_plain_from.sql`),
-/// a runner that advertises `linux` and plain jobs (`lease_claim_from.sql`, plain lanes), and
-/// jobs that require it (`lease_claim_from.sql`, constrained lanes).
+/// What each place test runs for: a plain runner and plain jobs, a runner that advertises
+/// `linux` and plain jobs (`lease_claim.sql`'s plain lanes), and
+/// jobs that require it (the constrained lanes).
 const SHAPES: [(&[&str], &[&str]); 3] = [(&[], &[]), (&["linux"], &[]), (&["linux"], &["linux"])];
 
 fn remember_for_an_hour(c: &mut leasehold::config::Config) {

@@ -296,7 +296,11 @@ fn embedded_paths() -> BTreeSet<String> {
     let include =
         regex_lite::Regex::new(r#"include(?:_str|_bytes)?!\(\s*(?:concat!\(\s*)?"([^"]+)""#)
             .unwrap();
-    let join = regex_lite::Regex::new(r#"CARGO_MANIFEST_DIR"\)\)\s*\.join\("([^"]+)"\)"#).unwrap();
+    // `Path::new(env!("CARGO_MANIFEST_DIR")).join("x")` or, read at run time,
+    // `Path::new(&manifest).join("x")`.
+    let join =
+        regex_lite::Regex::new(r#"(?:CARGO_MANIFEST_DIR"\)|&manifest)\)\s*\.join\("([^"]+)"\)"#)
+            .unwrap();
     let mut found = BTreeSet::new();
     let mut pending = vec![repo().join("src"), repo().join("crates")];
     let mut sources = vec![repo().join("build.rs")];

@@ -571,12 +571,12 @@ async fn a_bound_ahead_of_the_database_clock_counts_every_lease() {
     let from_places = Store::connect(&app.database_url, 1, app.config.presence_window_ms)
         .unwrap()
         .with_claim_bounds(0, Duration::from_secs(3600));
-    // The general claim and the plain claim, each from the head and from places.
+    // The claim for a runner known as plain or not, each from the head and from places.
     for (store, plain, claim) in [
-        (&app.store, false, "lease_claim"),
-        (&app.store, true, "lease_claim_plain"),
-        (&from_places, true, "lease_claim_plain_from"),
-        (&from_places, false, "lease_claim_from"),
+        (&app.store, false, "general, from the head"),
+        (&app.store, true, "plain, from the head"),
+        (&from_places, true, "plain, from places"),
+        (&from_places, false, "general, from places"),
     ] {
         let me = LeaseIdentity {
             id: runner.id,

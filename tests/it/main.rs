@@ -7,6 +7,7 @@ mod artifacts;
 mod balancer;
 mod bench;
 mod browser;
+mod claim_model;
 mod claim_start;
 mod contain;
 mod deadlines;

@@ -81,6 +81,7 @@ async fn hot_statements_reach_their_rows_by_the_right_index_on_a_table_analyzed_
 
 async fn check_hot_plans(app: &TestApp) {
     let job = "'00000000-0000-7000-8000-000000000001'::uuid";
+    let nil = "'00000000-0000-0000-0000-000000000000'::uuid";
     let runner = "'00000000-0000-7000-8000-000000000002'::uuid";
     let token = "sha256('token1'::bytea)";
     let item = json!({"id": "00000000-0000-7000-8000-000000000003",
@@ -89,31 +90,22 @@ async fn check_hot_plans(app: &TestApp) {
                       "no_runner_timeout_ms": 300000, "secrets": []})
     .to_string();
     let statements: Vec<(&str, &'static str, String)> = vec![
+        // The one claim from the head, and from remembered places in every lane.
         (
             "lease_claim",
             sql::LEASE_CLAIM,
-            format!("{token}, {runner}, 'acme', 'ws:acme', 10, 120000, now()"),
-        ),
-        (
-            "lease_claim_plain",
-            sql::LEASE_CLAIM_PLAIN,
-            format!("{token}, {runner}, 'acme', 'ws:acme', 10, 120000, now()"),
+            format!(
+                "{token}, {runner}, 'acme', 'ws:acme', 10, 120000, now(), false, \
+                 1001, {nil}, NULL, 1001, {nil}, NULL, 1001, {nil}, NULL, 1001, {nil}, NULL, false"
+            ),
         ),
         ("lease_more", sql::LEASE_MORE, "'acme', 'ws:acme'".into()),
         (
-            "lease_claim_plain_from",
-            sql::LEASE_CLAIM_PLAIN_FROM,
-            format!(
-                "{token}, {runner}, 'acme', 'ws:acme', 10, 120000, now(), true, \
-                 0, {job}, '1000', 0, {job}, '1000'"
-            ),
-        ),
-        (
             "lease_claim_from",
-            sql::LEASE_CLAIM_FROM,
+            sql::LEASE_CLAIM,
             format!(
                 "{token}, {runner}, 'acme', 'ws:acme', 10, 120000, now(), true, \
-                 0, {job}, '1000', 0, {job}, '1000', 0, {job}, '1000', 0, {job}, '1000'"
+                 0, {job}, '1000', 0, {job}, '1000', 0, {job}, '1000', 0, {job}, '1000', true"
             ),
         ),
         (
@@ -185,12 +177,7 @@ async fn check_hot_plans(app: &TestApp) {
         plans[i].as_str()
     };
     // The claims walk each claim index in order; they never read or sort a whole queue.
-    for name in [
-        "lease_claim",
-        "lease_claim_plain",
-        "lease_claim_plain_from",
-        "lease_claim_from",
-    ] {
+    for name in ["lease_claim", "lease_claim_from"] {
         assert_plan(
             name,
             plan(name),
@@ -205,31 +192,17 @@ async fn check_hot_plans(app: &TestApp) {
             ],
             &["Seq Scan"],
         );
-        if name.ends_with("_from") {
-            // The parks since the remembered place come from their own indexes, never from a
-            // walk of the claim index; the general claim's constrained lanes too (migration
-            // 0016).
-            assert_plan(
-                name,
-                plan(name),
-                &[
-                    "Index Scan using jobs_parked_since_pool on ",
-                    "Index Scan using jobs_parked_since_any on ",
-                ],
-                &[],
-            );
-        }
-        if name == "lease_claim_from" {
-            assert_plan(
-                name,
-                plan(name),
-                &[
-                    "Index Scan using jobs_parked_since_pool_constrained on ",
-                    "Index Scan using jobs_parked_since_any_constrained on ",
-                ],
-                &[],
-            );
-        }
+        // The parks since each lane's place come from their own indexes (the class a key
+        // column: migration 0030), never from a walk of the claim index.
+        assert_plan(
+            name,
+            plan(name),
+            &[
+                "Index Scan using jobs_parked_since_pool on ",
+                "Index Scan using jobs_parked_since_any on ",
+            ],
+            &[],
+        );
         assert!(
             plan(name).contains("CTE r\n    ->  Index Scan using runners_"),
             "{name} finds its runner by a unique index:\n{}",
@@ -284,8 +257,6 @@ async fn check_hot_plans(app: &TestApp) {
             "jobs_leased_since",
             "Index Scan using jobs_parked_since_pool on ",
             "Index Scan using jobs_parked_since_any on ",
-            "Index Scan using jobs_parked_since_pool_constrained on ",
-            "Index Scan using jobs_parked_since_any_constrained on ",
         ],
         &["Seq Scan", "Sort"],
     );
@@ -345,9 +316,7 @@ async fn a_claim_behind_an_unfit_head_reads_none_of_it() {
     // read the head either.
     for (name, claim) in [
         ("lease_claim", sql::LEASE_CLAIM),
-        ("lease_claim_plain", sql::LEASE_CLAIM_PLAIN),
-        ("lease_claim_plain_from", sql::LEASE_CLAIM_PLAIN_FROM),
-        ("lease_claim_from", sql::LEASE_CLAIM_FROM),
+        ("lease_claim_from", sql::LEASE_CLAIM),
     ] {
         let tx = db.transaction().await.unwrap();
         tx.batch_execute(
@@ -360,11 +329,8 @@ async fn a_claim_behind_an_unfit_head_reads_none_of_it() {
             .unwrap();
         // The claims from places, from the head (no remembered place) in every lane.
         let lane = ", 1001, '00000000-0000-0000-0000-000000000000', NULL";
-        let head = match name {
-            "lease_claim_plain_from" => format!(", true{lane}{lane}"),
-            "lease_claim_from" => format!(", true{lane}{lane}{lane}{lane}"),
-            _ => String::new(),
-        };
+        let read_ahead = name == "lease_claim_from";
+        let head = format!(", {read_ahead}{lane}{lane}{lane}{lane}, {read_ahead}");
         let plan = first_column(
             &tx,
             &format!(

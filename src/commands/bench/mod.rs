@@ -10,6 +10,7 @@ mod churn;
 mod depth;
 mod idle;
 mod redelivery;
+mod retention;
 mod setup;
 mod soak;
 pub mod stats;
@@ -37,7 +38,8 @@ pub struct Report {
 #[derive(Debug, Clone, Args)]
 pub struct BenchArgs {
     /// Scenarios, comma-separated: throughput, wake, idle, depth, churn, redelivery,
-    /// unfit-head, artifacts, soak, or all (every one but soak, which runs for --soak-seconds).
+    /// unfit-head, artifacts, retention, soak, or all (every one but soak, which runs for
+    /// --soak-seconds).
     #[arg(long, default_value = "all")]
     pub scenario: String,
     /// Use this PostgreSQL server (its role must be allowed to create databases) instead of a
@@ -74,6 +76,16 @@ pub struct BenchArgs {
     /// Size of the one file the artifacts scenario uploads and downloads, MiB.
     #[arg(long, default_value_t = 1024)]
     pub artifact_mib: usize,
+    /// Settled jobs (finished a day ago) the retention scenario deletes under load.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub retention_jobs: i64,
+    /// The window the retention scenario's replicas keep, milliseconds.
+    #[arg(long, default_value_t = 60_000)]
+    pub retention_window_ms: u64,
+    /// How long the retention scenario's load goes on while the table sizes are read,
+    /// seconds (0: not at all).
+    #[arg(long, default_value_t = 120)]
+    pub retention_churn_seconds: u64,
     /// Queue depths for the depth scenario, comma-separated.
     #[arg(long, default_value = "1000,100000,1000000")]
     pub depths: String,
@@ -94,8 +106,7 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 120)]
     pub soak_reference_seconds: u64,
     /// Capabilities the soak's runners advertise, comma-separated (none by default: plain
-    /// runners). With any, every lease goes through the general claim (`lease_claim.sql`, and
-    /// `lease_claim_from.sql` under the snapshot).
+    /// runners). With any, every lease also reads the constrained lanes of `lease_claim.sql`.
     #[arg(long, default_value = "")]
     pub soak_capabilities: String,
     /// Capabilities every job of the soak requires, comma-separated (none by default: plain
@@ -130,6 +141,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         "redelivery",
         "unfit-head",
         "artifacts",
+        "retention",
         "soak",
     ];
     let chosen: Vec<&str> = if args.scenario == "all" {
@@ -162,6 +174,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
             "redelivery" => redelivery::run(&deployment, &args, &mut report).await,
             "unfit-head" => unfit_head::run(&deployment, &args, &mut report).await,
             "artifacts" => artifacts::run(&deployment, &args, &mut report).await,
+            "retention" => retention::run(&deployment, &args, &mut report).await,
             "soak" => soak::run(&deployment, &args, &mut report).await,
             _ => unreachable!("checked above"),
         };

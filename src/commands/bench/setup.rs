@@ -129,16 +129,44 @@ impl Deployment {
     }
 }
 
-/// PostgreSQL's own time (execution plus planning, ms) spent on the statements of database
-/// `db`, from `pg_stat_statements`, for `pg_ms_per_job`: read before and after a phase. Only
-/// the work counts: transaction control (`BEGIN`, `COMMIT`: their time is the WAL flush, which
-/// pgbench's autocommit statements do outside any statement's timing) and session `SET`s are
-/// left out. `None` when the server does not load the extension (a `--database-url` without it).
-pub async fn pg_time_ms(dep: &Deployment, db: &str) -> Option<f64> {
+/// What PostgreSQL did for database `db` so far, read before and after a phase and divided by
+/// the jobs it settled: for `pg_ms_per_job`, `statements_per_job` and `xacts_per_job`.
+#[derive(Debug, Clone, Copy)]
+pub struct PgWork {
+    /// Execution plus planning time (ms) of its statements, from `pg_stat_statements`. Only the
+    /// work counts: transaction control (`BEGIN`, `COMMIT`: their time is the WAL flush, which
+    /// pgbench's autocommit statements do outside any statement's timing) and session `SET`s
+    /// are left out.
+    pub ms: f64,
+    /// Statements executed, counted the same way (the work, not `BEGIN`/`COMMIT`/`SET`).
+    pub statements: f64,
+    /// Transactions committed or rolled back (`pg_stat_database`; each backend flushes these
+    /// about once a second, so a phase of many seconds is off by a fraction of one).
+    pub xacts: f64,
+}
+
+impl PgWork {
+    /// Per settled job over the phase from `before` to `self`.
+    pub fn per_job_since(self, before: PgWork, jobs: u64) -> PgWork {
+        let n = jobs.max(1) as f64;
+        PgWork {
+            ms: (self.ms - before.ms) / n,
+            statements: (self.statements - before.statements) / n,
+            xacts: (self.xacts - before.xacts) / n,
+        }
+    }
+}
+
+/// [`PgWork`] of database `db` now. `None` when the server does not load
+/// `pg_stat_statements` (a `--database-url` without it).
+pub async fn pg_work(dep: &Deployment, db: &str) -> Option<PgWork> {
     let admin = connect(&dep.url("postgres")).await.ok()?;
     let row = admin
         .query_one(
-            "SELECT coalesce(sum(total_exec_time + total_plan_time), 0)::float8
+            "SELECT coalesce(sum(total_exec_time + total_plan_time), 0)::float8,
+                    coalesce(sum(calls), 0)::float8,
+                    (SELECT (xact_commit + xact_rollback)::float8
+                       FROM pg_stat_database WHERE datname = $1)
                FROM pg_stat_statements
               WHERE dbid = (SELECT oid FROM pg_database WHERE datname = $1)
                 AND query !~* '^\\s*(begin|commit|rollback|set|reset|show|discard)\\M'",
@@ -146,7 +174,11 @@ pub async fn pg_time_ms(dep: &Deployment, db: &str) -> Option<f64> {
         )
         .await
         .ok()?;
-    Some(row.get(0))
+    Some(PgWork {
+        ms: row.get(0),
+        statements: row.get(1),
+        xacts: row.get::<_, Option<f64>>(2).unwrap_or(0.0),
+    })
 }
 
 /// A plain connection (not pooled) for measurement and set-up queries.
@@ -195,11 +227,24 @@ pub async fn load_replicas(
     url: &str,
     args: &super::BenchArgs,
 ) -> anyhow::Result<([ReplicaProcess; 2], String, Vec<Client>)> {
+    load_replicas_env(url, args, &[]).await
+}
+
+/// [`load_replicas`] with `extra` environment for both replicas.
+///
+/// # Errors
+/// As [`load_replicas`].
+pub async fn load_replicas_env(
+    url: &str,
+    args: &super::BenchArgs,
+    extra: &[(&str, String)],
+) -> anyhow::Result<([ReplicaProcess; 2], String, Vec<Client>)> {
     let pool = (args.runners + args.dispatchers)
         .div_ceil(2)
         .max(8)
         .to_string();
-    let env = [("LEASEHOLD_POOL_SIZE", pool)];
+    let mut env = vec![("LEASEHOLD_POOL_SIZE", pool)];
+    env.extend(extra.iter().cloned());
     let replicas = [
         ReplicaProcess::start(url, &env).await?,
         ReplicaProcess::start(url, &env).await?,

@@ -153,13 +153,8 @@ pub async fn run(dep: &Deployment, args: &BenchArgs, report: &mut Report) -> any
         format!("{after_rate:.0}"),
         format!("ratio {:.2} to the first minute", after_rate / first_rate),
     ));
-    // Whichever claim ran: from remembered places under the snapshot, from the head after.
-    let claim = [
-        "lease_claim.sql",
-        "lease_claim_plain.sql",
-        "lease_claim_plain_from.sql",
-        "lease_claim_from.sql",
-    ];
+    // The claim: from remembered places under the snapshot, from the head after.
+    let claim = ["lease_claim.sql"];
     table.push((
         "soak claim ms, first / last minute / after".into(),
         format!(

@@ -5,9 +5,11 @@
 //! - `baseline`: the service's own statements without HTTP, in their fastest form (the store's
 //!   insert, pipelined lease transaction and fenced complete), each client running the whole
 //!   cycle like a pgbench client, one job at a time.
-//! - `e2e`: dispatch → lease → complete through two replicas over HTTP, one job per call.
-//! - `e2e batch`: batch dispatch (`POST /v1/jobs/batch`) and `max_jobs` leases; a runner reports
-//!   the jobs of one lease concurrently, as a runner with that many slots does.
+//! - `e2e`: dispatch → lease → complete through two replicas over HTTP, one job per call; a
+//!   runner's next lease carries the report of the job it just finished (`done`, v1.2), so a
+//!   job costs the runner one call.
+//! - `e2e batch`: batch dispatch (`POST /v1/jobs/batch`) and `max_jobs` leases, the reports of
+//!   one lease's jobs carried by the next.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -31,7 +33,8 @@ const CYCLE_SCHEMA: &str = include_str!("../../../bench/schema.sql");
 pub async fn run(dep: &Deployment, args: &BenchArgs, report: &mut Report) -> anyhow::Result<()> {
     let Report { json: out, table } = report;
     progress("throughput: the pgbench reference cycle");
-    let (reference, reference_pg_ms) = pgbench_cycle(dep, args).await?;
+    let (reference, reference_work) = pgbench_cycle(dep, args).await?;
+    let reference_pg_ms = reference_work.map(|w| w.ms);
 
     let url = dep.fresh_database("leasehold_bench_throughput").await?;
     let (replicas, key, operators) = setup::load_replicas(&url, args).await?;
@@ -64,11 +67,12 @@ pub async fn run(dep: &Deployment, args: &BenchArgs, report: &mut Report) -> any
     truncate(&url).await?;
 
     progress("throughput: end to end, one job per call");
-    let pg_before = setup::pg_time_ms(dep, "leasehold_bench_throughput").await;
+    let pg_before = setup::pg_work(dep, "leasehold_bench_throughput").await;
     let (e2e, e2e_jobs) = end_to_end(&operators, &single, &replicas, 1, args).await?;
-    let e2e_pg_ms = pg_before
-        .zip(setup::pg_time_ms(dep, "leasehold_bench_throughput").await)
-        .map(|(before, after)| (after - before) / e2e_jobs.max(1) as f64);
+    let e2e_work = pg_before
+        .zip(setup::pg_work(dep, "leasehold_bench_throughput").await)
+        .map(|(before, after)| after.per_job_since(before, e2e_jobs));
+    let e2e_pg_ms = e2e_work.map(|w| w.ms);
     truncate(&url).await?;
 
     progress("throughput: end to end, batch dispatch and batch leasing");
@@ -96,6 +100,16 @@ pub async fn run(dep: &Deployment, args: &BenchArgs, report: &mut Report) -> any
     out.insert("pg_ms_per_job".into(), pg_ms(e2e_pg_ms));
     out.insert("reference_pg_ms_per_job".into(), pg_ms(reference_pg_ms));
     let pg_ratio = e2e_pg_ms.zip(reference_pg_ms).map(|(e, r)| e / r);
+    // What one job costs the database, steady state: statements (the work, not BEGIN/COMMIT)
+    // and transactions, e2e one job per call against the reference cycle.
+    let per_job = |w: Option<setup::PgWork>| {
+        w.map_or(
+            Value::Null,
+            |w| json!({"statements": round(w.statements, 2), "xacts": round(w.xacts, 2)}),
+        )
+    };
+    out.insert("e2e_per_job".into(), per_job(e2e_work));
+    out.insert("reference_per_job".into(), per_job(reference_work));
     out.insert(
         "pg_ms_per_job_ratio".into(),
         pg_ratio.map_or(Value::Null, |r| round(r, 3)),
@@ -132,6 +146,13 @@ pub async fn run(dep: &Deployment, args: &BenchArgs, report: &mut Report) -> any
             format!("ratio {ratio:.2} (target <= 2)"),
         ));
     }
+    if let (Some(e), Some(r)) = (e2e_work, reference_work) {
+        table.push((
+            "statements / transactions per job, e2e".into(),
+            format!("{:.2} / {:.2}", e.statements, e.xacts),
+            format!("reference {:.2} / {:.2}", r.statements, r.xacts),
+        ));
+    }
     table.push((
         format!("e2e_batch_jobs_per_s (batch {})", args.batch),
         format!("{e2e_batch:.0}"),
@@ -148,11 +169,14 @@ async fn truncate(url: &str) -> anyhow::Result<()> {
 }
 
 /// The reference: pgbench running the raw cycle on its own database of the same server. Also
-/// PostgreSQL's own time per completed job, where `pg_stat_statements` is loaded.
-async fn pgbench_cycle(dep: &Deployment, args: &BenchArgs) -> anyhow::Result<(f64, Option<f64>)> {
+/// what PostgreSQL did per completed job, where `pg_stat_statements` is loaded.
+async fn pgbench_cycle(
+    dep: &Deployment,
+    args: &BenchArgs,
+) -> anyhow::Result<(f64, Option<setup::PgWork>)> {
     let name = "leasehold_bench_raw";
     let url = reference_database(dep, name).await?;
-    let pg_before = setup::pg_time_ms(dep, name).await;
+    let pg_before = setup::pg_work(dep, name).await;
     let output = run_pgbench(&url, args.seconds, CYCLE_SQL, &[]).await?;
     let stdout = String::from_utf8_lossy(&output.stdout);
     let tps = stdout
@@ -166,11 +190,11 @@ async fn pgbench_cycle(dep: &Deployment, args: &BenchArgs) -> anyhow::Result<(f6
         .query_one("SELECT count(*) FROM jobs WHERE state = 'completed'", &[])
         .await?
         .get(0);
-    let pg_ms = pg_before
-        .zip(setup::pg_time_ms(dep, name).await)
-        .map(|(before, after)| (after - before) / completed.max(1) as f64);
+    let work = pg_before
+        .zip(setup::pg_work(dep, name).await)
+        .map(|(before, after)| after.per_job_since(before, completed as u64));
     dep.drop_database(name).await?;
-    Ok((tps, pg_ms))
+    Ok((tps, work))
 }
 
 /// A new database `name` on the deployment's server holding the reference's table
@@ -237,7 +261,7 @@ fn workspace_pool() -> wire::Target {
     }
 }
 
-async fn end_to_end(
+pub(super) async fn end_to_end(
     operators: &[Client],
     runners: &[Client],
     replicas: &[ReplicaProcess],
@@ -283,19 +307,37 @@ async fn end_to_end(
         let stop = stop.clone();
         let completed = completed.clone();
         tasks.spawn(async move {
+            // The reports of the jobs the last lease gave, carried by the next lease (`done`,
+            // v1.2): a runner leasing right after it finished, one call per lease.
+            let mut done: Vec<wire::DoneReport> = Vec::new();
             while !stop.load(Ordering::Relaxed) {
-                let Ok(jobs) = r.lease(&wire::Lease::waiting(1000, batch)).await else {
-                    continue;
-                };
-                // Each slot reports its own job as it finishes (here: at once, together).
-                let reports = jobs
-                    .iter()
-                    .map(|j| r.complete(j.id, j.epoch, json!({"exit_code": 0})));
-                for done in futures_util::future::join_all(reports).await {
-                    if done.is_ok() {
-                        completed.fetch_add(1, Ordering::Relaxed);
+                let mut req = wire::Lease::waiting(1000, batch);
+                req.done = (!done.is_empty()).then(|| std::mem::take(&mut done));
+                let leased = match r.lease_reporting(&req).await {
+                    Ok(leased) => leased,
+                    Err(_) => {
+                        // Sent again: a report applied before the call failed answers 409.
+                        done = req.done.unwrap_or_default();
+                        continue;
                     }
-                }
+                };
+                let applied = leased.done.iter().filter(|d| d.status == 200).count();
+                completed.fetch_add(applied as u64, Ordering::Relaxed);
+                done = leased
+                    .jobs
+                    .iter()
+                    .map(|j| wire::DoneReport {
+                        id: j.id,
+                        epoch: j.epoch,
+                        result: Some(json!({"exit_code": 0})),
+                        fail: None,
+                    })
+                    .collect();
+            }
+            // What the last lease gave is reported alone, so its slots are free for the next
+            // phase that drives these runners.
+            for d in done {
+                let _ = r.complete(d.id, d.epoch, json!({"exit_code": 0})).await;
             }
         });
     }

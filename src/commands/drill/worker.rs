@@ -2,8 +2,9 @@
 //! freeze it (SIGSTOP/SIGCONT) and cut its long-poll (SIGUSR1 drops the request in flight).
 //!
 //! It leases one job at a time through the contract (rotating servers on 503 or no answer),
-//! holds it for `--hold-ms` (a no-op executor), then completes it at the leased epoch, retrying
-//! that same report until a server answers. Every lease and report goes to stdout as one JSON
+//! holds it for `--hold-ms` (a no-op executor), then completes it at the leased epoch in the
+//! `done` of its next lease call (v1.2), sending that same report again with every retried
+//! call until a server answers or a minute has passed. Every lease and report goes to stdout as one JSON
 //! line stamped with the wall clock, for the drill's history. Its token comes from the
 //! environment (`LEASEHOLD_RUNNER_TOKEN`), never from the command line.
 
@@ -71,10 +72,22 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<i32> {
         capabilities: args.capability.clone().map(|c| vec![c]),
         ..Default::default()
     };
+    // The report of the job just held, carried by the next lease call: (job, sent at, given up
+    // at).
+    let mut pending: Option<(wire::LeasedJob, u64, tokio::time::Instant)> = None;
     loop {
         let client = &clients[at % clients.len()];
+        let mut lease = lease.clone();
+        lease.done = pending.as_ref().map(|(job, _, _)| {
+            vec![wire::DoneReport {
+                id: job.id,
+                epoch: job.epoch,
+                result: Some(json!("ok")),
+                fail: None,
+            }]
+        });
         let answer = tokio::select! {
-            a = client.lease(&lease) => a,
+            a = client.lease_reporting(&lease) => a,
             _ = cut.recv() => {
                 // The long-poll's connection is dropped mid-request; poll again elsewhere.
                 emit(json!({"e": "cut", "at": unix_ms()}));
@@ -82,51 +95,47 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<i32> {
                 continue;
             }
         };
-        let jobs = match answer {
-            Ok(jobs) => jobs,
+        let leased = match answer {
+            Ok(leased) => leased,
             Err(e) => {
                 error_line("lease", &e);
                 if retryable(&e) {
                     at += 1;
                 }
+                if let Some((job, sent, deadline)) = pending.take() {
+                    if tokio::time::Instant::now() > deadline {
+                        reported(&job, "unknown", sent);
+                    } else {
+                        pending = Some((job, unix_ms(), deadline));
+                    }
+                }
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 continue;
             }
         };
-        for job in jobs {
+        if let Some((job, sent, _)) = pending.take() {
+            let outcome = match leased.done.first().map(|d| d.status) {
+                Some(200) => "accepted",
+                Some(409) => "refused",
+                _ => "unknown",
+            };
+            reported(&job, outcome, sent);
+        }
+        // One job at a time (`max_jobs` 1): held, then reported by the next call.
+        if let Some(job) = leased.jobs.into_iter().next() {
             emit(json!({
                 "e": "leased", "job": job.id, "epoch": job.epoch,
                 "ttl_ms": job.lease_ttl_ms, "at": unix_ms(),
             }));
             tokio::time::sleep(Duration::from_millis(args.hold_ms)).await;
-            complete(&clients, &mut at, &job).await;
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+            pending = Some((job, unix_ms(), deadline));
         }
     }
 }
 
-/// Report `job` done at its epoch, retrying the same report for up to a minute.
-async fn complete(clients: &[Client], at: &mut usize, job: &wire::LeasedJob) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    let mut sent = unix_ms();
-    let outcome = loop {
-        let client = &clients[*at % clients.len()];
-        match client.complete(job.id, job.epoch, json!("ok")).await {
-            Ok(_) => break "accepted",
-            Err(e) if e.status().is_some_and(|s| s.as_u16() == 409) => break "refused",
-            Err(e) => {
-                error_line("complete", &e);
-                if retryable(&e) {
-                    *at += 1;
-                }
-                if tokio::time::Instant::now() > deadline {
-                    break "unknown";
-                }
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                sent = unix_ms();
-            }
-        }
-    };
-    emit(
-        json!({"e": "reported", "job": job.id, "epoch": job.epoch, "outcome": outcome, "at": sent}),
-    );
+/// The history line of a report: `outcome` is `accepted`, `refused` (a 409) or `unknown`; `at`
+/// is when the call that carried it was sent.
+fn reported(job: &wire::LeasedJob, outcome: &str, at: u64) {
+    emit(json!({"e": "reported", "job": job.id, "epoch": job.epoch, "outcome": outcome, "at": at}));
 }

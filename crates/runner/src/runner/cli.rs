@@ -435,7 +435,11 @@ mod tests {
             (vec!["https://a"], vec!["http://a".to_owned()]),
         ] {
             let err = what_to_join(payload(&servers, Some(PIN)), flag, None).unwrap_err();
-            assert!(err.to_string().contains("plain HTTP"), "{err}");
+            assert!(
+                err.to_string()
+                    .contains("is not https://, where no key is checked"),
+                "{err}"
+            );
         }
         assert!(what_to_join(payload(&["http://a"], None), vec![], None).is_ok());
         let err = what_to_join(payload(&["https://a"], Some("sha1//x")), vec![], None).unwrap_err();
