@@ -79,9 +79,12 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         config.tls_cert = Some(cert.clone());
         config.tls_key = Some(key.clone());
     }
-    let listener = tokio::net::TcpListener::bind(listen)
-        .await
-        .with_context(|| format!("binding {listen}"))?;
+    let listener = tokio::net::TcpListener::bind(listen).await.map_err(|e| {
+        anyhow::anyhow!(
+            "cannot listen on {listen}: {e}; is another `leasehold dev` running? \
+             pass --listen ADDR:PORT for another address (e.g. --listen 127.0.0.1:8081)"
+        )
+    })?;
     let scheme = if tls { "https" } else { "http" };
     let base = format!("{scheme}://{}", listener.local_addr()?);
     // Join codes come with a pasted connect payload for this address.
@@ -148,11 +151,26 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         pg.data_dir().display(),
         pg.data_dir().display()
     );
+    // Commands as they run when pasted into any shell: this executable by its absolute path
+    // (a fresh shell has no `leasehold` on PATH) with the server and key in front.
+    let exe = std::env::current_exe().map_or_else(
+        |_| "leasehold".to_owned(),
+        |p| shell_word(&p.to_string_lossy()),
+    );
+    let ca = tls_files
+        .as_ref()
+        .map(|(cert, _)| std::fs::canonicalize(cert).unwrap_or_else(|_| cert.clone()));
+    let mut env = format!("LEASEHOLD_SERVER={base} LEASEHOLD_API_KEY={key}");
+    if let Some(cert) = &ca {
+        env.push_str(&format!(
+            " LEASEHOLD_CA_CERT={}",
+            shell_word(&cert.to_string_lossy())
+        ));
+    }
     println!();
     println!("  export LEASEHOLD_SERVER={base}");
     println!("  export LEASEHOLD_API_KEY={key}");
-    if let Some((cert, _)) = &tls_files {
-        let cert = std::fs::canonicalize(cert).unwrap_or_else(|_| cert.clone());
+    if let Some(cert) = &ca {
         println!("  export LEASEHOLD_CA_CERT={}", cert.display());
         println!();
         println!(
@@ -167,12 +185,14 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         }
     }
     println!();
+    println!("Web UI (paste the admin key below into it): {base}/ui");
+    println!();
     if let Some((id, _)) = &local_runner {
         println!("A local runner ({id}) takes jobs from your personal pool:");
-        println!("  leasehold job submit --wait -- echo hello");
+        println!("  {env} {exe} job submit --wait -- echo hello");
     } else {
         println!("Dispatch a job to your personal pool (no local runner; enrol one below):");
-        println!("  leasehold job submit -- echo hello");
+        println!("  {env} {exe} job submit -- echo hello");
     }
     println!();
     println!(
@@ -180,14 +200,14 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         state_dir.join("secrets.key").display()
     );
     println!(
-        "  printf %s \"$TOKEN\" | leasehold secrets set TOKEN --runners any   \
+        "  printf %s \"$TOKEN\" | {env} {exe} secrets set TOKEN --runners any   \
          # --runners any: personal runners like this one may receive it"
     );
     println!();
     println!("Enrol another runner (code valid 10 minutes, once):");
     match &spare.connect {
-        Some(payload) => println!("  leasehold runner connect {payload}"),
-        None => println!("  leasehold runner connect {} --server {base}", spare.code),
+        Some(payload) => println!("  {exe} runner connect {payload}"),
+        None => println!("  {exe} runner connect {} --server {base}", spare.code),
     }
     println!("Admin key for workspace '{workspace}' (shown once):");
     println!("{key}");
@@ -208,6 +228,20 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     replica.stop_after_shutdown(Duration::from_secs(9)).await;
     drop(pg);
     Ok(())
+}
+
+/// `word` as one shell word: as is when it holds only characters no shell treats specially,
+/// else in single quotes.
+fn shell_word(word: &str) -> String {
+    let plain = !word.is_empty()
+        && word
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "/._-+:@%,=".contains(c));
+    if plain {
+        word.to_owned()
+    } else {
+        format!("'{}'", word.replace('\'', r"'\''"))
+    }
 }
 
 /// As root: `nobody`, and a work directory it can reach: `<state>/work` when every directory

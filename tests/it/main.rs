@@ -12,6 +12,7 @@ mod claim_start;
 mod contain;
 mod deadlines;
 mod deploy;
+mod dev;
 mod dispatch;
 mod enrolment;
 mod errors;

@@ -703,7 +703,14 @@ async fn dev_tls_makes_a_self_signed_pair_and_says_how_to_trust_it() {
             .await
             .unwrap_or_else(|e| panic!("{trust:?}: {e}"));
     }
-    let paste = field("leasehold runner connect ");
+    // The banner names the running binary by its absolute path.
+    let paste = printed
+        .iter()
+        .find_map(|l| {
+            l.split_once(" runner connect ")
+                .map(|(_, p)| p.trim().to_owned())
+        })
+        .unwrap_or_else(|| panic!("prints runner connect: {printed:#?}"));
     let payload = Connect::decode(&paste).unwrap();
     assert_eq!(payload.servers, vec![server.clone()]);
     assert_eq!(payload.pin, Some(pin.to_string()));
