@@ -25,9 +25,9 @@ use super::AppState;
 use crate::domain::credentials::{self, Kind, Secret};
 use crate::domain::owner;
 use crate::domain::version;
-use crate::hub::LeaseAnswer;
+use crate::hub::{LeaseAnswer, Leased};
 use crate::store::jobs::Fenced;
-use crate::store::lease::Advertised;
+use crate::store::lease::{Advertised, DoneReport, Reported};
 use crate::store::{FenceMiss, Report};
 use crate::telemetry::traces;
 use crate::wire;
@@ -128,11 +128,8 @@ pub async fn lease(
     // Before any database work; held until this call answers or is dropped.
     let _slot = st.polls.take(&token.hash)?;
     placement_check(&st, &token, req.version.as_deref(), &targets).await?;
-    // v1.2: the reports first, committed before the lease looks (their slots are free for it).
-    let done = match req.done {
-        Some(done) => Box::pin(apply_done(&st, &token, done)).await?,
-        None => Vec::new(),
-    };
+    // v1.2: the reports go first in the lease transaction (their slots are free for its claim).
+    let (reports, statuses) = check_done(req.done.unwrap_or_default());
     let advertised = Advertised {
         capabilities: req
             .capabilities
@@ -146,11 +143,20 @@ pub async fn lease(
     };
     let wait = Duration::from_millis((wait_ms as u64).min(st.hub.config.max_wait_ms));
     poll.allow(wait);
-    match st
+    let leased = st
         .hub
-        .lease(&token.hash, advertised, max_jobs, wait, &st.shutdown)
-        .await?
-    {
+        .lease(
+            &token.hash,
+            advertised,
+            max_jobs,
+            wait,
+            &reports,
+            &st.shutdown,
+        )
+        .await?;
+    let Leased { answer, done } = leased;
+    let done = done_statuses(&st, &token, &reports, done, statuses)?;
+    match answer {
         LeaseAnswer::Jobs(jobs) if jobs.is_empty() => Ok(Json(wire::Leased {
             jobs: Vec::new(),
             done,
@@ -366,8 +372,7 @@ async fn report_complete(
     epoch: i64,
     result: Option<Value>,
 ) -> ApiResult<crate::store::records::Job> {
-    let result = result.unwrap_or(Value::Null);
-    validate::no_nul("result", &result)?;
+    let result = checked_result(result)?;
     let answer = st
         .hub
         .complete(Report {
@@ -400,66 +405,119 @@ async fn report_fail(
     epoch: i64,
     message: &str,
 ) -> ApiResult<crate::store::records::Job> {
-    if message.len() > MAX_EVENT_BYTES || message.contains('\0') {
-        return Err(ApiError::bad(
-            "message: at most 64 KiB, without NUL characters",
-        ));
-    }
+    check_message(message)?;
     let answer = st.hub.fail(id, epoch, &token.hash, message).await?;
     let job = fenced(st, token, answer)?;
     traces::job_step("fail", id, job.epoch, job.traceparent.as_deref());
     Ok(job)
 }
 
-/// The reports of a lease call's `done` (v1.2), applied one after another, each exactly as its
-/// own call (the same functions), each committed before the next and before the lease looks.
-/// A refusal its own call would answer with 400, 404 or 409 is that entry's status; a failure
-/// of the call as a whole (a dead token, the database) ends the lease call with it, the entries
-/// before it applied (a retry of them is fenced: first terminal report wins).
-async fn apply_done(
+/// A `complete` report's result: null when it has none, and without NUL characters.
+fn checked_result(result: Option<Value>) -> ApiResult<Value> {
+    let result = result.unwrap_or(Value::Null);
+    validate::no_nul("result", &result)?;
+    Ok(result)
+}
+
+/// A `fail` report's message: at most 64 KiB, without NUL characters.
+fn check_message(message: &str) -> ApiResult<()> {
+    if message.len() > MAX_EVENT_BYTES || message.contains('\0') {
+        return Err(ApiError::bad(
+            "message: at most 64 KiB, without NUL characters",
+        ));
+    }
+    Ok(())
+}
+
+/// A lease call's `done` (v1.2), checked as each report's own call checks it: the reports to
+/// apply, and a status for each entry in request order (a refused entry's 400 already there).
+fn check_done(done: Vec<wire::DoneReport>) -> (Vec<DoneReport>, Vec<Option<wire::DoneStatus>>) {
+    let mut reports = Vec::with_capacity(done.len());
+    let statuses = done
+        .into_iter()
+        .enumerate()
+        .map(|(i, d)| {
+            let report = match (d.result, d.fail) {
+                (result, None) => checked_result(result).map(Reported::Complete),
+                (None, Some(message)) => check_message(&message).map(|()| Reported::Fail(message)),
+                (Some(_), Some(_)) => Err(ApiError::bad(format!(
+                    "done[{i}]: either result (complete) or fail (fail), not both"
+                ))),
+            };
+            match report {
+                Ok(report) => {
+                    reports.push(DoneReport {
+                        id: d.id,
+                        epoch: d.epoch,
+                        report,
+                    });
+                    None
+                }
+                Err(e) => Some(done_status(d.id, &e)),
+            }
+        })
+        .collect();
+    (reports, statuses)
+}
+
+/// Fill in the statuses of the reports the lease applied, each as its own call would have
+/// answered: 200, or the 404 / 409 of its fence. A dead token fails the whole call (401).
+fn done_statuses(
     st: &AppState,
     token: &RunnerToken,
-    done: Vec<wire::DoneReport>,
+    reports: &[DoneReport],
+    applied: Vec<Fenced<crate::store::records::Job>>,
+    mut statuses: Vec<Option<wire::DoneStatus>>,
 ) -> ApiResult<Vec<wire::DoneStatus>> {
-    let mut out = Vec::with_capacity(done.len());
-    for (i, d) in done.into_iter().enumerate() {
-        let applied = match (d.result, d.fail) {
-            (result, None) => Box::pin(report_complete(st, token, d.id, d.epoch, result)).await,
-            (None, Some(message)) => {
-                Box::pin(report_fail(st, token, d.id, d.epoch, &message)).await
+    let open = statuses.iter_mut().filter(|s| s.is_none());
+    for ((slot, report), answer) in open.zip(reports).zip(applied) {
+        let status = match fenced(st, token, answer) {
+            Ok(job) => {
+                let step = match report.report {
+                    Reported::Complete(_) => "complete",
+                    Reported::Fail(_) => "fail",
+                };
+                traces::job_step(step, job.id, job.epoch, job.traceparent.as_deref());
+                wire::DoneStatus {
+                    id: report.id,
+                    status: 200,
+                    code: None,
+                }
             }
-            (Some(_), Some(_)) => Err(ApiError::bad(format!(
-                "done[{i}]: either result (complete) or fail (fail), not both"
-            ))),
-        };
-        let (status, code) = match applied {
-            Ok(_) => (200, None),
             Err(
-                e @ (ApiError::BadRequest(_)
-                | ApiError::NotFound
-                | ApiError::JobTerminal(_)
-                | ApiError::LeaseSuperseded),
-            ) => {
-                let (status, code) = e.status_and_code();
-                (status.as_u16(), Some(code))
-            }
+                e @ (ApiError::NotFound | ApiError::JobTerminal(_) | ApiError::LeaseSuperseded),
+            ) => done_status(report.id, &e),
             Err(e) => return Err(e),
         };
+        *slot = Some(status);
+    }
+    let statuses: Vec<wire::DoneStatus> = statuses.into_iter().flatten().collect();
+    for status in &statuses {
         st.hub.metrics.done_reports.inc();
-        if let Some(reason @ ("job_terminal" | "lease_superseded")) = code {
+        let stale = match status.code.as_deref() {
+            Some("job_terminal") => Some("job_terminal"),
+            Some("lease_superseded") => Some("lease_superseded"),
+            _ => None,
+        };
+        if let Some(reason) = stale {
             st.hub
                 .metrics
                 .stale_reports
                 .get_or_create(&crate::telemetry::metrics::ReasonLabel { reason })
                 .inc();
         }
-        out.push(wire::DoneStatus {
-            id: d.id,
-            status,
-            code: code.map(str::to_owned),
-        });
     }
-    Ok(out)
+    Ok(statuses)
+}
+
+/// An entry's status for a refusal its own call would have answered with.
+fn done_status(id: Uuid, e: &ApiError) -> wire::DoneStatus {
+    let (status, code) = e.status_and_code();
+    wire::DoneStatus {
+        id,
+        status: status.as_u16(),
+        code: Some(code.to_owned()),
+    }
 }
 
 pub async fn release(

@@ -13,8 +13,9 @@ use uuid::Uuid;
 
 use super::waiters::{self, Key};
 use super::Hub;
-use crate::store::lease::{Advertised, Probe};
-use crate::store::records::{Claimed, LeaseIdentity};
+use crate::store::jobs::Fenced;
+use crate::store::lease::{Advertised, DoneReport, Probe};
+use crate::store::records::{Claimed, Job, LeaseIdentity};
 use crate::store::Result;
 use crate::telemetry::{metrics, traces};
 
@@ -27,6 +28,13 @@ pub enum LeaseAnswer {
     Jobs(Vec<Claimed>),
     /// The runner was revoked while it waited.
     RunnerGone,
+}
+
+/// What a lease long-poll answers: its end, and what each of the call's reports did (in their
+/// order), applied in its first lease transaction.
+pub struct Leased {
+    pub answer: LeaseAnswer,
+    pub done: Vec<Fenced<Job>>,
 }
 
 impl Hub {
@@ -71,9 +79,13 @@ impl Hub {
         advertised: Advertised,
         max_jobs: i64,
         wait: Duration,
+        done: &[DoneReport],
         shutdown: &CancellationToken,
-    ) -> Result<LeaseAnswer> {
+    ) -> Result<Leased> {
         let deadline = Instant::now() + wait;
+        // The reports go with the first lease transaction, and what they did is kept.
+        let mut reports = Some(done);
+        let mut reported = Vec::new();
         let ttl = self.config.lease_ttl_ms as i64;
         let mut advertised = Some(advertised);
         let mut known = self.known_runner(token_hash);
@@ -92,9 +104,17 @@ impl Hub {
                 match Box::pin(self.store.lease_probe(token_hash, me)).await? {
                     Probe::Gone => {
                         self.remember_runner(token_hash, None);
-                        return Ok(LeaseAnswer::RunnerGone);
+                        return Ok(Leased {
+                            answer: LeaseAnswer::RunnerGone,
+                            done: reported,
+                        });
                     }
-                    Probe::Nothing => return Ok(LeaseAnswer::Jobs(Vec::new())),
+                    Probe::Nothing => {
+                        return Ok(Leased {
+                            answer: LeaseAnswer::Jobs(Vec::new()),
+                            done: reported,
+                        })
+                    }
                     Probe::Worth => {}
                 }
             }
@@ -109,14 +129,26 @@ impl Hub {
                     max_jobs,
                     ttl,
                     woken_by.is_some(),
+                    reports.take().unwrap_or_default(),
                 ),
             ))
             .await?;
             // Advertised capabilities are stored by the first attempt.
             advertised = None;
+            if !out.done.is_empty() {
+                // Committed: readers of the jobs the reports settled hear it now, not when
+                // this call's wait ends.
+                for job in out.done.iter().flatten() {
+                    self.settled_or_retried(job);
+                }
+                reported = out.done;
+            }
             let Some(me) = out.runner else {
                 self.remember_runner(token_hash, None);
-                return Ok(LeaseAnswer::RunnerGone);
+                return Ok(Leased {
+                    answer: LeaseAnswer::RunnerGone,
+                    done: reported,
+                });
             };
             if known.as_ref() != Some(&me) {
                 // First sight of this runner (if it must wait, the next turn registers and looks
@@ -153,7 +185,10 @@ impl Hub {
                 }
             }
             if !out.claimed.is_empty() || out.free <= 0 || last_look || shutdown.is_cancelled() {
-                return Ok(LeaseAnswer::Jobs(out.claimed));
+                return Ok(Leased {
+                    answer: LeaseAnswer::Jobs(out.claimed),
+                    done: reported,
+                });
             }
             let Some(registration) = registration else {
                 continue;
@@ -162,7 +197,9 @@ impl Hub {
             tokio::select! {
                 wake = registration.woken() => woken_by = Some(wake),
                 _ = tokio::time::sleep_until(deadline) => last_look = true,
-                _ = shutdown.cancelled() => return Ok(LeaseAnswer::Jobs(Vec::new())),
+                _ = shutdown.cancelled() => {
+                    return Ok(Leased { answer: LeaseAnswer::Jobs(Vec::new()), done: reported })
+                }
             }
         }
     }

@@ -23,7 +23,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-pub use long_poll::LeaseAnswer;
+pub use long_poll::{LeaseAnswer, Leased};
 pub use notifier::Notifier;
 pub use waiters::{Key, Waiters};
 

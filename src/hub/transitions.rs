@@ -126,7 +126,7 @@ impl Hub {
     /// The wakes a runner's terminal report owes: its readers always; a runner too when the
     /// job's retry policy parked it again (a delayed retry is woken by the sweeper instead,
     /// once its delay has passed: sweep_retry_due.sql).
-    fn settled_or_retried(&self, job: &Job) {
+    pub(super) fn settled_or_retried(&self, job: &Job) {
         if job.state == crate::domain::state::JobState::Parked && job.not_before.is_none() {
             self.job_parked(&job.queue());
         }

@@ -19,6 +19,13 @@
 //! database's clock (a clock stepped back further than that second, a failover to a server
 //! whose clock is behind) and then reads every entry.
 //!
+//! A lease call's reports (`done`, v1.2) are the transaction's first statements, before the
+//! lock: one `job_complete.sql` for its completes, one `job_fail.sql` per fail, each fenced and
+//! authenticated exactly as its own call's. They commit with the claim, which sees the slots
+//! they freed; a job's row before a runner's, the order every other report takes too. A report
+//! that misses its fence is asked why after the commit (`job_fence_miss.sql`), as its own call
+//! would be.
+//!
 //! Concurrent lease transactions of one token on one replica take turns ([`LeaseTurns`])
 //! before they check out a connection: they would serialise on the runner row lock anyway, and
 //! waiting in memory instead leaves the pool's connections to other runners' and tenants'
@@ -28,10 +35,15 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
+use deadpool_postgres::GenericClient;
+use serde_json::Value;
 use tokio_postgres::types::ToSql;
+use tokio_postgres::Statement;
+use uuid::Uuid;
 
+use super::jobs::Fenced;
 use super::{bounds, rows, sql, Result, Store, StoreError};
-use crate::store::records::{Claimed, LeaseIdentity};
+use crate::store::records::{Claimed, Job, LeaseIdentity};
 
 /// What a runner advertises on a lease call; `None` keeps what is recorded.
 #[derive(Debug, Default, Clone)]
@@ -57,6 +69,24 @@ pub struct LeaseOutcome {
     pub rejected: Vec<uuid::Uuid>,
     /// Pool jobs this call did not take are still parked (asked for with `want_more`).
     pub more: bool,
+    /// What each of the call's reports did, in their order: the job it settled (or parked
+    /// again, by its retry policy), or why it missed its fence.
+    pub done: Vec<Fenced<Job>>,
+}
+
+/// A report a lease call carries (`done`, v1.2), applied in its transaction before the claim.
+#[derive(Debug, Clone)]
+pub struct DoneReport {
+    pub id: Uuid,
+    pub epoch: i64,
+    pub report: Reported,
+}
+
+/// What a [`DoneReport`] says: `complete` with a result, or `fail` with a message.
+#[derive(Debug, Clone)]
+pub enum Reported {
+    Complete(Value),
+    Fail(String),
 }
 
 /// What [`Store::lease_probe`] saw.
@@ -143,10 +173,12 @@ impl Store {
 
     /// One lease attempt, authenticated by the runner's token hash. `known` is the runner's
     /// identity if this replica has seen it before (then one round trip, else two).
-    /// `want_more`: report whether pool jobs this call did not take are still parked.
+    /// `want_more`: report whether pool jobs this call did not take are still parked. `done`:
+    /// the call's reports, applied first in the same transaction.
     ///
     /// # Errors
-    /// The database failed; nothing was taken.
+    /// The database failed; nothing was taken, and no report was applied.
+    #[allow(clippy::too_many_arguments)]
     pub async fn lease(
         &self,
         token_hash: &[u8],
@@ -155,23 +187,34 @@ impl Store {
         max_jobs: i64,
         lease_ttl_ms: i64,
         want_more: bool,
+        done: &[DoneReport],
     ) -> Result<LeaseOutcome> {
-        self.bounded("lease transaction", async {
-            let _turn = self.lease_turns.turn(token_hash).await;
-            self.lease_once(
-                token_hash,
-                advertised,
-                known,
-                max_jobs,
-                lease_ttl_ms,
-                want_more,
-            )
-            .await
-        })
-        .await
+        let mut out = self
+            .bounded("lease transaction", async {
+                let _turn = self.lease_turns.turn(token_hash).await;
+                self.lease_once(
+                    token_hash,
+                    advertised,
+                    known,
+                    max_jobs,
+                    lease_ttl_ms,
+                    want_more,
+                    done,
+                )
+                .await
+            })
+            .await?;
+        // Why a report missed, asked as its own call asks: after the commit.
+        for (fenced, report) in out.done.iter_mut().zip(done) {
+            if let Err(miss) = fenced {
+                *miss = self.fence_miss(report.id, token_hash).await?;
+            }
+        }
+        Ok(out)
     }
 
-    /// [`Self::lease`], unbounded.
+    /// [`Self::lease`], unbounded; a report that missed its fence says `NotFound` for now.
+    #[allow(clippy::too_many_arguments)]
     async fn lease_once(
         &self,
         token_hash: &[u8],
@@ -180,16 +223,25 @@ impl Store {
         max_jobs: i64,
         lease_ttl_ms: i64,
         want_more: bool,
+        done: &[DoneReport],
     ) -> Result<LeaseOutcome> {
         let Some(me) = known else {
             return self
-                .lease_learning(token_hash, advertised, max_jobs, lease_ttl_ms, want_more)
+                .lease_learning(
+                    token_hash,
+                    advertised,
+                    max_jobs,
+                    lease_ttl_ms,
+                    want_more,
+                    done,
+                )
                 .await;
         };
         // A plain runner when it was plain at its last claim and advertises nothing
         // now that would change it (an exclusive name is always also a capability).
         let plain = me.plain && advertised.capabilities.as_ref().is_none_or(Vec::is_empty);
         let client = self.client().await?;
+        let reports = DoneStatements::prepare(&client, done).await?;
         let lock = prepare(&client, sql::RUNNER_LOCK_FOR_LEASE).await?;
         // A plain runner's claim reads no constrained lane: a walk of one that falls due is left
         // to a claim that reads it (if the runner is not plain after all, its constrained lanes
@@ -220,9 +272,12 @@ impl Store {
         let more_params: [&(dyn ToSql + Sync); 2] = [&me.workspace, &me.owner];
         // Pipelined: all of them are queued on the connection before any answer is read (join
         // polls its futures in order, and each sends its message when first polled).
-        self.count(4 + u64::from(reject.is_some()) + u64::from(more.is_some()));
-        let (begin, locked, claimed, rejected, left, commit) = tokio::join!(
+        self.count(
+            4 + reports.statements(done) + u64::from(reject.is_some()) + u64::from(more.is_some()),
+        );
+        let (begin, reported, locked, claimed, rejected, left, commit) = tokio::join!(
             client.batch_execute("BEGIN"),
+            reports.write(&*client, token_hash, done, &self.seen_refresh_ms),
             client.query_opt(&lock, &lock_args),
             client.query(&claim, &claim_args),
             async {
@@ -241,6 +296,7 @@ impl Store {
         );
         client.release();
         begin?;
+        let reported = reported?;
         let locked = locked.map_err(|e| StoreError::pg(sql::RUNNER_LOCK_FOR_LEASE, e))?;
         let claimed = claimed.map_err(|e| StoreError::pg(claim_sql, e))?;
         let mut rejected = rejected.map_err(|e| StoreError::pg(sql::LEASE_REJECT_UNFIT, e))?;
@@ -258,7 +314,10 @@ impl Store {
             rejected = Box::pin(self.query(sql::LEASE_REJECT_UNFIT, &reject_params)).await?;
         }
         let Some(row) = locked else {
-            return Ok(LeaseOutcome::default());
+            return Ok(LeaseOutcome {
+                done: reported,
+                ..LeaseOutcome::default()
+            });
         };
         let identity = identity_of(&row);
         if !identity.same_runner(me) {
@@ -267,6 +326,7 @@ impl Store {
             // asks again.
             return Ok(LeaseOutcome {
                 runner: Some(identity),
+                done: reported,
                 ..LeaseOutcome::default()
             });
         }
@@ -278,7 +338,9 @@ impl Store {
             // Asked of the claim from remembered places, or not asked at all.
             None => starts.is_some() && claimed.iter().any(|r| r.get::<_, bool>("more")),
         };
-        outcome(identity, row.get("version"), &claimed, &rejected, more)
+        let mut out = outcome(identity, row.get("version"), &claimed, &rejected, more)?;
+        out.done = reported;
+        Ok(out)
     }
 
     /// Remember where the next claim of each lane of the runner's queues starts, from a
@@ -331,13 +393,18 @@ impl Store {
         max_jobs: i64,
         lease_ttl_ms: i64,
         want_more: bool,
+        done: &[DoneReport],
     ) -> Result<LeaseOutcome> {
         let mut client = self.client().await?;
+        let reports = DoneStatements::prepare(&client, done).await?;
         let lock = prepare(&client, sql::RUNNER_LOCK_FOR_LEASE).await?;
         let claim = prepare(&client, sql::LEASE_CLAIM).await?;
         let reject = prepare(&client, sql::LEASE_REJECT_UNFIT).await?;
-        self.count(5);
+        self.count(5 + reports.statements(done));
         let tx = client.transaction().await?;
+        let reported = reports
+            .write(&tx, token_hash, done, &self.seen_refresh_ms)
+            .await?;
         let Some(locked) = tx
             .query_opt(
                 &lock,
@@ -346,9 +413,13 @@ impl Store {
             .await
             .map_err(|e| StoreError::pg(sql::RUNNER_LOCK_FOR_LEASE, e))?
         else {
+            // No live runner has this token, so no report matched either.
             tx.rollback().await?;
             client.release();
-            return Ok(LeaseOutcome::default());
+            return Ok(LeaseOutcome {
+                done: reported,
+                ..LeaseOutcome::default()
+            });
         };
         let me = identity_of(&locked);
         let claimed = tx
@@ -383,7 +454,120 @@ impl Store {
         tx.commit().await?;
         client.release();
         let version = locked.get("version");
-        outcome(me, version, &claimed, &rejected, more)
+        let mut out = outcome(me, version, &claimed, &rejected, more)?;
+        out.done = reported;
+        Ok(out)
+    }
+}
+
+/// The statements a lease call's reports take: `job_complete.sql` (once, for every complete,
+/// its arrays in step) and `job_fail.sql` (once per fail), prepared only when used.
+struct DoneStatements {
+    complete: Option<Statement>,
+    fail: Option<Statement>,
+}
+
+impl DoneStatements {
+    async fn prepare(client: &deadpool_postgres::Object, done: &[DoneReport]) -> Result<Self> {
+        let any = |complete: bool| {
+            done.iter()
+                .any(|d| matches!(d.report, Reported::Complete(_)) == complete)
+        };
+        Ok(Self {
+            complete: match any(true) {
+                true => Some(prepare(client, sql::JOB_COMPLETE).await?),
+                false => None,
+            },
+            fail: match any(false) {
+                true => Some(prepare(client, sql::JOB_FAIL).await?),
+                false => None,
+            },
+        })
+    }
+
+    /// How many statements [`Self::write`] sends.
+    fn statements(&self, done: &[DoneReport]) -> u64 {
+        let fails = done
+            .iter()
+            .filter(|d| matches!(d.report, Reported::Fail(_)))
+            .count();
+        u64::from(self.complete.is_some()) + fails as u64
+    }
+
+    /// Send the reports' statements (all of them when first polled, so they pipeline with
+    /// what follows) and read what each did: the job it settled, or a miss (`NotFound` until
+    /// [`Store::lease`] asks why).
+    async fn write(
+        &self,
+        client: &impl GenericClient,
+        token_hash: &[u8],
+        done: &[DoneReport],
+        seen_refresh_ms: &i64,
+    ) -> Result<Vec<Fenced<Job>>> {
+        let mut completes = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for d in done {
+            if let Reported::Complete(result) = &d.report {
+                completes.0.push(d.id);
+                completes.1.push(d.epoch);
+                completes.2.push(token_hash);
+                completes.3.push(result);
+            }
+        }
+        let complete_args: [&(dyn ToSql + Sync); 5] = [
+            &completes.0,
+            &completes.1,
+            &completes.2,
+            &completes.3,
+            seen_refresh_ms,
+        ];
+        let fail_args: Vec<[&(dyn ToSql + Sync); 5]> = done
+            .iter()
+            .filter_map(|d| match &d.report {
+                Reported::Fail(message) => {
+                    let args: [&(dyn ToSql + Sync); 5] =
+                        [&d.id, &d.epoch, &token_hash, message, seen_refresh_ms];
+                    Some(args)
+                }
+                Reported::Complete(_) => None,
+            })
+            .collect();
+        let (completed, failed) = tokio::join!(
+            async {
+                match &self.complete {
+                    Some(statement) => client.query(statement, &complete_args).await,
+                    None => Ok(Vec::new()),
+                }
+            },
+            futures_util::future::join_all(fail_args.iter().map(|args| async move {
+                match &self.fail {
+                    Some(statement) => client.query_opt(statement, args).await,
+                    None => Ok(None),
+                }
+            })),
+        );
+        let completed = completed.map_err(|e| StoreError::pg(sql::JOB_COMPLETE, e))?;
+        let mut settled: Vec<Fenced<Job>> = done
+            .iter()
+            .map(|_| Err(super::jobs::FenceMiss::NotFound))
+            .collect();
+        // `ord` counts the completes from 1; map it back to the report's place in `done`.
+        let at: Vec<usize> = (0..done.len())
+            .filter(|&i| matches!(done[i].report, Reported::Complete(_)))
+            .collect();
+        for row in &completed {
+            let ord = usize::try_from(row.get::<_, i64>("ord") - 1).ok();
+            let i = ord.and_then(|o| at.get(o)).ok_or_else(|| {
+                StoreError::Invalid("job_complete.sql answered a report it was not sent".into())
+            })?;
+            settled[*i] = Ok(rows::job(row)?);
+        }
+        let fails = (0..done.len()).filter(|&i| matches!(done[i].report, Reported::Fail(_)));
+        for (i, row) in fails.zip(failed) {
+            if let Some(row) = row.map_err(|e| StoreError::pg(sql::JOB_FAIL, e))? {
+                settled[i] = Ok(rows::job(&row)?);
+            }
+        }
+        Ok(settled)
     }
 }
 

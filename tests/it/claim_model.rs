@@ -372,6 +372,7 @@ async fn run_seed(seed: u64, shapes: &mut Shapes) {
                 max_jobs,
                 600_000,
                 false,
+                &[],
             )
             .await
             .unwrap();

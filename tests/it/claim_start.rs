@@ -281,7 +281,7 @@ async fn last_look_for(capabilities: &[&str], requires: &[&str]) {
     };
     for id in &ids {
         let out = store
-            .lease(&token_hash, &advertised, Some(&me), 1, 60_000, false)
+            .lease(&token_hash, &advertised, Some(&me), 1, 60_000, false, &[])
             .await
             .unwrap();
         assert_eq!(

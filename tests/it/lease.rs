@@ -511,7 +511,15 @@ async fn a_lease_held_since_long_before_still_counts_against_capacity() {
     let token_hash = credentials::parse(Kind::Runner, r0.token().unwrap()).unwrap();
     let first = app
         .store
-        .lease(&token_hash, &Advertised::default(), None, 1, 600_000, false)
+        .lease(
+            &token_hash,
+            &Advertised::default(),
+            None,
+            1,
+            600_000,
+            false,
+            &[],
+        )
         .await
         .unwrap();
     assert_eq!(first.claimed[0].id, held.id);
@@ -593,6 +601,7 @@ async fn a_bound_ahead_of_the_database_clock_counts_every_lease() {
                 5,
                 60_000,
                 false,
+                &[],
             )
             .await
             .unwrap();

@@ -23,8 +23,8 @@ use super::setup::{self, ReplicaProcess};
 use super::{progress, round, BenchArgs, Deployment, Report};
 use crate::client::Client;
 use crate::domain::credentials::{self, Kind};
-use crate::store::lease::Advertised;
-use crate::store::{NewJob, Report as JobReport, Store};
+use crate::store::lease::{Advertised, DoneReport, Reported};
+use crate::store::{NewJob, Store};
 use crate::wire;
 
 pub(super) const CYCLE_SQL: &str = include_str!("../../../bench/cycle.sql");
@@ -349,7 +349,8 @@ pub(super) async fn end_to_end(
 }
 
 /// The service's statements through the store, no HTTP, no coalescing: each client parks a
-/// job, leases one (pipelined lock + claim), and completes it, like a pgbench client.
+/// job, then leases one with the last one's report (`done`: report, lock and claim in one
+/// pipelined transaction), as the e2e runners do.
 async fn raw_cycle(
     url: &str,
     clients: &[(String, Client)],
@@ -373,6 +374,7 @@ async fn raw_cycle(
         tasks.spawn(async move {
             let mut known = None;
             let mut n = 0i64;
+            let mut done: Vec<DoneReport> = Vec::new();
             while !stop.load(Ordering::Relaxed) {
                 let job = NewJob {
                     id: Uuid::now_v7(),
@@ -394,23 +396,21 @@ async fn raw_cycle(
                         1,
                         120_000,
                         false,
+                        &done,
                     )
                     .await?;
                 known = out.runner.clone();
-                let reports: Vec<JobReport> = out
+                completed.fetch_add(out.done.iter().flatten().count() as u64, Ordering::Relaxed);
+                // Each job is reported by the next lease, as the e2e runners report.
+                done = out
                     .claimed
                     .iter()
-                    .map(|c| JobReport {
+                    .map(|c| DoneReport {
                         id: c.id,
                         epoch: c.epoch,
-                        token_hash: token_hash.clone(),
-                        result: json!({"exit_code": 0}),
+                        report: Reported::Complete(json!({"exit_code": 0})),
                     })
                     .collect();
-                if !reports.is_empty() {
-                    let done = store.complete_jobs(&reports).await?;
-                    completed.fetch_add(done.iter().flatten().count() as u64, Ordering::Relaxed);
-                }
             }
             Ok::<_, anyhow::Error>(())
         });
