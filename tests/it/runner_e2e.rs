@@ -841,3 +841,47 @@ async fn submit_count_dispatches_a_matrix_in_one_batch() {
         assert_eq!(job.payload["env"]["MATRIX_INDEX"], i.to_string());
     }
 }
+
+/// Issue 35 row 12: `submit --wait` for a job no runner can take says so at once, exits 1 and
+/// dispatches nothing; `--wait-anyway` parks it and waits for a runner that enrols later.
+#[tokio::test]
+async fn a_wait_no_runner_can_serve_fails_at_once_unless_told_to_wait_anyway() {
+    let rig = RunnerRig::new(TestApp::spawn().await, "e2e-hopeless").await;
+    let out = rig.submit_wait(&["--", "echo", "hi"]).await;
+    assert_eq!(out.code, Some(1), "{out:?}");
+    assert!(out.stderr.contains("no_matching_runner"), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("nothing was dispatched"),
+        "{}",
+        out.stderr
+    );
+    assert!(out.stderr.contains("--wait-anyway"), "{}", out.stderr);
+    assert!(
+        !out.stderr.contains("waiting for a runner"),
+        "{}",
+        out.stderr
+    );
+    let listed = rig.alice.jobs(None, None, None).await.unwrap().jobs;
+    assert!(listed.is_empty(), "nothing dispatched: {listed:?}");
+
+    let waiting = tokio::spawn({
+        let (url, key) = (rig.url(), rig.key.clone());
+        async move {
+            crate::procs::submit_wait(&url, &key, &["--wait-anyway", "--", "echo", "hi"]).await
+        }
+    });
+    eventually(LONG, "the job parked", || async {
+        let jobs = rig
+            .alice
+            .jobs(Some("parked"), None, None)
+            .await
+            .unwrap()
+            .jobs;
+        (!jobs.is_empty()).then_some(())
+    })
+    .await;
+    let (_config, r) = rig.start_runner(&[], &["--unconfined"]).await;
+    let out = waiting.await.unwrap();
+    assert_eq!(out.code, Some(0), "{out:?}\nrunner log:\n{}", r.log());
+    assert_eq!(out.stdout, "hi\n");
+}

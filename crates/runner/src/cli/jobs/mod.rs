@@ -70,6 +70,10 @@ pub struct SubmitArgs {
     /// command's exit code.
     #[arg(long)]
     pub wait: bool,
+    /// With --wait: dispatch and wait even when preflight finds no runner that can take the
+    /// job (one may enrol later). Without it such a wait dispatches nothing and exits 1.
+    #[arg(long, requires = "wait")]
+    pub wait_anyway: bool,
     /// Environment variable for the command, `NAME=VALUE` (repeatable).
     #[arg(long = "env", value_name = "NAME=VALUE")]
     pub env: Vec<String>,
@@ -370,6 +374,9 @@ async fn submit(client: &Client, json_out: bool, args: SubmitArgs) -> anyhow::Re
     if let Some(n) = args.count {
         return submit_many(client, json_out, &req, n, args.idempotency_key.as_deref()).await;
     }
+    if args.wait && !args.wait_anyway {
+        refuse_a_hopeless_wait(client, &req).await?;
+    }
     let job = match &args.idempotency_key {
         Some(key) => client.dispatch_idempotent(&req, key).await?.1,
         None => client.dispatch(&req).await?,
@@ -401,6 +408,32 @@ async fn submit(client: &Client, json_out: bool, args: SubmitArgs) -> anyhow::Re
         print_json(&job);
     }
     Ok(exit_code(&job))
+}
+
+/// `submit --wait` for a job no runner can take would wait forever (or until the no-runner
+/// clock fails it): ask preflight first and, when it finds a blocker, say so and dispatch
+/// nothing.
+async fn refuse_a_hopeless_wait(client: &Client, req: &wire::Dispatch) -> anyhow::Result<()> {
+    let report = client
+        .preflight(&wire::Preflight {
+            target: req.target.clone(),
+            required_capabilities: req.required_capabilities.clone(),
+            source: req.source.clone(),
+        })
+        .await?;
+    if report.ok {
+        return Ok(());
+    }
+    let why: Vec<String> = report
+        .blockers
+        .iter()
+        .map(|b| format!("{}: {}", b.code, b.message))
+        .collect();
+    anyhow::bail!(
+        "no runner can take this job ({}); nothing was dispatched. Enrol a runner for this \
+         target (leasehold join-code), or pass --wait-anyway to dispatch and wait for one",
+        why.join("; ")
+    )
 }
 
 /// `submit --count N`: N copies of `req` in one batch dispatch, copy i told its index.
