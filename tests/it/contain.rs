@@ -10,7 +10,8 @@
 //! multi-line secret is masked in what a job streams, however it is printed (row 4); a job
 //! user runs a job with a source (row 9); as root a runner with nothing to confine its jobs
 //! refuses to start unless told `--unconfined`, and then says what a job can reach (row 13);
-//! `leasehold dev` as root runs its jobs as `nobody`.
+//! `leasehold dev` as root runs its jobs as `nobody`; a uid of the range reaches its next job
+//! with nothing the last one left in the shared temporary directories or IPC (issue 35 row 7).
 //!
 //! These need root (job users, cgroups); some need bubblewrap or cgroup v2. Without them a
 //! test says why and returns, or fails when `CI=true`.
@@ -671,4 +672,99 @@ async fn runner_connect_never_silently_replaces_a_configuration() {
         "the refusal did not burn the code: {out:?}"
     );
     assert_ne!(std::fs::read(&config).unwrap(), before, "replaced");
+}
+
+/// Issue 35 row 7: with `--job-user-range`, what one job left outside its directory never
+/// reaches the next job given the same uid: its files in `/tmp`, `/var/tmp` and `/dev/shm`
+/// (even in a directory it made unreadable to itself), a link it planted to a root-only file
+/// (the link goes, the file stays untouched), and its System V shared memory, semaphores and
+/// message queues are gone before the next job starts.
+#[tokio::test]
+async fn a_uid_of_the_range_reaches_its_next_job_with_nothing_the_last_one_left() {
+    use std::os::unix::fs::PermissionsExt;
+    if !crate::support::require("root", root()) {
+        return;
+    }
+    let uid = 61740;
+    let rig = RunnerRig::new(TestApp::spawn().await, "contain-leftovers").await;
+    let (_config, r) = rig
+        .start_runner(&[], &["--job-user-range", &format!("{uid}-{uid}")])
+        .await;
+    let tag = format!("lh-leftover-{}", Uuid::now_v7().simple());
+    // A root-only file the job links to: clearing must not follow the link.
+    let guarded = rig.dir.join("root-only");
+    std::fs::write(&guarded, "root's").unwrap();
+    std::fs::set_permissions(&guarded, std::fs::Permissions::from_mode(0o600)).unwrap();
+
+    let a = rig
+        .sh(&format!(
+            "set -e; umask 077; id -u; \
+             echo secret > /dev/shm/{tag}; echo secret > /var/tmp/{tag}; \
+             mkdir -p /tmp/{tag}/deep; echo secret > /tmp/{tag}/deep/f; chmod 000 /tmp/{tag}/deep /tmp/{tag}; \
+             ln -s {g} /tmp/{tag}-link; \
+             ipcmk -M 4096 >/dev/null; ipcmk -S 1 >/dev/null; ipcmk -Q >/dev/null; echo left",
+            g = guarded.display(),
+        ))
+        .await;
+    assert_eq!(
+        (a.code, a.stdout.clone()),
+        (Some(0), format!("{uid}\nleft\n")),
+        "{a:?}\nrunner log:\n{}",
+        r.log()
+    );
+
+    let b = rig
+        .sh(&format!(
+            "id -u; for f in /dev/shm/{tag} /var/tmp/{tag} /tmp/{tag} /tmp/{tag}-link; do \
+               [ -e \"$f\" ] || [ -L \"$f\" ] && echo \"found $f\"; done; \
+             ipcs -m -s -q | awk '$3 == \"{uid}\" {{ print \"ipc\", $0 }}'; exit 0"
+        ))
+        .await;
+    assert_eq!(b.code, Some(0), "{b:?}\nrunner log:\n{}", r.log());
+    assert_eq!(
+        b.stdout,
+        format!("{uid}\n"),
+        "the same uid, and nothing of job A's"
+    );
+    for leftover in [
+        format!("/dev/shm/{tag}"),
+        format!("/var/tmp/{tag}"),
+        format!("/tmp/{tag}"),
+        format!("/tmp/{tag}-link"),
+    ] {
+        assert!(
+            std::fs::symlink_metadata(&leftover).is_err(),
+            "{leftover} is still there"
+        );
+    }
+    assert_eq!(ipc_objects_of(uid), Vec::<String>::new());
+    assert_eq!(std::fs::read_to_string(&guarded).unwrap(), "root's");
+    let meta = std::fs::metadata(&guarded).unwrap();
+    assert_eq!(
+        (
+            std::os::unix::fs::MetadataExt::uid(&meta),
+            meta.permissions().mode() & 0o777
+        ),
+        (0, 0o600),
+        "the linked file keeps its owner and mode"
+    );
+}
+
+/// The System V IPC objects (`/proc/sysvipc`) whose owner or creator is `uid`.
+fn ipc_objects_of(uid: u32) -> Vec<String> {
+    let mut found = Vec::new();
+    for kind in ["shm", "sem", "msg"] {
+        let text = std::fs::read_to_string(format!("/proc/sysvipc/{kind}")).unwrap();
+        let mut lines = text.lines();
+        let header: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
+        let col = |name: &str| header.iter().position(|h| *h == name).unwrap();
+        let (owner, creator) = (col("uid"), col("cuid"));
+        for line in lines {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            if fields[owner] == uid.to_string() || fields[creator] == uid.to_string() {
+                found.push(format!("{kind}: {line}"));
+            }
+        }
+    }
+    found
 }

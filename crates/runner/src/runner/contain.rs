@@ -14,7 +14,10 @@
 //! With a uid range ([`UidPool`], `--job-user-range`), each concurrent job gets a uid no
 //! other live job has (a lock file per uid under [`UID_LOCKS`] keeps other runners on the
 //! machine off it too), and when the job ends [`kill_uid`] kills every process of that uid,
-//! cgroup or not: the kernel's `kill(-1, SIGKILL)` from a process of that uid.
+//! cgroup or not: the kernel's `kill(-1, SIGKILL)` from a process of that uid. Before a uid
+//! is given to a job and once its job is over, [`clear_uid`] also removes what the uid left
+//! in the directories all uids share and its IPC objects, so nothing passes from one job to
+//! the next on the same uid.
 //!
 //! As a last resort for jobs without either: every process a job starts carries
 //! `LEASEHOLD_JOB_ID=<its id>` in its environment (a payload cannot overwrite it), and
@@ -290,8 +293,40 @@ const KILL_ALL: &str =
 /// Kill every process running as `uid` (a uid of a [`UidPool`]: only this runner's job on it
 /// runs as it). Never call it for a uid something else uses.
 pub async fn kill_uid(uid: u32) {
+    run_as(uid, KILL_ALL, "leasehold-kill-uid").await;
+}
+
+/// `sh -c CLEAR_ALL`, run as a uid after [`KILL_ALL`]: removes what the uid owns in the
+/// directories every uid shares (`/tmp`, `/var/tmp`, `/dev/shm` with POSIX shared memory and
+/// semaphores, `/dev/mqueue`) and its System V IPC objects. It runs with the uid's own rights,
+/// never root's, so a link a job planted gains it nothing: `find` follows no symlink, stays on
+/// each directory's file system, and removes only entries the uid could remove itself.
+/// Directories the job made unreadable are opened up first (a directory's own entry is
+/// handled before `find` reads it). `ipcrm -a` as the uid removes exactly the objects it owns
+/// or created (the others answer "permission denied", ignored).
+const CLEAR_ALL: &str = "u=$(id -u); \
+for d in /tmp /var/tmp /dev/shm /dev/mqueue; do \
+  [ -d \"$d\" ] || continue; \
+  find \"$d\" -xdev -mindepth 1 -user \"$u\" -type d -exec chmod u+rwx {} \\; 2>/dev/null; \
+  find \"$d\" -xdev -mindepth 1 -user \"$u\" -delete 2>/dev/null; \
+done; \
+ipcrm -a 2>/dev/null; exit 0";
+
+/// Kill every process running as `uid` and remove what it left where other uids could later
+/// find it ([`CLEAR_ALL`]): what one job of a [`UidPool`] uid leaves in `/tmp`, `/dev/shm` or
+/// an IPC object never reaches the next job given that uid. Never call it for a uid something
+/// else uses, nor while a job of that uid may still need its files (artifacts upload after
+/// the command ends).
+pub async fn clear_uid(uid: u32) {
+    kill_uid(uid).await;
+    run_as(uid, CLEAR_ALL, "leasehold-clear-uid").await;
+}
+
+/// Run `script` with `/bin/sh` as `uid` (its group too), with nothing of the runner's
+/// environment, and wait for it.
+async fn run_as(uid: u32, script: &str, name: &str) {
     let mut cmd = tokio::process::Command::new("/bin/sh");
-    cmd.args(["-c", KILL_ALL, "leasehold-kill-uid"])
+    cmd.args(["-c", script, name])
         .env_clear()
         .env("PATH", super::sandbox::DEFAULT_PATH)
         .current_dir("/")
@@ -310,7 +345,7 @@ pub async fn kill_uid(uid: u32) {
             }
         }
         Err(e) => {
-            tracing::error!(uid, error = %e, "cannot start the process that kills a job uid's processes")
+            tracing::error!(uid, script = name, error = %e, "cannot start a process as a job uid")
         }
     }
 }

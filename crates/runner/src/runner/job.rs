@@ -137,8 +137,9 @@ async fn run_tracked(
         _ => None,
     };
     if let Some(slot) = &slot {
-        // Whatever still runs as this uid is no job's: nothing may wait for the next one.
-        super::contain::kill_uid(slot.uid).await;
+        // Whatever still runs as this uid, or lies in the shared temporary directories, is no
+        // job's: nothing may wait for the next one.
+        super::contain::clear_uid(slot.uid).await;
     }
     let dir = match shared.work.job_dir(&job.id.to_string()) {
         Ok(d) => d,
@@ -274,6 +275,10 @@ async fn run_tracked(
         }
     };
     dir.remove().await;
+    if let Some(slot) = &slot {
+        // Artifacts are up and the directory is gone: nothing of the job needs what it left.
+        super::contain::clear_uid(slot.uid).await;
+    }
     end
 }
 
