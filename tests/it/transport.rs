@@ -3,7 +3,8 @@
 //! idle keep-alive connection at `LEASEHOLD_IDLE_TIMEOUT_MS`; a head over 64 KiB gets `431`;
 //! past `LEASEHOLD_MAX_CONNECTIONS` a new connection is closed at once while the held ones are
 //! served; a client that never reads its pipelined answers is closed once a write has been
-//! blocked for `LEASEHOLD_REQUEST_TIMEOUT_MS`.
+//! blocked for `LEASEHOLD_REQUEST_TIMEOUT_MS`; a replica out of file descriptors backs off
+//! accepting, keeps serving the connections it holds, and accepts again once some are free.
 
 use std::time::Duration;
 
@@ -136,5 +137,82 @@ async fn a_client_that_never_reads_its_answers_is_closed() {
     assert!(
         answers < 200,
         "every answer was written: the connection was held"
+    );
+}
+
+/// Row 3, EMFILE: a real `leasehold serve` whose file-descriptor limit is lowered (`prlimit`)
+/// under a flood of connections fails its accepts, backs off (said in its log), keeps
+/// answering a connection it already held, and serves new connections once the flood goes.
+#[tokio::test]
+async fn out_of_file_descriptors_held_connections_are_served_and_accepting_resumes() {
+    use crate::procs::TempDir;
+    let dir = TempDir::new("emfile");
+    let db = crate::support::fresh_database().await;
+    let (serve, url) = crate::procs::serve(&db, &dir, &[]).await;
+    let addr = url.trim_start_matches("http://").to_owned();
+    let pid = serve.child.id().expect("the replica runs");
+
+    let mut held = TcpStream::connect(&addr).await.unwrap();
+    held.write_all(HEALTHZ).await.unwrap();
+    assert!(status(&mut held).await.contains(" 200 "));
+    // A few descriptors above what the replica has open now: the flood runs it out.
+    let open_now = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .count();
+    let limit = open_now + 4;
+    let set = std::process::Command::new("prlimit")
+        .args([
+            "--pid",
+            &pid.to_string(),
+            &format!("--nofile={limit}:{limit}"),
+        ])
+        .status()
+        .expect("prlimit (util-linux)");
+    assert!(set.success());
+
+    let mut flood = Vec::new();
+    for _ in 0..64 {
+        flood.push(TcpStream::connect(&addr).await.unwrap());
+    }
+    crate::support::eventually(
+        Duration::from_secs(30),
+        "the replica's accepts fail and it backs off",
+        || async {
+            serve
+                .log()
+                .contains("accept failed; backing off")
+                .then_some(())
+        },
+    )
+    .await;
+    for _ in 0..3 {
+        held.write_all(HEALTHZ).await.unwrap();
+        assert!(
+            status(&mut held).await.contains(" 200 "),
+            "a held connection is served"
+        );
+    }
+
+    drop(flood);
+    crate::support::eventually(
+        Duration::from_secs(30),
+        "a new connection is served",
+        || async {
+            let mut tcp = TcpStream::connect(&addr).await.ok()?;
+            tcp.write_all(HEALTHZ).await.ok()?;
+            let mut buf = vec![0u8; 4096];
+            let n = tokio::time::timeout(Duration::from_secs(2), tcp.read(&mut buf))
+                .await
+                .ok()?
+                .ok()?;
+            String::from_utf8_lossy(&buf[..n])
+                .contains(" 200 ")
+                .then_some(())
+        },
+    )
+    .await;
+    assert!(
+        std::fs::read_to_string(format!("/proc/{pid}/status")).is_ok(),
+        "the replica is still running"
     );
 }
