@@ -136,6 +136,19 @@ impl Bucket {
     }
 }
 
+/// A new bucket on the test binary's S3 server (`None` when the server is missing outside
+/// CI: the test says so and returns).
+pub async fn bucket(test: &str) -> Option<Bucket> {
+    let server = s3_server();
+    let missing = server.is_none().then(|| {
+        "moto_server is not installed (pip install 'moto[server]'; .ci/run does)".to_owned()
+    });
+    if !require(test, missing) {
+        return None;
+    }
+    Some(Bucket::create(server?).await)
+}
+
 /// An app whose replicas keep artifacts in `backend` (`None` when the S3 server is missing
 /// outside CI: the test says so and returns).
 pub async fn app(
@@ -146,16 +159,7 @@ pub async fn app(
 ) -> Option<(TestApp, Option<Bucket>)> {
     let bucket = match backend {
         Backend::Pg => None,
-        Backend::S3 => {
-            let server = s3_server();
-            let missing = server.is_none().then(|| {
-                "moto_server is not installed (pip install 'moto[server]'; .ci/run does)".to_owned()
-            });
-            if !require(test, missing) {
-                return None;
-            }
-            Some(Bucket::create(server?).await)
-        }
+        Backend::S3 => Some(bucket(test).await?),
     };
     let options = bucket.as_ref().map(Bucket::options);
     let store = bucket

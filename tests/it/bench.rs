@@ -1,5 +1,6 @@
 //! `leasehold bench` still runs against today's schema: a short throughput run, a small
-//! artifacts run and a small retention run end with their figures. Numbers are printed, never asserted (docs/perf.md);
+//! artifacts run (in PostgreSQL, and in a real S3-protocol server's bucket) and a small
+//! retention run end with their figures. Numbers are printed, never asserted (docs/perf.md);
 //! what is asserted is that every scenario chosen produced its figure and none failed (a
 //! schema change once made the throughput scenario's TRUNCATE fail, unseen by the suite).
 
@@ -40,4 +41,40 @@ async fn a_short_bench_run_reports_every_scenario_it_was_asked_for() {
         figures["e2e_per_job"].is_object() && figures["retention"]["ratio"].is_number(),
         "statements per job or the retention figure missing: {last}"
     );
+}
+
+#[tokio::test]
+async fn the_artifacts_bench_runs_against_an_s3_bucket() {
+    let Some(bucket) = crate::artifacts::bucket("bench-s3").await else {
+        return;
+    };
+    let run = tokio::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args(["bench", "--scenario", "artifacts", "--json"])
+        .args(["--artifact-mib", "12"])
+        .args(["--artifact-store", &format!("s3://{}/bench", bucket.name)])
+        .envs(
+            bucket
+                .options()
+                .into_iter()
+                .map(|(k, v)| (k.to_ascii_uppercase(), v)),
+        )
+        .stderr(std::process::Stdio::inherit())
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(600), run)
+        .await
+        .expect("the bench finishes")
+        .expect("the bench runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "bench failed:\n{stdout}");
+    let last = stdout.lines().last().expect("a JSON line");
+    let figures: serde_json::Value = serde_json::from_str(last).expect("the last line is JSON");
+    assert_eq!(figures["artifact_store"], "s3", "{last}");
+    for key in ["artifact_upload_mib_s_raw", "artifact_download_mib_s_raw"] {
+        assert!(figures[key].is_number(), "{key} missing: {last}");
+    }
+    // The replica's object is the bucket's, beside nothing the raw figure left.
+    let objects = bucket.objects().await;
+    assert_eq!(objects.len(), 1, "{objects:?}");
+    assert!(objects[0].starts_with("bench/"), "{objects:?}");
 }

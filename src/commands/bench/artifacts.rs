@@ -3,8 +3,10 @@
 //! 1 MiB rows into a table and out of it again. The replica's peak resident memory during
 //! each transfer is reported too (streaming means it stays far below the file's size).
 //!
-//! The PostgreSQL store only: the S3 store's raw figure needs an S3 server the bench does not
-//! start (the tests run one, `tests/it/artifacts.rs`).
+//! With `--artifact-store s3://bucket/prefix` the replica keeps the file in that bucket, and
+//! the raw figure is the same bytes put straight to the bucket as a multipart upload of the
+//! store's part size and read back with one GET (`object_store`, as the store does). The bench
+//! starts no S3 server: point the `AWS_*` variables at one (docs/perf.md says how).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -58,15 +60,15 @@ pub async fn run(dep: &Deployment, args: &BenchArgs, report: &mut Report) -> any
     let url = dep.fresh_database("leasehold_bench_artifacts").await?;
     let mib = args.artifact_mib.max(1);
     let size = (mib * MIB) as u64;
-    let replica = ReplicaProcess::start(
-        &url,
-        &[
-            ("LEASEHOLD_ARTIFACT_MAX_BYTES", (size + 1).to_string()),
-            // The upload of a large file outlasts the default lease: no heartbeat here.
-            ("LEASEHOLD_LEASE_TTL_MS", "3600000".to_owned()),
-        ],
-    )
-    .await?;
+    let mut env = vec![
+        ("LEASEHOLD_ARTIFACT_MAX_BYTES", (size + 1).to_string()),
+        // The upload of a large file outlasts the default lease: no heartbeat here.
+        ("LEASEHOLD_LEASE_TTL_MS", "3600000".to_owned()),
+    ];
+    if let Some(bucket) = &args.artifact_store {
+        env.push(("LEASEHOLD_ARTIFACT_STORE", bucket.clone()));
+    }
+    let replica = ReplicaProcess::start(&url, &env).await?;
     let pid = replica.pid().unwrap_or(0);
     let key = setup::api_key(&url, "bench", "bench").await?;
     let operator = Client::new(&replica.url, Some(key));
@@ -122,8 +124,106 @@ pub async fn run(dep: &Deployment, args: &BenchArgs, report: &mut Report) -> any
     let down_s = t.elapsed().as_secs_f64();
     anyhow::ensure!(read? == size, "the download's size differs");
 
-    // Raw: the same bytes by binary COPY into 1 MiB rows, and out again.
-    let db = setup::connect(&url).await?;
+    let (raw_in_s, raw_out_s, raw) = match &args.artifact_store {
+        Some(bucket) => {
+            let (i, o) = raw_s3(bucket, mib).await?;
+            (i, o, ("raw multipart PUT", "raw GET"))
+        }
+        None => {
+            let (i, o) = raw_copy(&url, mib).await?;
+            (i, o, ("raw COPY in", "raw COPY out"))
+        }
+    };
+
+    let mbps = |secs: f64| size as f64 / MIB as f64 / secs;
+    let rows = [
+        ("artifact_upload_mib_s", mbps(up_s), mbps(raw_in_s), raw.0),
+        (
+            "artifact_download_mib_s",
+            mbps(down_s),
+            mbps(raw_out_s),
+            raw.1,
+        ),
+    ];
+    for (name, got, raw, what) in rows {
+        out.insert(name.into(), round(got, 1));
+        out.insert(format!("{name}_raw"), round(raw, 1));
+        out.insert(format!("{name}_ratio"), round(got / raw, 2));
+        table.push((
+            name.into(),
+            format!("{got:.1}"),
+            format!("{what} {raw:.1} MiB/s ({:.2}x; goal >= 0.7x)", got / raw),
+        ));
+    }
+    out.insert("artifact_mib".into(), json!(mib));
+    out.insert(
+        "artifact_store".into(),
+        json!(if args.artifact_store.is_some() {
+            "s3"
+        } else {
+            "postgres"
+        }),
+    );
+    for (name, mb) in [
+        ("artifact_upload_peak_rss_mb", up_rss),
+        ("artifact_download_peak_rss_mb", down_rss),
+    ] {
+        out.insert(name.into(), round(mb, 1));
+        table.push((
+            name.into(),
+            format!("{mb:.1}"),
+            format!("replica, during one {mib} MiB transfer"),
+        ));
+    }
+    Ok(())
+}
+
+/// The same `mib` MiB straight to `bucket` (`s3://bucket/prefix`) as a multipart upload in
+/// the store's part size, then one GET read to the end: seconds in, seconds out.
+async fn raw_s3(bucket: &str, mib: usize) -> anyhow::Result<(f64, f64)> {
+    use object_store::{path::Path, ObjectStore, WriteMultipart};
+    let rest = bucket.strip_prefix("s3://").unwrap_or(bucket);
+    let (name, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+    let client = object_store::aws::AmazonS3Builder::from_env()
+        .with_bucket_name(name)
+        .build()?;
+    let key = Path::from(format!(
+        "{}/bench-raw-{}",
+        prefix.trim_matches('/'),
+        uuid::Uuid::now_v7()
+    ));
+    progress(&format!("artifacts: raw multipart PUT of {mib} MiB"));
+    let data = chunk();
+    let t = Instant::now();
+    let mut upload = WriteMultipart::new_with_chunk_size(
+        client.put_multipart(&key).await?,
+        crate::store::artifacts::s3::PART,
+    );
+    for _ in 0..mib {
+        // As the store's writer: one part in flight at most, besides the one being filled.
+        upload.wait_for_capacity(1).await?;
+        upload.put(data.clone());
+    }
+    upload.finish().await?;
+    let put_s = t.elapsed().as_secs_f64();
+    progress(&format!("artifacts: raw GET of {mib} MiB"));
+    let t = Instant::now();
+    let mut stream = client.get(&key).await?.into_stream();
+    let mut n = 0u64;
+    while let Some(b) = stream.next().await {
+        n += b?.len() as u64;
+    }
+    let get_s = t.elapsed().as_secs_f64();
+    anyhow::ensure!(n == (mib * MIB) as u64, "the raw GET read {n} bytes");
+    let _ = client.delete(&key).await;
+    Ok((put_s, get_s))
+}
+
+/// The same `mib` MiB by binary `COPY` into 1 MiB rows of a table of `url`, and out again:
+/// seconds in, seconds out.
+async fn raw_copy(url: &str, mib: usize) -> anyhow::Result<(f64, f64)> {
+    let size = (mib * MIB) as u64;
+    let db = setup::connect(url).await?;
     // Logged and uncompressed, as the artifact store's chunk rows are.
     db.batch_execute(
         "CREATE TABLE bench_raw_chunks (n int, data bytea); \
@@ -166,43 +266,5 @@ pub async fn run(dep: &Deployment, args: &BenchArgs, report: &mut Report) -> any
     }
     let raw_out_s = t.elapsed().as_secs_f64();
     anyhow::ensure!(n >= size, "the raw COPY out read {n} bytes");
-
-    let mbps = |secs: f64| size as f64 / MIB as f64 / secs;
-    let rows = [
-        (
-            "artifact_upload_mib_s",
-            mbps(up_s),
-            mbps(raw_in_s),
-            "raw COPY in",
-        ),
-        (
-            "artifact_download_mib_s",
-            mbps(down_s),
-            mbps(raw_out_s),
-            "raw COPY out",
-        ),
-    ];
-    for (name, got, raw, what) in rows {
-        out.insert(name.into(), round(got, 1));
-        out.insert(format!("{name}_raw"), round(raw, 1));
-        out.insert(format!("{name}_ratio"), round(got / raw, 2));
-        table.push((
-            name.into(),
-            format!("{got:.1}"),
-            format!("{what} {raw:.1} MiB/s ({:.2}x; goal >= 0.7x)", got / raw),
-        ));
-    }
-    out.insert("artifact_mib".into(), json!(mib));
-    for (name, mb) in [
-        ("artifact_upload_peak_rss_mb", up_rss),
-        ("artifact_download_peak_rss_mb", down_rss),
-    ] {
-        out.insert(name.into(), round(mb, 1));
-        table.push((
-            name.into(),
-            format!("{mb:.1}"),
-            format!("replica, during one {mib} MiB transfer"),
-        ));
-    }
-    Ok(())
+    Ok((raw_in_s, raw_out_s))
 }

@@ -76,6 +76,11 @@ pub struct BenchArgs {
     /// Size of the one file the artifacts scenario uploads and downloads, MiB.
     #[arg(long, default_value_t = 1024)]
     pub artifact_mib: usize,
+    /// Run the artifacts scenario against this bucket (`s3://bucket/prefix`, the `AWS_*`
+    /// variables as for `serve`) instead of PostgreSQL: the raw figure is then a multipart
+    /// PUT and a GET of the same bytes straight to the bucket.
+    #[arg(long)]
+    pub artifact_store: Option<String>,
     /// Settled jobs (finished a day ago) the retention scenario deletes under load.
     #[arg(long, default_value_t = 1_000_000)]
     pub retention_jobs: i64,
