@@ -20,23 +20,23 @@ fn repo() -> &'static Path {
 
 /// One `COPY` of a Dockerfile stage: its context sources and its destination.
 #[derive(Debug)]
-struct Copy {
-    sources: Vec<String>,
-    dest: String,
+pub(crate) struct Copy {
+    pub(crate) sources: Vec<String>,
+    pub(crate) dest: String,
 }
 
 /// A Dockerfile stage: its name, `WORKDIR` (the last one before each copy is enough for ours:
 /// the test insists on one `WORKDIR` before the first copy) and its copies from the context.
 #[derive(Debug, Default)]
-struct Stage {
+pub(crate) struct Stage {
     name: String,
     workdir: String,
-    copies: Vec<Copy>,
+    pub(crate) copies: Vec<Copy>,
 }
 
 /// The Dockerfile's stages, with `\` continuations joined and comments dropped. `COPY --from=`
 /// lines copy from another stage, not from the context, and are left out.
-fn stages(dockerfile: &str) -> Vec<Stage> {
+pub(crate) fn stages(dockerfile: &str) -> Vec<Stage> {
     let mut joined = Vec::new();
     let mut line = String::new();
     for raw in dockerfile.lines() {

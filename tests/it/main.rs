@@ -9,6 +9,7 @@ mod bench;
 mod browser;
 mod claim_model;
 mod claim_start;
+mod compose;
 mod contain;
 mod deadlines;
 mod deploy;
