@@ -6,19 +6,14 @@
 
 use std::time::Duration;
 
-#[tokio::test]
-async fn a_short_bench_run_reports_every_scenario_it_was_asked_for() {
+/// `leasehold bench ARGS... --json` with `envs`, run to its end: the figures of its last
+/// line, after checking it succeeded.
+async fn bench(args: &[&str], envs: Vec<(String, String)>) -> serde_json::Value {
     let run = tokio::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
-        .args([
-            "bench",
-            "--scenario",
-            "throughput,artifacts,retention",
-            "--json",
-        ])
-        .args(["--seconds", "1", "--runners", "2", "--dispatchers", "1"])
-        .args(["--artifact-mib", "4"])
-        .args(["--retention-jobs", "2000", "--retention-window-ms", "1000"])
-        .args(["--retention-churn-seconds", "6"])
+        .arg("bench")
+        .args(args)
+        .arg("--json")
+        .envs(envs)
         .stderr(std::process::Stdio::inherit())
         .kill_on_drop(true)
         .output();
@@ -29,17 +24,43 @@ async fn a_short_bench_run_reports_every_scenario_it_was_asked_for() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "bench failed:\n{stdout}");
     let last = stdout.lines().last().expect("a JSON line");
-    let figures: serde_json::Value = serde_json::from_str(last).expect("the last line is JSON");
+    serde_json::from_str(last).expect("the last line is JSON")
+}
+
+#[tokio::test]
+async fn a_short_bench_run_reports_every_scenario_it_was_asked_for() {
+    let figures = bench(
+        &[
+            "--scenario",
+            "throughput,artifacts,retention",
+            "--seconds",
+            "1",
+            "--runners",
+            "2",
+            "--dispatchers",
+            "1",
+            "--artifact-mib",
+            "4",
+            "--retention-jobs",
+            "2000",
+            "--retention-window-ms",
+            "1000",
+            "--retention-churn-seconds",
+            "6",
+        ],
+        Vec::new(),
+    )
+    .await;
     for key in [
         "e2e_jobs_per_s",
         "artifact_upload_mib_s",
         "artifact_download_mib_s",
     ] {
-        assert!(figures[key].is_number(), "{key} missing: {last}");
+        assert!(figures[key].is_number(), "{key} missing: {figures}");
     }
     assert!(
         figures["e2e_per_job"].is_object() && figures["retention"]["ratio"].is_number(),
-        "statements per job or the retention figure missing: {last}"
+        "statements per job or the retention figure missing: {figures}"
     );
 }
 
@@ -48,30 +69,27 @@ async fn the_artifacts_bench_runs_against_an_s3_bucket() {
     let Some(bucket) = crate::artifacts::bucket("bench-s3").await else {
         return;
     };
-    let run = tokio::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
-        .args(["bench", "--scenario", "artifacts", "--json"])
-        .args(["--artifact-mib", "12"])
-        .args(["--artifact-store", &format!("s3://{}/bench", bucket.name)])
-        .envs(
-            bucket
-                .options()
-                .into_iter()
-                .map(|(k, v)| (k.to_ascii_uppercase(), v)),
-        )
-        .stderr(std::process::Stdio::inherit())
-        .kill_on_drop(true)
-        .output();
-    let out = tokio::time::timeout(Duration::from_secs(600), run)
-        .await
-        .expect("the bench finishes")
-        .expect("the bench runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "bench failed:\n{stdout}");
-    let last = stdout.lines().last().expect("a JSON line");
-    let figures: serde_json::Value = serde_json::from_str(last).expect("the last line is JSON");
-    assert_eq!(figures["artifact_store"], "s3", "{last}");
+    let store = format!("s3://{}/bench", bucket.name);
+    let envs = bucket
+        .options()
+        .into_iter()
+        .map(|(k, v)| (k.to_ascii_uppercase(), v))
+        .collect();
+    let figures = bench(
+        &[
+            "--scenario",
+            "artifacts",
+            "--artifact-mib",
+            "12",
+            "--artifact-store",
+            &store,
+        ],
+        envs,
+    )
+    .await;
+    assert_eq!(figures["artifact_store"], "s3", "{figures}");
     for key in ["artifact_upload_mib_s_raw", "artifact_download_mib_s_raw"] {
-        assert!(figures[key].is_number(), "{key} missing: {last}");
+        assert!(figures[key].is_number(), "{key} missing: {figures}");
     }
     // The replica's object is the bucket's, beside nothing the raw figure left.
     let objects = bucket.objects().await;
