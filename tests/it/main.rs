@@ -29,6 +29,7 @@ mod logs;
 mod mcp;
 mod metrics;
 mod openapi;
+mod operations;
 mod patroni;
 mod placement;
 mod plans;
