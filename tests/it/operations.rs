@@ -6,7 +6,8 @@
 //! - `patroni-db{1,2,3}.yml` are exactly `deploy/patroni.yml` filled in for db1..db3 by the
 //!   drill's own renderer ([`fill`]), so the production files never drift from the template the
 //!   drill and `tests/it/patroni.rs` run; Patroni's own validator accepts them where installed.
-//! - The three etcd configurations name one cluster, each member itself in it.
+//! - The three etcd configurations name one cluster, each member itself in it; started (moved
+//!   to loopback) they form it, and serve the v3 API's HTTP gateway Patroni's client speaks.
 //! - HAProxy accepts the front configuration, keepalived both halves of the pair (and they are
 //!   halves of one pair), and `systemd-analyze verify` every shipped unit, `LimitNOFILE` kept.
 //! - `leasehold.env.example` sets only variables `leasehold serve` reads, and says its mode.
@@ -225,6 +226,109 @@ fn the_etcd_configs_name_one_cluster() {
     // Patroni's etcd hosts are the members' client URLs.
     let patroni = read("patroni-db1.yml");
     assert!(patroni.contains("hosts: 10.0.0.11:2379,10.0.0.12:2379,10.0.0.13:2379"));
+}
+
+/// A free TCP port on `ip` (a loopback address).
+fn free_port_on(ip: &str) -> u16 {
+    std::net::TcpListener::bind((ip, 0))
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The three shipped etcd configurations, each member moved from 10.0.0.1N to 127.0.0.1N
+/// (free ports, a temporary data directory, no shared 127.0.0.1 listener): they start and
+/// elect a leader together, as one cluster of three.
+#[tokio::test]
+async fn the_etcd_configs_start_one_cluster_of_three() {
+    let Some(etcd) = ["/usr/bin/etcd", "/usr/local/bin/etcd"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+    else {
+        let _ = require(
+            "the_etcd_configs_start_one_cluster_of_three",
+            Some("etcd is not installed (Debian: etcd-server; .ci/run installs it)".into()),
+        );
+        return;
+    };
+    let dir = TempDir::new("etcd3");
+    let mut texts: Vec<String> = (1..=3).map(|n| read(&format!("etcd-db{n}.yml"))).collect();
+    let mut clients = Vec::new();
+    for n in 1..=3 {
+        let (ip, lo) = (format!("10.0.0.1{n}"), format!("127.0.0.1{n}"));
+        let (client, peer) = (free_port_on(&lo), free_port_on(&lo));
+        for text in &mut texts {
+            *text = text
+                .replace(&format!("{ip}:2379"), &format!("{lo}:{client}"))
+                .replace(&format!("{ip}:2380"), &format!("{lo}:{peer}"));
+        }
+        clients.push(format!("http://{lo}:{client}"));
+    }
+    let mut members = Vec::new();
+    for (i, text) in texts.iter().enumerate() {
+        let text = text.replace(",http://127.0.0.1:2379", "").replace(
+            "/var/lib/etcd/leasehold",
+            dir.join(&format!("data{i}")).to_str().unwrap(),
+        );
+        assert!(
+            !text.contains("10.0.0.") && !text.contains("127.0.0.1:2379"),
+            "{text}"
+        );
+        let config = dir.join(&format!("etcd{i}.yml"));
+        std::fs::write(&config, text).unwrap();
+        let log = std::fs::File::create(dir.join(&format!("etcd{i}.log"))).unwrap();
+        members.push(
+            tokio::process::Command::new(etcd)
+                .arg("--config-file")
+                .arg(&config)
+                .stdin(std::process::Stdio::null())
+                .stdout(log.try_clone().unwrap())
+                .stderr(log)
+                .kill_on_drop(true)
+                .spawn()
+                .unwrap(),
+        );
+    }
+    let http = reqwest::Client::new();
+    for url in &clients {
+        crate::support::eventually(
+            Duration::from_secs(60),
+            &format!("etcd member {url} healthy (logs in {})", dir.0.display()),
+            || async {
+                let r = http
+                    .get(format!("{url}/health"))
+                    .timeout(Duration::from_secs(2))
+                    .send()
+                    .await
+                    .ok()?;
+                let body: serde_json::Value = r.json().await.ok()?;
+                (body["health"] == "true").then_some(())
+            },
+        )
+        .await;
+    }
+    // One cluster: every member lists the same three.
+    let answer = http
+        .post(format!("{}/v3/cluster/member/list", clients[0]))
+        .header("content-type", "application/json")
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    let status = answer.status();
+    let text = answer.text().await.unwrap();
+    let r: serde_json::Value = serde_json::from_str(&text)
+        .unwrap_or_else(|e| panic!("member list: {status} {text:?}: {e}"));
+    let mut names: Vec<&str> = r["members"]
+        .as_array()
+        .expect("members")
+        .iter()
+        .filter_map(|m| m["name"].as_str())
+        .collect();
+    names.sort_unstable();
+    assert_eq!(names, ["db1", "db2", "db3"], "{r}");
+    drop(members);
 }
 
 // ---- HAProxy and keepalived ----------------------------------------------------------------------
