@@ -5,7 +5,8 @@
 #   backup.sh DATABASE_URL BACKUP_ROOT [WAL_ARCHIVE]
 #
 # DATABASE_URL reaches the primary as a role with REPLICATION (Patroni's `replicator`), e.g.
-# postgresql://replicator:PW@10.0.0.11:5432,10.0.0.12:5432,10.0.0.13:5432/postgres?target_session_attrs=read-write
+# postgresql://replicator@10.0.0.11:5432,10.0.0.12:5432,10.0.0.13:5432/postgres?target_session_attrs=read-write
+# with the password in PGPASSWORD (or ~/.pgpass), not in the URL: command lines are public.
 #
 # pg_basebackup copies the whole cluster while it runs, with the WAL written meanwhile
 # (-X stream), so the copy is consistent on its own; pg_verifybackup then checks every file
@@ -32,6 +33,10 @@ stamp=$(date -u +%Y%m%dT%H%M%SZ)
 partial="$root/.partial-base-$stamp"
 final="$root/base-$stamp"
 mkdir -p "$root"
+if [ -e "$final" ] || [ -e "$partial" ]; then
+    echo "backup.sh: $final is already there (one backup a second at most)" >&2
+    exit 1
+fi
 trap 'rm -rf "$partial"' EXIT
 "$bin/pg_basebackup" -d "$url" -D "$partial" -X stream -c fast \
     --manifest-checksums=SHA256 -l "leasehold $stamp"

@@ -687,7 +687,12 @@ async fn the_role_sql_gives_serve_exactly_what_it_needs() {
 
 /// Run a shipped script as the checklist does: as the `postgres` OS user (when we are root),
 /// from `bin` (a copy that user can read), with `PGBIN` naming this machine's binaries.
-fn as_postgres(bin: &Path, script: &str, args: &[&Path]) -> std::process::Output {
+fn as_postgres(
+    bin: &Path,
+    script: &str,
+    args: &[&Path],
+    env: &[(&str, &str)],
+) -> std::process::Output {
     // Where `postgres` really lives: a PATH directory may link only initdb, pg_ctl, postgres.
     let pgbin = std::fs::canonicalize(find_bin_dir().unwrap().join("postgres"))
         .unwrap()
@@ -698,11 +703,12 @@ fn as_postgres(bin: &Path, script: &str, args: &[&Path]) -> std::process::Output
         let mut c = Command::new("runuser");
         c.args(["-u", "postgres", "--", "env"]);
         c.arg(format!("PGBIN={}", pgbin.display()));
+        c.args(env.iter().map(|(k, v)| format!("{k}={v}")));
         c.arg(bin.join(script));
         c
     } else {
         let mut c = Command::new(bin.join(script));
-        c.env("PGBIN", &pgbin);
+        c.env("PGBIN", &pgbin).envs(env.iter().copied());
         c
     };
     cmd.args(args).current_dir("/");
@@ -780,11 +786,15 @@ async fn backup_and_restore_bring_back_every_parked_job() {
     // The backup, as the timer takes it (the replication connection through the URL form the
     // checklist gives).
     let backup_url = format!(
-        "postgresql://postgres:{}@127.0.0.1:{}/postgres?target_session_attrs=read-write",
-        pg.password(),
+        "postgresql://postgres@127.0.0.1:{}/postgres?target_session_attrs=read-write",
         pg.port
     );
-    let out = as_postgres(&bin, "backup.sh", &[Path::new(&backup_url), &base, &wal]);
+    let out = as_postgres(
+        &bin,
+        "backup.sh",
+        &[Path::new(&backup_url), &base, &wal],
+        &[("PGPASSWORD", pg.password())],
+    );
     let taken = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
     assert!(
         taken.starts_with(&base) && taken.join("backup_manifest").exists(),
@@ -821,7 +831,7 @@ async fn backup_and_restore_bring_back_every_parked_job() {
     .unwrap();
 
     // The restore the checklist prints, then a new server on what it made.
-    let out = as_postgres(&bin, "restore.sh", &[&taken, &restored, &wal]);
+    let out = as_postgres(&bin, "restore.sh", &[&taken, &restored, &wal], &[]);
     let said = String::from_utf8_lossy(&out.stdout);
     assert!(
         said.contains("(timeline 2)"),
