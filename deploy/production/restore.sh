@@ -36,6 +36,8 @@ for p in "$data" "$archive"; do
     case $p in *[!A-Za-z0-9/._-]*) die "use a path of letters, digits and / . _ - only: $p" ;; esac
 done
 case $target in *[!0-9T:.Z+-]*) die "TARGET_TIME is an ISO 8601 time, e.g. 2026-12-04T09:30:00Z" ;; esac
+# The server reads the setting before it knows time zone names, "Z" among them: a number.
+case $target in *Z) target="${target%Z}+00:00" ;; esac
 [ -z "$target" ] || [ -n "$archive" ] || die "a TARGET_TIME needs the WAL_ARCHIVE"
 if [ -e "$data" ] && [ -n "$(ls -A "$data")" ]; then
     die "$data is not empty: move it aside first"

@@ -17,7 +17,8 @@
 //! - Backup and restore, as the checklist prints them: jobs parked through a real replica,
 //!   `backup.sh` (pg_basebackup with its WAL, verified) while `archive-wal.sh` archives, more
 //!   jobs after the backup, then `restore.sh` into an empty directory and a new PostgreSQL on
-//!   it: a replica there sees every job, parked before or after the backup, and leases each.
+//!   it: to a point in time, exactly the jobs parked before it; to the archive's end, a replica
+//!   there sees every job, parked before or after the backup, and leases each.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -801,8 +802,25 @@ async fn backup_and_restore_bring_back_every_parked_job() {
         "{taken:?}"
     );
 
-    // Jobs parked after the backup live only in the archived WAL.
-    for i in 0..10 {
+    // Jobs parked after the backup live only in the archived WAL: five before a point in time
+    // (the database's clock, read once they are committed), five after it.
+    let mut to_the_point = parked.clone();
+    for i in 0..5 {
+        let id = dispatch(&operator, workspace_pool(), serde_json::json!({"after": i}))
+            .await
+            .id;
+        parked.insert(id);
+        to_the_point.insert(id);
+    }
+    let point: String = admin
+        .query_one(
+            "SELECT to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    for i in 5..10 {
         parked.insert(
             dispatch(&operator, workspace_pool(), serde_json::json!({"after": i}))
                 .await
@@ -830,7 +848,21 @@ async fn backup_and_restore_bring_back_every_parked_job() {
     .await
     .unwrap();
 
-    // The restore the checklist prints, then a new server on what it made.
+    // Back to the point in time: the jobs parked before it, none after.
+    let pitr = postgres_dir(dir.join("pitr"));
+    as_postgres(
+        &bin,
+        "restore.sh",
+        &[&taken, &pitr, &wal, Path::new(&point)],
+        &[],
+    );
+    let pitr_pg = start_pg(pitr, vec![]).await;
+    assert_eq!(job_ids(&pitr_pg).await, to_the_point, "restored to {point}");
+    tokio::task::spawn_blocking(move || drop(pitr_pg))
+        .await
+        .unwrap();
+
+    // The whole archive: the restore the checklist prints, then a new server on what it made.
     let out = as_postgres(&bin, "restore.sh", &[&taken, &restored, &wal], &[]);
     let said = String::from_utf8_lossy(&out.stdout);
     assert!(
@@ -865,6 +897,18 @@ async fn backup_and_restore_bring_back_every_parked_job() {
     assert_eq!(got, parked, "every job parked before and after the backup");
     serve.terminate(Duration::from_secs(15)).await.unwrap();
     drop(new_pg);
+}
+
+/// Every job's id in the `leasehold` database of `pg`, read as its superuser.
+async fn job_ids(pg: &PrivatePg) -> BTreeSet<Uuid> {
+    connect(&pg.url("leasehold"))
+        .await
+        .query("SELECT id FROM jobs", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
 }
 
 /// The port of a `postgresql://user:pw@127.0.0.1:PORT/db` URL.
