@@ -18,7 +18,9 @@
 //!   `backup.sh` (pg_basebackup with its WAL, verified) while `archive-wal.sh` archives, more
 //!   jobs after the backup, then `restore.sh` into an empty directory and a new PostgreSQL on
 //!   it: to a point in time, exactly the jobs parked before it; to the archive's end, a replica
-//!   there sees every job, parked before or after the backup, and leases each.
+//!   there sees every job, parked before or after the backup, and leases each; and a Patroni
+//!   node of the shipped template, started on that directory with an empty etcd, takes it over
+//!   as leader and serves the same jobs.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -869,7 +871,14 @@ async fn backup_and_restore_bring_back_every_parked_job() {
         said.contains("(timeline 2)"),
         "a new timeline after the archive: {said}"
     );
-    let new_pg = start_pg(restored.clone(), vec![]).await;
+    // Kept when it stops (not temporary): Patroni takes the same directory over below.
+    let new_pg = {
+        let restored = restored.clone();
+        tokio::task::spawn_blocking(move || PrivatePg::start(&restored, true, false))
+            .await
+            .unwrap()
+            .expect("PostgreSQL on the restored directory")
+    };
     let new_url = url.replace(
         &format!(":{}/", url_port(&url)),
         &format!(":{}/", new_pg.port),
@@ -896,7 +905,153 @@ async fn backup_and_restore_bring_back_every_parked_job() {
     }
     assert_eq!(got, parked, "every job parked before and after the backup");
     serve.terminate(Duration::from_secs(15)).await.unwrap();
-    drop(new_pg);
+    let superuser_password = new_pg.password().to_owned();
+    tokio::task::spawn_blocking(move || drop(new_pg))
+        .await
+        .unwrap();
+
+    // The checklist's next step: Patroni, finding no cluster in etcd, takes the directory over
+    // as leader.
+    patroni_takes_over(&dir, &restored, &superuser_password, &parked).await;
+}
+
+/// Start one etcd member and one Patroni node (the shipped template, on loopback) on the
+/// restored data directory `data`; wait until Patroni leads on it, and check it serves every
+/// job in `jobs`. Skipped (and counted) where Patroni or etcd is not installed.
+async fn patroni_takes_over(dir: &TempDir, data: &Path, password: &str, jobs: &BTreeSet<Uuid>) {
+    use leasehold::commands::drill::patroni::missing_tools;
+    let missing = missing_tools();
+    let why = (!missing.is_empty()).then(|| format!("not installed: {}", missing.join(", ")));
+    if !require(
+        "backup_and_restore: Patroni takes the restored directory over",
+        why,
+    ) {
+        return;
+    }
+    let port = || free_port_on("127.0.0.1");
+    let (etcd_client, etcd_peer, rest, pg_port) = (port(), port(), port(), port());
+    let etcd_log = std::fs::File::create(dir.join("etcd.log")).unwrap();
+    let _etcd = tokio::process::Command::new("etcd")
+        .args(["--name", "e0", "--data-dir"])
+        .arg(dir.join("etcd"))
+        .arg(format!(
+            "--listen-client-urls=http://127.0.0.1:{etcd_client}"
+        ))
+        .arg(format!(
+            "--advertise-client-urls=http://127.0.0.1:{etcd_client}"
+        ))
+        .arg(format!("--listen-peer-urls=http://127.0.0.1:{etcd_peer}"))
+        .arg(format!(
+            "--initial-advertise-peer-urls=http://127.0.0.1:{etcd_peer}"
+        ))
+        .arg(format!("--initial-cluster=e0=http://127.0.0.1:{etcd_peer}"))
+        .stdout(etcd_log.try_clone().unwrap())
+        .stderr(etcd_log)
+        .kill_on_drop(true)
+        .spawn()
+        .expect("etcd");
+    let node = postgres_dir(dir.join("patroni"));
+    let pgbin = std::fs::canonicalize(find_bin_dir().unwrap().join("postgres"))
+        .unwrap()
+        .parent()
+        .unwrap()
+        .to_owned();
+    let config = fill(
+        PATRONI_TEMPLATE,
+        &[
+            ("name", "db1".into()),
+            ("rest_listen", format!("127.0.0.1:{rest}")),
+            ("rest_connect", format!("127.0.0.1:{rest}")),
+            ("etcd_hosts", format!("127.0.0.1:{etcd_client}")),
+            ("pg_listen", format!("127.0.0.1:{pg_port}")),
+            ("pg_connect", format!("127.0.0.1:{pg_port}")),
+            ("data_dir", data.display().to_string()),
+            ("bin_dir", pgbin.display().to_string()),
+            ("pgpass", node.join("pgpass").display().to_string()),
+            ("socket_dir", node.display().to_string()),
+            ("cidr", "127.0.0.1/32".into()),
+            ("ttl", "20".into()),
+            ("loop_wait", "2".into()),
+            ("retry_timeout", "6".into()),
+            ("archive_command", "/bin/true".into()),
+            ("superuser_password", password.into()),
+            ("replication_password", "unused-here".into()),
+        ],
+    )
+    .unwrap();
+    let config_path = node.join("patroni.yml");
+    std::fs::write(&config_path, config).unwrap();
+    let (uid, gid) = if nix::unistd::geteuid().is_root() {
+        leasehold::tooling::private_pg::postgres_owner().unwrap()
+    } else {
+        (
+            nix::unistd::geteuid().as_raw(),
+            nix::unistd::getegid().as_raw(),
+        )
+    };
+    let log = std::fs::File::create(dir.join("patroni.log")).unwrap();
+    let mut patroni = tokio::process::Command::new("patroni")
+        .arg(&config_path)
+        .current_dir(&node)
+        .env("HOME", &node)
+        .uid(uid)
+        .gid(gid)
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .kill_on_drop(true)
+        .spawn()
+        .expect("patroni");
+    let http = reqwest::Client::new();
+    let logs = dir.0.display().to_string();
+    crate::support::eventually(
+        Duration::from_secs(90),
+        &format!("Patroni leading on the restored directory (logs in {logs})"),
+        || async {
+            let r = http
+                .get(format!("http://127.0.0.1:{rest}/primary"))
+                .timeout(Duration::from_secs(2))
+                .send()
+                .await
+                .ok()?;
+            (r.status() == 200).then_some(())
+        },
+    )
+    .await;
+    let url = format!("postgresql://postgres:{password}@127.0.0.1:{pg_port}/leasehold");
+    let ids: BTreeSet<Uuid> = connect(&url)
+        .await
+        .query("SELECT id FROM jobs", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(&ids, jobs, "the jobs, under Patroni");
+
+    // Patroni stops its PostgreSQL on SIGTERM; a postmaster it left is stopped by hand.
+    if let Some(pid) = patroni.id() {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+    }
+    let _ = tokio::time::timeout(Duration::from_secs(30), patroni.wait()).await;
+    drop(patroni);
+    let _ = as_postgres_quiet(&pgbin, data);
+}
+
+/// `pg_ctl stop -m immediate` on `data` as its owner, whatever state it is in.
+fn as_postgres_quiet(pgbin: &Path, data: &Path) -> std::io::Result<std::process::Output> {
+    let mut cmd = Command::new(pgbin.join("pg_ctl"));
+    if nix::unistd::geteuid().is_root() {
+        use std::os::unix::process::CommandExt;
+        let (uid, gid) = leasehold::tooling::private_pg::postgres_owner().unwrap();
+        cmd.uid(uid).gid(gid);
+    }
+    cmd.args(["stop", "-m", "immediate", "-D"])
+        .arg(data)
+        .current_dir("/")
+        .output()
 }
 
 /// Every job's id in the `leasehold` database of `pg`, read as its superuser.
