@@ -133,9 +133,10 @@ fn patroni_renders_are_the_template_filled_for_db1_db2_db3() {
     }
 }
 
-/// Patroni's own check of each render, where Patroni is installed (it checks the settings and
-/// that the PostgreSQL binaries exist; the hosts' addresses are not this machine's, which it
-/// only reports).
+/// Patroni's own check of each render, where Patroni is installed: the settings' names and
+/// types, and that the PostgreSQL binaries exist. The validator also dials every address it is
+/// given, so it checks a copy moved to loopback (10.0.0.N to 127.0.0.N): nothing is sent to
+/// the hosts' addresses, and that nothing answers there is expected.
 #[test]
 fn patroni_validates_the_renders() {
     let Some(patroni) = ["/usr/bin/patroni", "/usr/local/bin/patroni"]
@@ -155,10 +156,17 @@ fn patroni_validates_the_renders() {
         );
         return;
     }
+    let dir = TempDir::new("patroni-validate");
     for n in 1..=3 {
+        let file = format!("patroni-db{n}.yml");
+        let shipped = read(&file);
+        assert!(shipped.contains(&format!("10.0.0.1{n}:5432")));
+        let moved = dir.join(&file);
+        std::fs::write(&moved, shipped.replace("10.0.0.", "127.0.0.")).unwrap();
+        assert!(!std::fs::read_to_string(&moved).unwrap().contains("10.0.0."));
         let out = Command::new(patroni)
             .arg("--validate-config")
-            .arg(production(&format!("patroni-db{n}.yml")))
+            .arg(&moved)
             .output()
             .unwrap();
         let said = format!(
@@ -166,11 +174,11 @@ fn patroni_validates_the_renders() {
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
-        // Expected: lines about the hosts' addresses and ports (not this machine's), and about
-        // two keys left out on purpose (`bootstrap.pg_hba`: the template sets
+        // Expected: lines about the (moved) addresses and ports, whatever this machine has
+        // there, and about two keys left out on purpose (`bootstrap.pg_hba`: the template sets
         // `postgresql.pg_hba`; `authentication.rewind`: pg_rewind runs as the superuser).
         let expected = |l: &str| {
-            l.contains("10.0.0.1")
+            l.contains("127.0.0.1")
                 || l.contains("0.0.0.0")
                 || l.starts_with("bootstrap.pg_hba ")
                 || l.starts_with("postgresql.authentication.rewind ")
@@ -181,7 +189,7 @@ fn patroni_validates_the_renders() {
             .collect();
         assert!(
             complaints.is_empty(),
-            "patroni --validate-config patroni-db{n}.yml: {said}"
+            "patroni --validate-config {file} (moved to loopback): {said}"
         );
     }
 }
