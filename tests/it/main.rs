@@ -30,6 +30,7 @@ mod logs;
 mod mcp;
 mod metrics;
 mod openapi;
+mod operations;
 mod patroni;
 mod placement;
 mod plans;

@@ -259,6 +259,8 @@ impl PatroniCluster {
                     ("ttl", timings.ttl_s.to_string()),
                     ("loop_wait", timings.loop_wait_s.to_string()),
                     ("retry_timeout", timings.retry_timeout_s.to_string()),
+                    // Archiving on, as in production, to nowhere: nothing here restores.
+                    ("archive_command", "/bin/true".into()),
                     ("superuser_password", cluster.superuser_password.clone()),
                     ("replication_password", replication_password.clone()),
                 ],
@@ -997,6 +999,7 @@ mod tests {
             "ttl",
             "loop_wait",
             "retry_timeout",
+            "archive_command",
             "superuser_password",
             "replication_password",
         ]
