@@ -6,9 +6,34 @@
 //! only its SQLSTATE and the name of the statement that failed are kept; whatever logs a
 //! `StoreError`, by `Display` or `Debug`, logs nothing a client sent.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use thiserror::Error;
 
 use super::sql;
+
+/// How many statements of this process failed because a migration changed what their
+/// prepared form reads ([`stale_plan`]). A store that sees it move clears every statement
+/// cache of its pool on its next checkout, so each connection prepares its statements anew.
+static STALE_PLANS: AtomicU64 = AtomicU64::new(0);
+
+/// [`STALE_PLANS`] now.
+pub(super) fn stale_plans() -> u64 {
+    STALE_PLANS.load(Ordering::Relaxed)
+}
+
+/// PostgreSQL refuses to run a prepared statement whose result columns changed since it was
+/// prepared (SQLSTATE 0A000 from `RevalidateCachedQuery`), before it runs anything: during a
+/// rolling upgrade, the replicas not yet upgraded meet it on their pooled connections once
+/// the first upgraded one has migrated. Preparing the statement again is the cure.
+fn stale_plan(e: &tokio_postgres::Error) -> bool {
+    e.as_db_error().is_some_and(|d| {
+        d.code().code() == "0A000"
+            && (d.routine() == Some("RevalidateCachedQuery")
+                || d.message()
+                    .contains("cached plan must not change result type"))
+    })
+}
 
 #[derive(Debug, Error)]
 pub enum StoreError {
@@ -61,7 +86,17 @@ impl StoreError {
     fn named(statement: &'static str, e: tokio_postgres::Error) -> Self {
         crate::telemetry::metrics::db_error(e.code().map(|c| c.code()));
         let sqlstate = e.code().map(|c| c.code().to_owned());
-        if is_unavailable(&e) {
+        if stale_plan(&e) {
+            // Nothing ran; the caller retries (503) on connections whose statements are
+            // prepared anew.
+            STALE_PLANS.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(
+                statement,
+                "a prepared statement went stale (the schema changed under this replica: a \
+                 newer one migrated?); preparing every statement again"
+            );
+            StoreError::Unavailable(format!("schema changed under a prepared {statement}"))
+        } else if is_unavailable(&e) {
             // A server-side refusal is named by its SQLSTATE; a connection-level failure's
             // text (refused, reset, closed) holds no request data.
             let why = match &sqlstate {

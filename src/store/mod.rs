@@ -82,6 +82,8 @@ pub struct Store {
     lease_turns: Arc<lease::LeaseTurns>,
     /// Where the next claim of each queue starts (see [`bounds`]).
     claim_bounds: Arc<bounds::ClaimBounds>,
+    /// The count of stale prepared statements when this pool's caches were last cleared.
+    stale_plans_seen: Arc<AtomicU64>,
 }
 
 impl Store {
@@ -144,6 +146,7 @@ impl Store {
             deadlines: Deadlines::default(),
             lease_turns: Arc::default(),
             claim_bounds: Arc::default(),
+            stale_plans_seen: Arc::default(),
         })
     }
 
@@ -189,6 +192,11 @@ impl Store {
     /// [`Conn::release`] once every statement sent on it has answered; dropped otherwise, it
     /// is cancelled and discarded.
     async fn client(&self) -> Result<Conn> {
+        let stale = error::stale_plans();
+        if self.stale_plans_seen.swap(stale, Ordering::Relaxed) != stale {
+            // A migration changed a table under prepared statements (error::stale_plan).
+            self.pool.manager().statement_caches.clear();
+        }
         let timeouts = self.deadlines.pool_timeouts();
         Ok(Conn::new(self.pool.timeout_get(&timeouts).await?))
     }

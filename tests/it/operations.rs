@@ -21,6 +21,8 @@
 //!   there sees every job, parked before or after the backup, and leases each; and a Patroni
 //!   node of the shipped template, started on that directory with an empty etcd, takes it over
 //!   as leader and serves the same jobs.
+//! - The rolling upgrade's middle: an older replica whose prepared statements a migration made
+//!   stale answers `503` (never `500`) and serves the retry.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -1081,4 +1083,97 @@ fn url_port(url: &str) -> u16 {
         .and_then(|rest| rest.split('/').next())
         .and_then(|p| p.parse().ok())
         .expect("a loopback URL with a port")
+}
+
+/// The rolling upgrade's middle: a newer replica has migrated (here, a column added to `jobs`
+/// by hand, as a migration would) under an older replica whose pooled connections hold
+/// prepared statements reading `jobs`. PostgreSQL refuses those ("cached plan must not change
+/// result type"); the older replica answers such a call `503` with `Retry-After` (never `500`),
+/// prepares its statements anew, and the retry is served: reads, the job listing, a dispatch
+/// and a runner's lease.
+#[tokio::test]
+async fn a_replica_keeps_serving_after_a_migration_changes_a_table_under_its_statements() {
+    let app = crate::support::TestApp::spawn().await;
+    let url = app.url(0);
+    let key = app.key("upgrade", "alice", true).await;
+    let operator = leasehold::client::Client::new(url.clone(), Some(key.clone()));
+    let (_, runner) = pair(&operator, Tier::Workspace, &[], 2).await;
+    let job = dispatch(
+        &operator,
+        workspace_pool(),
+        serde_json::json!({"argv": ["true"]}),
+    )
+    .await;
+    let http = reqwest::Client::new();
+    let get = |path: String| {
+        let (http, key) = (http.clone(), key.clone());
+        async move {
+            http.get(path)
+                .bearer_auth(key)
+                .send()
+                .await
+                .expect("the replica answers")
+        }
+    };
+    let one = format!("{url}/v1/jobs/{}", job.id);
+    let list = format!("{url}/v1/jobs?limit=10");
+    // Every statement used below prepared on the pool's connections first.
+    for path in [&one, &list] {
+        assert_eq!(get(path.clone()).await.status(), 200);
+    }
+
+    connect(&app.database_url)
+        .await
+        .batch_execute("ALTER TABLE jobs ADD COLUMN upgrade_probe integer")
+        .await
+        .unwrap();
+
+    for path in [&one, &list] {
+        let mut statuses = Vec::new();
+        loop {
+            let answer = get(path.clone()).await;
+            let status = answer.status().as_u16();
+            statuses.push(status);
+            if status == 503 {
+                assert!(answer.headers().contains_key("retry-after"), "{path}");
+            }
+            if status != 503 || statuses.len() == 3 {
+                break;
+            }
+        }
+        assert_eq!(
+            statuses.last(),
+            Some(&200),
+            "{path}: {statuses:?} (a stale statement is a 503 at most, then served)"
+        );
+    }
+    // A dispatch and a lease after the change: served, at worst after a 503 each.
+    let mut dispatched = None;
+    for _ in 0..3 {
+        match operator
+            .dispatch(&leasehold::wire::Dispatch::new(
+                workspace_pool(),
+                serde_json::json!({"argv": ["true"]}),
+            ))
+            .await
+        {
+            Ok(job) => {
+                dispatched = Some(job);
+                break;
+            }
+            Err(e) => assert_eq!(crate::support::code(Err::<(), _>(e)), "unavailable"),
+        }
+    }
+    assert!(dispatched.is_some(), "the dispatch is served");
+    let mut leased = Vec::new();
+    for _ in 0..3 {
+        match runner.lease(&leasehold::wire::Lease::waiting(0, 2)).await {
+            Ok(jobs) => {
+                leased = jobs;
+                break;
+            }
+            Err(e) => assert_eq!(crate::support::code(Err::<(), _>(e)), "unavailable"),
+        }
+    }
+    assert_eq!(leased.len(), 2, "both parked jobs are leased");
 }
