@@ -32,7 +32,7 @@ pub const LIST_PAGE_BYTES: usize = 4 * 1024 * 1024;
 fn wait_duration(st: &AppState, query: &QueryMap, default_ms: i64) -> ApiResult<Duration> {
     let ms = query.int("wait_ms", 0, 60_000)?.unwrap_or(default_ms);
     Ok(Duration::from_millis(
-        (ms as u64).min(st.hub.config.max_wait_ms),
+        (ms as u64).min(st.limits.max_wait_ms),
     ))
 }
 
@@ -76,7 +76,7 @@ fn check(st: &AppState, req: wire::Dispatch, at: &str) -> ApiResult<Checked> {
         req.no_runner_timeout_ms,
         1000,
         86_400_000,
-        st.hub.config.no_runner_timeout_ms as i64,
+        st.limits.no_runner_timeout_ms as i64,
     )?;
     let queue_timeout_ms = validate::opt_range(
         &field("queue_timeout_ms"),
@@ -308,7 +308,7 @@ pub async fn dispatch(
         }
     };
     let (checked, idempotency_key) = checked;
-    let store = &st.hub.store;
+    let hub = &st.hub;
     let names = needed_secrets(&checked);
     if idempotency_key.is_none()
         && names.is_empty()
@@ -325,7 +325,7 @@ pub async fn dispatch(
     }
     let caller = key.check(&st).await?;
     if let Some(k) = &idempotency_key {
-        if let Some(first) = store.job_by_idempotency_key(&caller.workspace, k).await? {
+        if let Some(first) = hub.job_by_idempotency_key(&caller.workspace, k).await? {
             return Ok((StatusCode::OK, Json(views::job(first))));
         }
     }
@@ -335,7 +335,7 @@ pub async fn dispatch(
     }
     let mut needs_workspace_runner = false;
     if !names.is_empty() {
-        let existing = store.existing_secrets(&caller.workspace, &names).await?;
+        let existing = hub.existing_secrets(&caller.workspace, &names).await?;
         require_secrets(&checked, &existing, "")?;
         needs_workspace_runner = secret_scope(&checked, &existing, &caller, runner.as_ref(), "")?;
     }
@@ -351,7 +351,7 @@ pub async fn dispatch(
         None => match &job.idempotency_key {
             // A concurrent dispatch with the same key won the insert.
             Some(k) => {
-                let first = store
+                let first = hub
                     .job_by_idempotency_key(&caller.workspace, k)
                     .await?
                     .ok_or(ApiError::Internal)?;
@@ -405,11 +405,7 @@ pub async fn dispatch_batch(
         .collect();
     names.sort();
     names.dedup();
-    let existing = st
-        .hub
-        .store
-        .existing_secrets(&caller.workspace, &names)
-        .await?;
+    let existing = st.hub.existing_secrets(&caller.workspace, &names).await?;
     let mut jobs = Vec::with_capacity(checked.len());
     let mut resolved: std::collections::HashMap<Uuid, crate::store::records::Runner> =
         std::collections::HashMap::new();
@@ -441,7 +437,7 @@ pub async fn dispatch_batch(
             needs_workspace_runner,
         ));
     }
-    let store = &st.hub.store;
+    let hub = &st.hub;
     let parked = st.hub.park_many(&jobs).await?;
     let mut out = Vec::with_capacity(jobs.len());
     for (job, parked) in jobs.iter().zip(parked) {
@@ -449,7 +445,7 @@ pub async fn dispatch_batch(
             (Some(p), _) => out.push(views::job(p)),
             // Used before (earlier, or by an earlier item of this batch): the first job.
             (None, Some(k)) => {
-                let first = store
+                let first = hub
                     .job_by_idempotency_key(&caller.workspace, k)
                     .await?
                     .ok_or(ApiError::Internal)?;
@@ -471,14 +467,14 @@ pub async fn get(
 ) -> ApiResult<Json<wire::Job>> {
     let wait = wait_duration(&st, &query, 0)?;
     poll.allow(wait);
-    let store = &st.hub.store;
+    let hub = &st.hub;
     let job = st
         .hub
         .wait_on_job(
             id,
             wait,
             &st.shutdown,
-            || store.job(id, &key.workspace),
+            || hub.job(id, &key.workspace),
             |j| j.as_ref().is_none_or(|j| j.state.is_terminal()),
         )
         .await?;
@@ -510,7 +506,6 @@ pub async fn list(
     };
     let (jobs, cut) = st
         .hub
-        .store
         .jobs(
             &key.workspace,
             state,
@@ -546,7 +541,6 @@ pub async fn cancel(
 /// parked one), or 404 when the workspace has no such job.
 async fn unchanged(st: &AppState, id: Uuid, workspace: &str) -> ApiResult<Json<wire::Job>> {
     st.hub
-        .store
         .job(id, workspace)
         .await?
         .map(|j| Json(views::job(j)))
@@ -565,12 +559,7 @@ pub async fn retry(
 ) -> ApiResult<Json<wire::Job>> {
     let idempotency_key = idempotency_header(&headers)?;
     if let Some(k) = &idempotency_key {
-        if let Some(job) = st
-            .hub
-            .store
-            .job_retried_with_key(id, k, &key.workspace)
-            .await?
-        {
+        if let Some(job) = st.hub.job_retried_with_key(id, k, &key.workspace).await? {
             return Ok(Json(views::job(job)));
         }
     }
@@ -596,8 +585,8 @@ pub async fn events(
     let limit = query.int("limit", 1, 1000)?.unwrap_or(1000);
     let wait = wait_duration(&st, &query, 0)?;
     poll.allow(wait);
-    let store = &st.hub.store;
-    if store.job(id, &key.workspace).await?.is_none() {
+    let hub = &st.hub;
+    if hub.job(id, &key.workspace).await?.is_none() {
         return Err(ApiError::NotFound);
     }
     let workspace = key.workspace.as_str();
@@ -608,12 +597,9 @@ pub async fn events(
             wait,
             &st.shutdown,
             || async move {
-                let events = store
-                    .events(id, after as i32, limit, LIST_PAGE_BYTES)
-                    .await?;
+                let events = hub.events(id, after as i32, limit, LIST_PAGE_BYTES).await?;
                 let terminal = if events.is_empty() {
-                    store
-                        .job(id, workspace)
+                    hub.job(id, workspace)
                         .await?
                         .is_none_or(|j| j.state.is_terminal())
                 } else {

@@ -8,7 +8,6 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use crate::config::Config;
 use crate::domain::state::JobState;
 use crate::store::records::{Claimed, Event, Job, RepoTarget, Runner, SecretInfo};
 use crate::wire;
@@ -140,7 +139,7 @@ fn retry_policy(stored: serde_json::Value) -> Option<wire::RetryPolicy> {
 /// names, `credential` the opened `source.credential_secret` (only ever in `source`).
 pub fn leased(
     c: Claimed,
-    config: &Config,
+    lease_ttl_ms: u64,
     secrets: BTreeMap<String, String>,
     credential: Option<String>,
 ) -> wire::LeasedJob {
@@ -153,8 +152,8 @@ pub fn leased(
         payload: c.payload,
         required_capabilities: c.required_capabilities,
         lease_expires_at: c.lease_expires_at,
-        lease_ttl_ms: config.lease_ttl_ms,
-        heartbeat_interval_ms: config.lease_ttl_ms / 3,
+        lease_ttl_ms,
+        heartbeat_interval_ms: lease_ttl_ms / 3,
         secrets: wire::SecretValues(secrets),
         source: c
             .source
