@@ -19,7 +19,7 @@ use super::views;
 use super::AppState;
 use crate::domain::state::JobState;
 use crate::domain::{capabilities, owner};
-use crate::store::records::{ApiKey, Runner};
+use crate::store::records::{ApiKey, Job, Runner};
 use crate::store::{NewJob, SecretScope};
 use crate::wire;
 
@@ -36,20 +36,13 @@ fn wait_duration(st: &AppState, query: &QueryMap, default_ms: i64) -> ApiResult<
     ))
 }
 
-/// A dispatch body that passed validation, before its target is resolved.
+/// A dispatch body that passed validation, before its target is resolved: the job to park but
+/// for what the target, the caller and the secrets it names decide ([`new_job`]).
 struct Checked {
     target: wire::Target,
-    kind: String,
-    payload: serde_json::Value,
-    required: Vec<String>,
-    priority: i32,
-    max_attempts: i32,
-    no_runner_timeout_ms: i64,
-    queue_timeout_ms: Option<i64>,
-    secrets: Vec<String>,
+    /// The source as validated (its `credential_secret` is a secret the job needs).
     source: Option<wire::Source>,
-    source_key: Option<String>,
-    retry: Option<wire::RetryPolicy>,
+    job: NewJob,
 }
 
 /// Validate a dispatch body; `at` prefixes field names (`jobs[3].` in a batch).
@@ -98,18 +91,66 @@ fn check(st: &AppState, req: wire::Dispatch, at: &str) -> ApiResult<Checked> {
     };
     Ok(Checked {
         target: req.target,
-        kind,
-        payload,
-        required,
-        priority,
-        max_attempts,
-        no_runner_timeout_ms,
-        queue_timeout_ms,
-        secrets,
+        job: NewJob {
+            kind,
+            payload,
+            required_capabilities: required,
+            priority,
+            max_attempts,
+            no_runner_timeout_ms,
+            queue_timeout_ms,
+            secrets,
+            // A struct of strings: serialising it cannot fail.
+            source: source.as_ref().and_then(|s| serde_json::to_value(s).ok()),
+            source_key,
+            // A struct of numbers and strings: serialising it cannot fail.
+            retry: retry.and_then(|r| serde_json::to_value(r).ok()),
+            ..NewJob::default()
+        },
         source,
-        source_key,
-        retry,
     })
+}
+
+/// A job as the API answers it: the record shaped for the wire. Beside [`check`], so the API's
+/// two ends of a job field (what a dispatch may set, what a reader sees) are one file.
+pub(super) fn view(j: Job) -> wire::Job {
+    wire::Job {
+        id: j.id,
+        workspace: j.workspace,
+        owner: j.owner,
+        runner_id: j
+            .runner_id
+            .map_or_else(|| "*".to_owned(), |id| id.to_string()),
+        state: views::job_state(j.state),
+        kind: j.kind,
+        payload: j.payload,
+        required_capabilities: j.required_capabilities,
+        priority: j.priority,
+        epoch: j.epoch,
+        attempts: j.attempts,
+        max_attempts: j.max_attempts,
+        created_at: j.created_at,
+        leased_at: j.leased_at,
+        finished_at: j.finished_at,
+        result: j.result,
+        error: j.error,
+        provenance: j.provenance,
+        billing_tenant: j.billing_tenant,
+        pool: j.pool,
+        secrets: j.secrets,
+        source: j.source.and_then(views::source),
+        retries: j.retries,
+        retry: j.retry.and_then(retry_policy),
+        not_before: j.not_before,
+    }
+}
+
+/// A stored retry policy (validated and normalised at dispatch); `None`, and an error logged,
+/// if it does not read back (a bug).
+fn retry_policy(stored: serde_json::Value) -> Option<wire::RetryPolicy> {
+    serde_json::from_value(stored)
+        .map_err(|e| tracing::error!(error = %e, "a stored retry policy does not read back"))
+        .ok()
 }
 
 /// A validation error of a batch item, its field names prefixed.
@@ -139,22 +180,10 @@ fn new_job(
         pool,
         runner_id: runner.map(|r| r.id),
         owner: runner.map(|r| r.owner.clone()),
-        kind: c.kind,
-        payload: c.payload,
-        required_capabilities: c.required,
-        priority: c.priority,
-        max_attempts: c.max_attempts,
-        no_runner_timeout_ms: c.no_runner_timeout_ms,
-        queue_timeout_ms: c.queue_timeout_ms,
         idempotency_key,
-        secrets: c.secrets,
-        // A struct of strings: serialising it cannot fail.
-        source: c.source.and_then(|s| serde_json::to_value(s).ok()),
-        source_key: c.source_key,
         traceparent: crate::telemetry::traces::current_traceparent(),
         needs_workspace_runner,
-        // A struct of numbers and strings: serialising it cannot fail.
-        retry: c.retry.and_then(|r| serde_json::to_value(r).ok()),
+        ..c.job
     }
 }
 
@@ -170,8 +199,8 @@ fn named_mismatch(r: &crate::store::records::Runner, c: &Checked) -> ApiResult<(
         .map(|t| format!("{} {}", t.provider, t.repository))
         .collect();
     let job = capabilities::JobNeeds {
-        required: &c.required,
-        source_key: c.source_key.as_deref(),
+        required: &c.job.required_capabilities,
+        source_key: c.job.source_key.as_deref(),
         needs_workspace_runner: false,
     };
     let runner = capabilities::RunnerOffers {
@@ -209,7 +238,7 @@ fn credential_secret(c: &Checked) -> Option<&str> {
 
 /// The secret names a checked job needs to exist: those it names, and its source's credential.
 fn needed_secrets(c: &Checked) -> Vec<String> {
-    let mut names = c.secrets.clone();
+    let mut names = c.job.secrets.clone();
     names.extend(credential_secret(c).map(str::to_owned));
     names
 }
@@ -218,7 +247,7 @@ fn needed_secrets(c: &Checked) -> Vec<String> {
 /// (`existing` holds those that do); `at` prefixes the field (`jobs[3].`).
 fn require_secrets(c: &Checked, existing: &[SecretScope], at: &str) -> ApiResult<()> {
     let exists = |n: &str| existing.iter().any(|e| e.name == n);
-    if let Some(missing) = c.secrets.iter().find(|n| !exists(n)) {
+    if let Some(missing) = c.job.secrets.iter().find(|n| !exists(n)) {
         return Err(ApiError::bad(format!(
             "{at}secrets: '{missing}' is not a secret of this workspace"
         )));
@@ -260,7 +289,7 @@ fn secret_scope(
         return Ok(false);
     };
     if personal {
-        let how = if c.secrets.contains(&kept.name) {
+        let how = if c.job.secrets.contains(&kept.name) {
             String::new()
         } else {
             " (as source.credential_secret)".to_owned()
@@ -319,14 +348,14 @@ pub async fn dispatch(
             .park(new_job(&key.hash, checked, None, None, false))
             .await?
         {
-            Some(parked) => Ok((StatusCode::CREATED, Json(views::job(parked)))),
+            Some(parked) => Ok((StatusCode::CREATED, Json(view(parked)))),
             None => Err(st.auth_failed(key.ip)),
         };
     }
     let caller = key.check(&st).await?;
     if let Some(k) = &idempotency_key {
         if let Some(first) = hub.job_by_idempotency_key(&caller.workspace, k).await? {
-            return Ok((StatusCode::OK, Json(views::job(first))));
+            return Ok((StatusCode::OK, Json(view(first))));
         }
     }
     let runner = resolve_target(&st, &caller, &checked.target).await?;
@@ -347,7 +376,7 @@ pub async fn dispatch(
         needs_workspace_runner,
     );
     match st.hub.park(job.clone()).await? {
-        Some(parked) => Ok((StatusCode::CREATED, Json(views::job(parked)))),
+        Some(parked) => Ok((StatusCode::CREATED, Json(view(parked)))),
         None => match &job.idempotency_key {
             // A concurrent dispatch with the same key won the insert.
             Some(k) => {
@@ -355,7 +384,7 @@ pub async fn dispatch(
                     .job_by_idempotency_key(&caller.workspace, k)
                     .await?
                     .ok_or(ApiError::Internal)?;
-                Ok((StatusCode::OK, Json(views::job(first))))
+                Ok((StatusCode::OK, Json(view(first))))
             }
             // The key was revoked between the check and the insert.
             None => Err(st.auth_failed(key.ip)),
@@ -442,14 +471,14 @@ pub async fn dispatch_batch(
     let mut out = Vec::with_capacity(jobs.len());
     for (job, parked) in jobs.iter().zip(parked) {
         match (parked, &job.idempotency_key) {
-            (Some(p), _) => out.push(views::job(p)),
+            (Some(p), _) => out.push(view(p)),
             // Used before (earlier, or by an earlier item of this batch): the first job.
             (None, Some(k)) => {
                 let first = hub
                     .job_by_idempotency_key(&caller.workspace, k)
                     .await?
                     .ok_or(ApiError::Internal)?;
-                out.push(views::job(first));
+                out.push(view(first));
             }
             // The key was revoked between the check and the insert: nothing was parked.
             (None, None) => return Err(st.auth_failed(key.ip)),
@@ -478,7 +507,7 @@ pub async fn get(
             |j| j.as_ref().is_none_or(|j| j.state.is_terminal()),
         )
         .await?;
-    job.map(|j| Json(views::job(j))).ok_or(ApiError::NotFound)
+    job.map(|j| Json(view(j))).ok_or(ApiError::NotFound)
 }
 
 pub async fn list(
@@ -520,7 +549,7 @@ pub async fn list(
         .then(|| jobs.last().map(|j| j.id))
         .flatten();
     Ok(Json(wire::JobList {
-        jobs: jobs.into_iter().map(views::job).collect(),
+        jobs: jobs.into_iter().map(view).collect(),
         next,
     }))
 }
@@ -531,7 +560,7 @@ pub async fn cancel(
     PathId(id): PathId,
 ) -> ApiResult<Json<wire::Job>> {
     if let Some(job) = st.hub.cancel(id, &key.workspace, &key.subject).await? {
-        return Ok(Json(views::job(job)));
+        return Ok(Json(view(job)));
     }
     // Unknown, or already terminal: a terminal job is returned unchanged.
     unchanged(&st, id, &key.workspace).await
@@ -543,7 +572,7 @@ async fn unchanged(st: &AppState, id: Uuid, workspace: &str) -> ApiResult<Json<w
     st.hub
         .job(id, workspace)
         .await?
-        .map(|j| Json(views::job(j)))
+        .map(|j| Json(view(j)))
         .ok_or(ApiError::NotFound)
 }
 
@@ -560,7 +589,7 @@ pub async fn retry(
     let idempotency_key = idempotency_header(&headers)?;
     if let Some(k) = &idempotency_key {
         if let Some(job) = st.hub.job_retried_with_key(id, k, &key.workspace).await? {
-            return Ok(Json(views::job(job)));
+            return Ok(Json(view(job)));
         }
     }
     if let Some(job) = st
@@ -568,7 +597,7 @@ pub async fn retry(
         .retry(id, &key.workspace, idempotency_key.as_deref())
         .await?
     {
-        return Ok(Json(views::job(job)));
+        return Ok(Json(view(job)));
     }
     // Unknown (404), or parked already: answered unchanged.
     unchanged(&st, id, &key.workspace).await

@@ -352,7 +352,7 @@ pub async fn complete(
     Body(req): Body<wire::Complete>,
 ) -> ApiResult<Json<wire::Job>> {
     let job = report_complete(&st, &token, id, req.epoch, req.result).await?;
-    Ok(Json(views::job(job)))
+    Ok(Json(super::jobs::view(job)))
 }
 
 /// A `complete` report, as its own call or as an entry of a lease call's `done`.
@@ -385,7 +385,7 @@ pub async fn fail(
     Body(req): Body<wire::Fail>,
 ) -> ApiResult<Json<wire::Job>> {
     let job = report_fail(&st, &token, id, req.epoch, &req.message).await?;
-    Ok(Json(views::job(job)))
+    Ok(Json(super::jobs::view(job)))
 }
 
 /// A `fail` report, as its own call or as an entry of a lease call's `done`.
@@ -520,5 +520,5 @@ pub async fn release(
     let answer = st.hub.release(id, req.epoch, &token.hash).await?;
     let job = fenced(&st, &token, answer)?;
     traces::job_step("release", id, job.epoch, job.traceparent.as_deref());
-    Ok(Json(views::job(job)))
+    Ok(Json(super::jobs::view(job)))
 }

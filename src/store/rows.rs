@@ -3,36 +3,41 @@
 //! reads.
 //!
 //! Invariant: a record, the columns its mapping reads and the mapping are one definition
-//! ([`mapping!`]): the column list is made from the mapping's own lines, and the mapping builds
-//! the record with a struct literal, so a field the mapping forgets does not compile and a
-//! column it reads is always in the list the schema test checks.
+//! ([`record!`], used in `records.rs`): each field names its column beside its type, the
+//! column list is made from those lines, and the mapping builds the record with a struct
+//! literal, so a field without a column does not compile and a column it reads is always in the
+//! list the schema test checks.
 
 use serde_json::Value;
 use tokio_postgres::Row;
 
-/// `mapping!(COLUMNS, name -> Record { field: "column" [=> reader], ... })` defines
-/// `pub const COLUMNS` (every column read, in order) and `pub fn name(&Row) -> Record`; a field
-/// with a reader is read by `reader(row, column)`, the others by `Row::get`. With
-/// `-> Result<Record>` the readers are fallible and the mapping returns their error.
-macro_rules! mapping {
-    ($(#[$doc:meta])* $columns:ident, $name:ident -> Result<$rec:ident> {
-        $($field:ident: $col:literal $(=> $read:path)?),* $(,)?
+/// `record!(struct Record (COLUMNS, name [-> Result]) { field: Type = "column" [=> reader], ... })`
+/// defines the record `Record` (attributes and docs as written), `pub const COLUMNS` (every
+/// column read, in order) and `pub fn name(&Row) -> Record`; a field with a reader is read by
+/// `reader(row, column)`, the others by `Row::get`. With `-> Result` the readers are fallible
+/// and the mapping returns their error.
+macro_rules! record {
+    ($(#[$attr:meta])* pub struct $rec:ident ($columns:ident, $name:ident $(-> $result:ident)?) {
+        $($(#[$fattr:meta])* pub $field:ident: $ty:ty = $col:literal $(=> $read:path)?),* $(,)?
     }) => {
+        $(#[$attr])*
+        pub struct $rec {
+            $($(#[$fattr])* pub $field: $ty,)*
+        }
         /// Columns the mapping of the same record reads.
         pub const $columns: &[&str] = &[$($col),*];
-        $(#[$doc])*
-        pub fn $name(r: &Row) -> Result<$rec> {
-            Ok($rec { $($field: mapping!(@try r, $col $(, $read)?)),* })
+        record!(@map $rec, $name $(-> $result)?, $($field: $col $(=> $read)?),*);
+    };
+    (@map $rec:ident, $name:ident -> Result, $($field:ident: $col:literal $(=> $read:path)?),*) => {
+        #[doc = concat!("A row as a [`", stringify!($rec), "`].")]
+        pub fn $name(r: &tokio_postgres::Row) -> crate::store::Result<$rec> {
+            Ok($rec { $($field: record!(@try r, $col $(, $read)?)),* })
         }
     };
-    ($(#[$doc:meta])* $columns:ident, $name:ident -> $rec:ident {
-        $($field:ident: $col:literal $(=> $read:path)?),* $(,)?
-    }) => {
-        /// Columns the mapping of the same record reads.
-        pub const $columns: &[&str] = &[$($col),*];
-        $(#[$doc])*
-        pub fn $name(r: &Row) -> $rec {
-            $rec { $($field: mapping!(@get r, $col $(, $read)?)),* }
+    (@map $rec:ident, $name:ident, $($field:ident: $col:literal $(=> $read:path)?),*) => {
+        #[doc = concat!("A row as a [`", stringify!($rec), "`].")]
+        pub fn $name(r: &tokio_postgres::Row) -> $rec {
+            $rec { $($field: record!(@get r, $col $(, $read)?)),* }
         }
     };
     (@try $r:ident, $col:literal) => { $r.get($col) };
@@ -40,81 +45,9 @@ macro_rules! mapping {
     (@get $r:ident, $col:literal) => { $r.get($col) };
     (@get $r:ident, $col:literal, $read:path) => { $read($r, $col) };
 }
+pub(super) use record;
 
-mapping!(
-    /// A runner as every listing, pairing and heartbeat returns it.
-    RUNNER_COLUMNS, runner -> Runner {
-        id: "id",
-        owner: "owner",
-        workspace: "workspace",
-        label: "label",
-        os: "os",
-        version: "version",
-        capabilities: "capabilities",
-        capacity: "capacity",
-        active_leases: "active_leases",
-        presence: "presence",
-        last_seen_at: "last_seen_at",
-        created_at: "created_at",
-        approved_by: "approved_by",
-        ephemeral: "ephemeral",
-        outdated: "outdated",
-        exclusive: "exclusive",
-        repo_targets: "repo_targets" => repo_targets,
-    }
-);
-
-mapping!(
-    /// A job as every statement that returns one (`*` or `j.*`) gives it.
-    JOB_COLUMNS, job -> Result<Job> {
-        id: "id",
-        workspace: "workspace",
-        owner: "owner",
-        runner_id: "runner_id",
-        state: "state" => state,
-        kind: "kind",
-        payload: "payload",
-        required_capabilities: "required_capabilities",
-        priority: "priority",
-        epoch: "epoch",
-        attempts: "attempts",
-        max_attempts: "max_attempts",
-        created_at: "created_at",
-        leased_at: "leased_at",
-        finished_at: "finished_at",
-        result: "result",
-        error: "error",
-        provenance: "provenance",
-        billing_tenant: "billing_tenant",
-        pool: "pool",
-        secrets: "secrets",
-        source: "source",
-        traceparent: "traceparent",
-        needs_workspace_runner: "needs_workspace_runner",
-        retries: "retries",
-        retry: "retry",
-        not_before: "not_before",
-    }
-);
-
-mapping!(
-    /// A job the claim leased (the rows of `lease_claim.sql` whose `id` is not NULL).
-    CLAIMED_COLUMNS, claimed -> Claimed {
-        id: "id",
-        workspace: "workspace",
-        epoch: "epoch",
-        attempt: "attempts",
-        kind: "kind",
-        payload: "payload",
-        required_capabilities: "required_capabilities",
-        priority: "priority",
-        named: "named",
-        lease_expires_at: "lease_expires_at",
-        secrets: "secrets",
-        source: "source",
-        traceparent: "traceparent",
-    }
-);
+pub use super::records::{claimed, job, runner, CLAIMED_COLUMNS, JOB_COLUMNS, RUNNER_COLUMNS};
 
 /// Columns [`moved`] reads.
 pub const MOVED_COLUMNS: &[&str] = &["id", "workspace", "owner", "runner_id", "pool", "state"];
@@ -175,7 +108,7 @@ pub const MAPPED: &[(&str, &[&str])] = &[
 
 use super::{Result, StoreError};
 use crate::domain::state::JobState;
-use crate::store::records::{Claimed, Job, Moved, Queue, RepoTarget, Runner};
+use crate::store::records::{Job, Moved, Queue, RepoTarget};
 
 /// A job state read from the database. The CHECK constraint admits only the six states, so
 /// anything else is an error, never a guess.
@@ -203,7 +136,7 @@ pub fn moved(r: &Row) -> Result<Moved> {
 }
 
 /// A runner's repository targets, aggregated as JSON by the statement.
-fn repo_targets(r: &Row, column: &str) -> Vec<RepoTarget> {
+pub(super) fn repo_targets(r: &Row, column: &str) -> Vec<RepoTarget> {
     repo_targets_json(&r.get(column))
 }
 
