@@ -1,13 +1,88 @@
 //! What the store takes and hands back: the jobs it parks ([`NewJob`]), and rows as typed
-//! records, before the API shapes them for the wire. A record mapped from rows is defined with
-//! its columns and its mapping ([`rows::record!`](super::rows)).
+//! records, before the API shapes them for the wire.
+//!
+//! Invariant: a record, the columns its mapping reads and the mapping are one definition
+//! ([`record!`]): each field names its column beside its type, the column list is made from
+//! those lines, and the mapping builds the record with a struct literal, so a field without a
+//! column does not compile and a column it reads is always in the list the schema test checks
+//! (`rows::MAPPED`). Each mapping reads columns by name, so a statement may return more columns
+//! than a record needs.
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
+use tokio_postgres::Row;
 use uuid::Uuid;
 
-use super::rows::{self, record};
+use super::{Result, StoreError};
 use crate::domain::state::JobState;
+
+/// `record!(struct Record (COLUMNS, name [-> Result]) { field: Type = "column" [=> reader], ... })`
+/// defines the record `Record` (attributes and docs as written), `pub const COLUMNS` (every
+/// column read, in order) and `pub fn name(&Row) -> Record`; a field with a reader is read by
+/// `reader(row, column)`, the others by `Row::get`. With `-> Result` the readers are fallible
+/// and the mapping returns their error.
+macro_rules! record {
+    ($(#[$attr:meta])* pub struct $rec:ident ($columns:ident, $name:ident $(-> $result:ident)?) {
+        $($(#[$fattr:meta])* pub $field:ident: $ty:ty = $col:literal $(=> $read:path)?),* $(,)?
+    }) => {
+        $(#[$attr])*
+        pub struct $rec {
+            $($(#[$fattr])* pub $field: $ty,)*
+        }
+        /// Columns the mapping of the same record reads.
+        pub const $columns: &[&str] = &[$($col),*];
+        record!(@map $rec, $name $(-> $result)?, $($field: $col $(=> $read)?),*);
+    };
+    (@map $rec:ident, $name:ident -> Result, $($field:ident: $col:literal $(=> $read:path)?),*) => {
+        #[doc = concat!("A row as a [`", stringify!($rec), "`].")]
+        pub fn $name(r: &Row) -> Result<$rec> {
+            Ok($rec { $($field: record!(@try r, $col $(, $read)?)),* })
+        }
+    };
+    (@map $rec:ident, $name:ident, $($field:ident: $col:literal $(=> $read:path)?),*) => {
+        #[doc = concat!("A row as a [`", stringify!($rec), "`].")]
+        pub fn $name(r: &Row) -> $rec {
+            $rec { $($field: record!(@get r, $col $(, $read)?)),* }
+        }
+    };
+    (@try $r:ident, $col:literal) => { $r.get($col) };
+    (@try $r:ident, $col:literal, $read:path) => { $read($r, $col)? };
+    (@get $r:ident, $col:literal) => { $r.get($col) };
+    (@get $r:ident, $col:literal, $read:path) => { $read($r, $col) };
+}
+
+/// A job state read from the database. The CHECK constraint admits only the six states, so
+/// anything else is an error, never a guess.
+pub fn state(r: &Row, column: &str) -> Result<JobState> {
+    let raw: &str = r.get(column);
+    JobState::parse(raw).ok_or_else(|| StoreError::Invalid(format!("unknown job state {raw:?}")))
+}
+
+/// A runner's repository targets, aggregated as JSON by the statement.
+fn repo_targets(r: &Row, column: &str) -> Vec<RepoTarget> {
+    repo_targets_json(&r.get(column))
+}
+
+/// The `repo_targets` column of a runner row (a JSON array, ordered by id).
+fn repo_targets_json(v: &Value) -> Vec<RepoTarget> {
+    let text = |t: &Value, k: &str| t.get(k).and_then(Value::as_str).map(str::to_owned);
+    v.as_array()
+        .map(|items| {
+            items
+                .iter()
+                .filter_map(|t| {
+                    Some(RepoTarget {
+                        id: text(t, "id")?.parse().ok()?,
+                        provider: text(t, "provider")?,
+                        repository: text(t, "repository")?,
+                        label: text(t, "label"),
+                        status: text(t, "status")?,
+                    })
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
 
 /// An authenticated API key.
 #[derive(Debug, Clone)]
@@ -73,7 +148,7 @@ record! {
         pub outdated: bool = "outdated",
         /// Canary names: it takes only jobs requiring all of them.
         pub exclusive: Vec<String> = "exclusive",
-        pub repo_targets: Vec<RepoTarget> = "repo_targets" => rows::repo_targets,
+        pub repo_targets: Vec<RepoTarget> = "repo_targets" => repo_targets,
     }
 }
 
@@ -142,7 +217,7 @@ record! {
         pub workspace: String = "workspace",
         pub owner: String = "owner",
         pub runner_id: Option<Uuid> = "runner_id",
-        pub state: JobState = "state" => rows::state,
+        pub state: JobState = "state" => state,
         pub kind: String = "kind",
         pub payload: Value = "payload",
         pub required_capabilities: Vec<String> = "required_capabilities",

@@ -2,52 +2,15 @@
 //! than a record needs; the schema test checks that every statement returns what its mapping
 //! reads.
 //!
-//! Invariant: a record, the columns its mapping reads and the mapping are one definition
-//! ([`record!`], used in `records.rs`): each field names its column beside its type, the
-//! column list is made from those lines, and the mapping builds the record with a struct
-//! literal, so a field without a column does not compile and a column it reads is always in the
-//! list the schema test checks.
+//! The records mapped from one kind of row are defined with their mappings in `records.rs`
+//! (re-exported here); this file has the mappings of rows that are not one record ([`moved`],
+//! [`jobs`]) and [`MAPPED`], which statements feed which mapping.
 
-use serde_json::Value;
 use tokio_postgres::Row;
 
-/// `record!(struct Record (COLUMNS, name [-> Result]) { field: Type = "column" [=> reader], ... })`
-/// defines the record `Record` (attributes and docs as written), `pub const COLUMNS` (every
-/// column read, in order) and `pub fn name(&Row) -> Record`; a field with a reader is read by
-/// `reader(row, column)`, the others by `Row::get`. With `-> Result` the readers are fallible
-/// and the mapping returns their error.
-macro_rules! record {
-    ($(#[$attr:meta])* pub struct $rec:ident ($columns:ident, $name:ident $(-> $result:ident)?) {
-        $($(#[$fattr:meta])* pub $field:ident: $ty:ty = $col:literal $(=> $read:path)?),* $(,)?
-    }) => {
-        $(#[$attr])*
-        pub struct $rec {
-            $($(#[$fattr])* pub $field: $ty,)*
-        }
-        /// Columns the mapping of the same record reads.
-        pub const $columns: &[&str] = &[$($col),*];
-        record!(@map $rec, $name $(-> $result)?, $($field: $col $(=> $read)?),*);
-    };
-    (@map $rec:ident, $name:ident -> Result, $($field:ident: $col:literal $(=> $read:path)?),*) => {
-        #[doc = concat!("A row as a [`", stringify!($rec), "`].")]
-        pub fn $name(r: &tokio_postgres::Row) -> crate::store::Result<$rec> {
-            Ok($rec { $($field: record!(@try r, $col $(, $read)?)),* })
-        }
-    };
-    (@map $rec:ident, $name:ident, $($field:ident: $col:literal $(=> $read:path)?),*) => {
-        #[doc = concat!("A row as a [`", stringify!($rec), "`].")]
-        pub fn $name(r: &tokio_postgres::Row) -> $rec {
-            $rec { $($field: record!(@get r, $col $(, $read)?)),* }
-        }
-    };
-    (@try $r:ident, $col:literal) => { $r.get($col) };
-    (@try $r:ident, $col:literal, $read:path) => { $read($r, $col)? };
-    (@get $r:ident, $col:literal) => { $r.get($col) };
-    (@get $r:ident, $col:literal, $read:path) => { $read($r, $col) };
-}
-pub(super) use record;
-
-pub use super::records::{claimed, job, runner, CLAIMED_COLUMNS, JOB_COLUMNS, RUNNER_COLUMNS};
+pub use super::records::{
+    claimed, job, runner, state, CLAIMED_COLUMNS, JOB_COLUMNS, RUNNER_COLUMNS,
+};
 
 /// Columns [`moved`] reads.
 pub const MOVED_COLUMNS: &[&str] = &["id", "workspace", "owner", "runner_id", "pool", "state"];
@@ -106,16 +69,8 @@ pub const MAPPED: &[(&str, &[&str])] = &[
     ),
 ];
 
-use super::{Result, StoreError};
-use crate::domain::state::JobState;
-use crate::store::records::{Job, Moved, Queue, RepoTarget};
-
-/// A job state read from the database. The CHECK constraint admits only the six states, so
-/// anything else is an error, never a guess.
-pub fn state(r: &Row, column: &str) -> Result<JobState> {
-    let raw: &str = r.get(column);
-    JobState::parse(raw).ok_or_else(|| StoreError::Invalid(format!("unknown job state {raw:?}")))
-}
+use super::Result;
+use crate::store::records::{Job, Moved, Queue};
 
 pub fn jobs(rows: &[Row]) -> Result<Vec<Job>> {
     rows.iter().map(job).collect()
@@ -133,30 +88,4 @@ pub fn moved(r: &Row) -> Result<Moved> {
         },
         state: state(r, "state")?,
     })
-}
-
-/// A runner's repository targets, aggregated as JSON by the statement.
-pub(super) fn repo_targets(r: &Row, column: &str) -> Vec<RepoTarget> {
-    repo_targets_json(&r.get(column))
-}
-
-/// The `repo_targets` column of a runner row (a JSON array, ordered by id).
-fn repo_targets_json(v: &Value) -> Vec<RepoTarget> {
-    let text = |t: &Value, k: &str| t.get(k).and_then(Value::as_str).map(str::to_owned);
-    v.as_array()
-        .map(|items| {
-            items
-                .iter()
-                .filter_map(|t| {
-                    Some(RepoTarget {
-                        id: text(t, "id")?.parse().ok()?,
-                        provider: text(t, "provider")?,
-                        repository: text(t, "repository")?,
-                        label: text(t, "label"),
-                        status: text(t, "status")?,
-                    })
-                })
-                .collect()
-        })
-        .unwrap_or_default()
 }
