@@ -3,17 +3,15 @@
 -- (store::combine), are one call of this statement per API key: one plan started for all its
 -- jobs, not one per job (shared/PERF-FACTS.md 3; docs/perf.md "Round 9"). Each job gets its
 -- first `state` event.
--- $1 sha256 of the caller's API key; $2 the jobs as a JSON array of objects: {id, pool
--- ('personal' | 'workspace' | 'any', or null for a named runner), runner_id, owner (named
--- runners only: the runner's owner), kind, payload, required_capabilities, priority,
--- max_attempts, no_runner_timeout_ms, queue_timeout_ms, idempotency_key, secrets, source,
--- source_key, traceparent, retry (the normalised policy or null), needs_workspace_runner (it names a 'workspace' secret)}. Every input
--- is a parameter and the key a unique-index probe: nothing here is a join the planner could turn
--- into a scan of a table, whatever the statistics say.
--- Jobs with an idempotency key are parked by job_insert_idempotent.sql instead, which is this
--- statement with an ON CONFLICT clause: a speculative insertion costs every insert that has it
--- (19 µs here, docs/perf.md "Round 6"), and only a keyed job needs it. Store::insert_jobs sends
--- each kind for each key, in one transaction.
+-- $1 sha256 of the caller's API key; $2 the jobs as a JSON array of objects, each a
+-- store::records::NewJob as it serialises (its fields document them; `items` below reads them).
+-- Every input is a parameter and the key a unique-index probe: nothing here is a join the
+-- planner could turn into a scan of a table, whatever the statistics say.
+-- Jobs with an idempotency key are parked by this statement with an ON CONFLICT clause before
+-- the insert's RETURNING (store::sql::JOB_INSERT_IDEMPOTENT, which build.rs makes from this
+-- file): a speculative insertion costs every insert that has it (19 µs here, docs/perf.md
+-- "Round 6"), and only a keyed job needs it. Store::insert_jobs sends each kind for each key,
+-- in one transaction; a keyed item whose key the workspace already used gets no row.
 -- A row for each job parked, matched to its item by id. None: the key is not live.
 WITH k AS (
     SELECT workspace, subject FROM api_keys WHERE token_hash = $1 AND revoked_at IS NULL

@@ -14,8 +14,9 @@
 //! - [`domain`]: pure rules, no I/O: credentials, owners, capabilities, job states.
 //! - [`store`]: PostgreSQL: the pool, one function per statement in `sql/`, the records its
 //!   rows become, migrations, the LISTEN connection.
-//! - [`hub`]: long-poll waiters and their wake-up, job transitions with the wake each owes,
-//!   the notifier, the sweeper.
+//! - [`hub`]: long-poll waiters and their wake-up, the notifier, the sweeper, and the
+//!   operations the API calls (job transitions with the wake each owes, and every other store
+//!   call it makes: the API never reaches the store or the configuration through the hub).
 //! - [`api`]: the axum router, authentication, the error type and its JSON mapping; the
 //!   operator tools for agents over MCP ([`api::mcp`], at `/mcp`).
 //! - [`replica`]: wires store, hub and api into one replica with an ordered shutdown, and

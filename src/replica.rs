@@ -113,7 +113,7 @@ pub async fn start(config: Config, listener: TcpListener) -> anyhow::Result<Repl
         metrics.background_failure_counter("notify"),
         background.clone(),
     );
-    let mut hub = Hub::new(store, config.clone(), notifier, origin);
+    let mut hub = Hub::new(store.clone(), config.clone(), notifier, origin);
     hub.metrics = metrics;
     let hub = Arc::new(hub);
     let (events_tx, events_rx) = mpsc::unbounded_channel();
@@ -126,18 +126,28 @@ pub async fn start(config: Config, listener: TcpListener) -> anyhow::Result<Repl
     tasks.spawn(sweeper::run(hub.clone(), background.clone()));
     tasks.spawn(crate::hub::retention::run(hub.clone(), background.clone()));
     tasks.spawn(hub.clone().recheck_loop(background.clone()));
-    tasks.spawn(count_jobs(hub.clone(), background.clone()));
-    tasks.spawn(watch_horizon(hub.clone(), background.clone()));
+    tasks.spawn(count_jobs(
+        hub.clone(),
+        store.clone(),
+        config.metrics_interval(),
+        background.clone(),
+    ));
+    tasks.spawn(watch_horizon(
+        hub.clone(),
+        store.clone(),
+        config.clone(),
+        background.clone(),
+    ));
 
-    let mut state = AppState::new(hub.clone(), shutdown.clone());
-    state.certificates = certificates.clone();
-    state.artifacts = crate::store::artifacts::open(
+    let artifacts = crate::store::artifacts::open(
         Some(&config.artifact_store),
         &config.artifact_s3_options,
-        &hub.store,
+        &store,
     )?;
+    let mut state = AppState::new(hub.clone(), &config, artifacts, shutdown.clone());
+    state.certificates = certificates.clone();
     tasks.spawn(crate::store::artifacts::sweep(
-        hub.store.clone(),
+        store,
         state.artifacts.clone(),
         config.sweep_interval().max(Duration::from_secs(1)),
         Duration::from_millis(config.artifact_stale_ms),
@@ -219,10 +229,10 @@ impl Replica {
     }
 }
 
-/// Queue depth for `/metrics`: one query per replica per `metrics_interval` (paced:
+/// Queue depth for `/metrics`: one query per replica every `every` (`metrics_interval`) (paced:
 /// [`crate::hub::pace`]), whatever the number of scrapes or owners.
-async fn count_jobs(hub: Arc<Hub>, cancel: CancellationToken) {
-    let mut tick = tokio::time::interval(hub.config.metrics_interval());
+async fn count_jobs(hub: Arc<Hub>, store: Store, every: Duration, cancel: CancellationToken) {
+    let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
@@ -230,7 +240,7 @@ async fn count_jobs(hub: Arc<Hub>, cancel: CancellationToken) {
             _ = tick.tick() => {}
         }
         let started = std::time::Instant::now();
-        let depth = hub.store.job_depth().await;
+        let depth = store.job_depth().await;
         crate::hub::pace::pace(&mut tick, started.elapsed());
         match depth {
             Ok(depth) => {
@@ -246,7 +256,7 @@ async fn count_jobs(hub: Arc<Hub>, cancel: CancellationToken) {
 /// The database's snapshot horizon, once a second: plain claims start from remembered places
 /// while it is old (store::bounds), and when it turns young again the job table is vacuumed at
 /// once (hub::vacuum), unless `vacuum_after_old_horizon` is off.
-async fn watch_horizon(hub: Arc<Hub>, cancel: CancellationToken) {
+async fn watch_horizon(hub: Arc<Hub>, store: Store, config: Config, cancel: CancellationToken) {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut was_old = false;
@@ -256,15 +266,15 @@ async fn watch_horizon(hub: Arc<Hub>, cancel: CancellationToken) {
             _ = cancel.cancelled() => return,
             _ = tick.tick() => {}
         }
-        match hub.store.watch_horizon().await {
+        match store.watch_horizon().await {
             Ok(age) => {
-                let old = hub.store.claims_from_places();
+                let old = store.claims_from_places();
                 let spaced =
                     last_vacuum.is_none_or(|at| at.elapsed() >= crate::hub::vacuum::SPACING);
-                if was_old && !old && hub.config.vacuum_after_old_horizon && spaced {
+                if was_old && !old && config.vacuum_after_old_horizon && spaced {
                     last_vacuum = Some(std::time::Instant::now());
                     tokio::spawn(crate::hub::vacuum::after_old_horizon(
-                        hub.config.database_url.clone(),
+                        config.database_url.clone(),
                     ));
                 }
                 was_old = old;
@@ -273,7 +283,7 @@ async fn watch_horizon(hub: Arc<Hub>, cancel: CancellationToken) {
                     .set(i64::try_from(age).unwrap_or(i64::MAX));
                 hub.metrics
                     .claims_from_places
-                    .set(i64::from(hub.store.claims_from_places()));
+                    .set(i64::from(store.claims_from_places()));
             }
             Err(_) => hub.metrics.background_failure("horizon"),
         }

@@ -29,8 +29,9 @@ use super::deadline::LongPoll;
 use super::error::{ApiError, ApiResult};
 use super::extract::{truncate, QueryMap};
 use super::AppState;
+use crate::hub::Hub;
 use crate::store::artifacts::{self, BlobWriter, Published, Upload};
-use crate::store::{FenceMiss, Store};
+use crate::store::FenceMiss;
 use crate::wire;
 use crate::wire::artifacts::{is_valid_path, PATH_RULE};
 
@@ -68,7 +69,7 @@ impl<S: Send + Sync> FromRequestParts<S> for ArtifactPath {
 /// An upload's blob until it is published: dropped before then (an error, a deadline, a
 /// broken connection), its writer is aborted and its blob deleted, in a task of its own.
 struct Unfinished {
-    store: Store,
+    hub: Arc<Hub>,
     blob: Uuid,
     writer: Option<Box<dyn BlobWriter>>,
     published: bool,
@@ -79,7 +80,7 @@ impl Drop for Unfinished {
         if self.published {
             return;
         }
-        let (store, blob, writer) = (self.store.clone(), self.blob, self.writer.take());
+        let (hub, blob, writer) = (self.hub.clone(), self.blob, self.writer.take());
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
@@ -87,7 +88,7 @@ impl Drop for Unfinished {
             if let Some(mut w) = writer {
                 w.abort().await;
             }
-            if let Err(e) = store.artifact_blob_delete(blob).await {
+            if let Err(e) = hub.artifact_blob_delete(blob).await {
                 tracing::warn!(error = %e, %blob, "an unfinished upload's bytes are left to the stale-upload sweep");
             }
         });
@@ -118,13 +119,13 @@ pub async fn upload(
     let epoch = query
         .int("epoch", 0, i64::MAX)?
         .ok_or_else(|| ApiError::bad("epoch: required, the epoch the job was leased at"))?;
-    let max = st.hub.config.artifact_max_bytes;
+    let max = st.limits.artifact_max_bytes;
     if declared_length(request.headers()).is_some_and(|n| n > max) {
         return Err(ApiError::ArtifactTooLarge(max));
     }
-    let store = &st.hub.store;
+    let hub = &st.hub;
     let ArtifactPath { job, path } = target;
-    let taken = store
+    let taken = hub
         .artifact_fence(job, epoch, &token.hash, &path)
         .await?
         .map_err(|miss| fence_error(&st, &token, miss))?;
@@ -134,17 +135,16 @@ pub async fn upload(
     let blobs = st.artifacts.clone();
     let blob = Uuid::now_v7();
     let key = blobs.key(job, blob);
-    store
-        .artifact_blob_start(blob, job, blobs.kind(), key.as_deref())
+    hub.artifact_blob_start(blob, job, blobs.kind(), key.as_deref())
         .await?;
     let mut unfinished = Unfinished {
-        store: store.clone(),
+        hub: hub.clone(),
         blob,
         writer: None,
         published: false,
     };
     let writer = unfinished.writer.insert(blobs.writer(blob, key).await?);
-    let stale = std::time::Duration::from_millis(st.hub.config.artifact_stale_ms);
+    let stale = std::time::Duration::from_millis(st.limits.artifact_stale_ms);
     let touch_every = artifacts::touch_every(stale);
     let mut touched = Instant::now();
     let mut hasher = Sha256::new();
@@ -161,7 +161,7 @@ pub async fn upload(
         // The deadline runs from the last byte received.
         poll.allow(started.elapsed());
         if touched.elapsed() >= touch_every {
-            store.artifact_blob_touch(blob).await?;
+            hub.artifact_blob_touch(blob).await?;
             touched = Instant::now();
         }
     }
@@ -170,7 +170,7 @@ pub async fn upload(
     unfinished.writer = None;
     let sha256 = hex(&hasher.finalize());
     let size = i64::try_from(size).map_err(|_| ApiError::ArtifactTooLarge(max))?;
-    let published = store
+    let published = hub
         .artifact_publish(&Upload {
             job,
             epoch,
@@ -211,7 +211,6 @@ pub async fn list(
 ) -> ApiResult<Json<wire::ArtifactList>> {
     let listed = st
         .hub
-        .store
         .artifacts(job, &key.workspace)
         .await?
         .ok_or(ApiError::NotFound)?;
@@ -237,7 +236,6 @@ pub async fn download(
 ) -> ApiResult<Response> {
     let found = st
         .hub
-        .store
         .artifact(target.job, &target.path, &key.workspace)
         .await?
         .ok_or(ApiError::NotFound)?;

@@ -47,12 +47,12 @@ impl FromRequestParts<Arc<AppState>> for Operator {
     ) -> Result<Self, Self::Rejection> {
         let hash = bearer(parts).and_then(|t| credentials::parse(Kind::ApiKey, t));
         let key = match hash {
-            Some(h) => state.hub.store.key_by_hash(&h).await?,
+            Some(h) => state.hub.api_key(&h).await?,
             None => None,
         };
         match key {
             Some(k) => Ok(Operator(k)),
-            None => Err(state.auth_failed(client_ip(parts, &state.hub.config.trusted_proxies))),
+            None => Err(state.auth_failed(client_ip(parts, &state.limits.trusted_proxies))),
         }
     }
 }
@@ -70,7 +70,7 @@ impl FromRequestParts<Arc<AppState>> for RunnerCaller {
     ) -> Result<Self, Self::Rejection> {
         let hash = bearer(parts).and_then(|t| credentials::parse(Kind::Runner, t));
         let runner = match hash {
-            Some(h) => state.hub.store.runner_by_token(&h).await?,
+            Some(h) => state.hub.runner_by_token(&h).await?,
             None => None,
         };
         match runner {
@@ -78,7 +78,7 @@ impl FromRequestParts<Arc<AppState>> for RunnerCaller {
             // in its own statement; a second, detached write here raced it and could land after
             // any later change to `last_seen_at`.
             Some(r) => Ok(RunnerCaller(r)),
-            None => Err(state.auth_failed(client_ip(parts, &state.hub.config.trusted_proxies))),
+            None => Err(state.auth_failed(client_ip(parts, &state.limits.trusted_proxies))),
         }
     }
 }
@@ -86,7 +86,7 @@ impl FromRequestParts<Arc<AppState>> for RunnerCaller {
 /// The hash of a bearer token of `kind` and the client's address; a missing or malformed one
 /// is the contract's 401 (429 once the address's bucket is empty).
 fn well_formed(parts: &Parts, state: &AppState, kind: Kind) -> Result<(Vec<u8>, IpAddr), ApiError> {
-    let ip = client_ip(parts, &state.hub.config.trusted_proxies);
+    let ip = client_ip(parts, &state.limits.trusted_proxies);
     match bearer(parts).and_then(|t| credentials::parse(kind, t)) {
         Some(hash) => Ok((hash, ip)),
         None => Err(state.auth_failed(ip)),
@@ -126,7 +126,7 @@ impl ApiKeyHash {
     /// # Errors
     /// Not a live key; the database failed.
     pub async fn check(&self, state: &AppState) -> Result<ApiKey, ApiError> {
-        match state.hub.store.key_by_hash(&self.hash).await? {
+        match state.hub.api_key(&self.hash).await? {
             Some(k) => Ok(k),
             None => Err(state.auth_failed(self.ip)),
         }

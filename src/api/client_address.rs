@@ -77,10 +77,7 @@ impl FromRequestParts<Arc<AppState>> for ClientIp {
         parts: &mut Parts,
         state: &Arc<AppState>,
     ) -> Result<Self, Self::Rejection> {
-        Ok(ClientIp(client_ip(
-            parts,
-            &state.hub.config.trusted_proxies,
-        )))
+        Ok(ClientIp(client_ip(parts, &state.limits.trusted_proxies)))
     }
 }
 

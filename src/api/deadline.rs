@@ -65,7 +65,7 @@ impl Deadline {
         request.extensions_mut().insert(poll.clone());
         Self {
             started: Instant::now(),
-            budget: st.hub.config.request_timeout(),
+            budget: st.limits.request_timeout,
             poll,
         }
     }

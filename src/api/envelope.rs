@@ -56,7 +56,7 @@ impl<S> Layer<S> for EnvelopeLayer {
     type Service = Envelope<Guarded<S>>;
 
     fn layer(&self, route: S) -> Self::Service {
-        let limited = DefaultBodyLimit::max(self.state.hub.config.max_body_bytes).layer(route);
+        let limited = DefaultBodyLimit::max(self.state.limits.max_body_bytes).layer(route);
         let panicked: PanicHandler = super::panicked;
         Envelope {
             state: self.state.clone(),
@@ -117,13 +117,13 @@ fn oversized(st: &AppState, request: &Request) -> Option<Response> {
         .and_then(|v| v.parse::<u64>().ok());
     // An artifact upload has its own limit (and its own code).
     if super::artifacts::is_upload(request.method(), request.uri().path()) {
-        let max = st.hub.config.artifact_max_bytes;
+        let max = st.limits.artifact_max_bytes;
         return declared
             .is_some_and(|n| n > max)
             .then(|| ApiError::ArtifactTooLarge(max).into_response());
     }
     declared
-        .is_some_and(|n| n > st.hub.config.max_body_bytes as u64)
+        .is_some_and(|n| n > st.limits.max_body_bytes as u64)
         .then(|| ApiError::PayloadTooLarge.into_response())
 }
 

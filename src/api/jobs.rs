@@ -19,7 +19,7 @@ use super::views;
 use super::AppState;
 use crate::domain::state::JobState;
 use crate::domain::{capabilities, owner};
-use crate::store::records::{ApiKey, Runner};
+use crate::store::records::{ApiKey, Job, Runner};
 use crate::store::{NewJob, SecretScope};
 use crate::wire;
 
@@ -32,24 +32,17 @@ pub const LIST_PAGE_BYTES: usize = 4 * 1024 * 1024;
 fn wait_duration(st: &AppState, query: &QueryMap, default_ms: i64) -> ApiResult<Duration> {
     let ms = query.int("wait_ms", 0, 60_000)?.unwrap_or(default_ms);
     Ok(Duration::from_millis(
-        (ms as u64).min(st.hub.config.max_wait_ms),
+        (ms as u64).min(st.limits.max_wait_ms),
     ))
 }
 
-/// A dispatch body that passed validation, before its target is resolved.
+/// A dispatch body that passed validation, before its target is resolved: the job to park but
+/// for what the target, the caller and the secrets it names decide ([`new_job`]).
 struct Checked {
     target: wire::Target,
-    kind: String,
-    payload: serde_json::Value,
-    required: Vec<String>,
-    priority: i32,
-    max_attempts: i32,
-    no_runner_timeout_ms: i64,
-    queue_timeout_ms: Option<i64>,
-    secrets: Vec<String>,
+    /// The source as validated (its `credential_secret` is a secret the job needs).
     source: Option<wire::Source>,
-    source_key: Option<String>,
-    retry: Option<wire::RetryPolicy>,
+    job: NewJob,
 }
 
 /// Validate a dispatch body; `at` prefixes field names (`jobs[3].` in a batch).
@@ -76,7 +69,7 @@ fn check(st: &AppState, req: wire::Dispatch, at: &str) -> ApiResult<Checked> {
         req.no_runner_timeout_ms,
         1000,
         86_400_000,
-        st.hub.config.no_runner_timeout_ms as i64,
+        st.limits.no_runner_timeout_ms as i64,
     )?;
     let queue_timeout_ms = validate::opt_range(
         &field("queue_timeout_ms"),
@@ -98,18 +91,66 @@ fn check(st: &AppState, req: wire::Dispatch, at: &str) -> ApiResult<Checked> {
     };
     Ok(Checked {
         target: req.target,
-        kind,
-        payload,
-        required,
-        priority,
-        max_attempts,
-        no_runner_timeout_ms,
-        queue_timeout_ms,
-        secrets,
+        job: NewJob {
+            kind,
+            payload,
+            required_capabilities: required,
+            priority,
+            max_attempts,
+            no_runner_timeout_ms,
+            queue_timeout_ms,
+            secrets,
+            // A struct of strings: serialising it cannot fail.
+            source: source.as_ref().and_then(|s| serde_json::to_value(s).ok()),
+            source_key,
+            // A struct of numbers and strings: serialising it cannot fail.
+            retry: retry.and_then(|r| serde_json::to_value(r).ok()),
+            ..NewJob::default()
+        },
         source,
-        source_key,
-        retry,
     })
+}
+
+/// A job as the API answers it: the record shaped for the wire. Beside [`check`], so the API's
+/// two ends of a job field (what a dispatch may set, what a reader sees) are one file.
+pub(super) fn view(j: Job) -> wire::Job {
+    wire::Job {
+        id: j.id,
+        workspace: j.workspace,
+        owner: j.owner,
+        runner_id: j
+            .runner_id
+            .map_or_else(|| "*".to_owned(), |id| id.to_string()),
+        state: views::job_state(j.state),
+        kind: j.kind,
+        payload: j.payload,
+        required_capabilities: j.required_capabilities,
+        priority: j.priority,
+        epoch: j.epoch,
+        attempts: j.attempts,
+        max_attempts: j.max_attempts,
+        created_at: j.created_at,
+        leased_at: j.leased_at,
+        finished_at: j.finished_at,
+        result: j.result,
+        error: j.error,
+        provenance: j.provenance,
+        billing_tenant: j.billing_tenant,
+        pool: j.pool,
+        secrets: j.secrets,
+        source: j.source.and_then(views::source),
+        retries: j.retries,
+        retry: j.retry.and_then(retry_policy),
+        not_before: j.not_before,
+    }
+}
+
+/// A stored retry policy (validated and normalised at dispatch); `None`, and an error logged,
+/// if it does not read back (a bug).
+fn retry_policy(stored: serde_json::Value) -> Option<wire::RetryPolicy> {
+    serde_json::from_value(stored)
+        .map_err(|e| tracing::error!(error = %e, "a stored retry policy does not read back"))
+        .ok()
 }
 
 /// A validation error of a batch item, its field names prefixed.
@@ -139,22 +180,10 @@ fn new_job(
         pool,
         runner_id: runner.map(|r| r.id),
         owner: runner.map(|r| r.owner.clone()),
-        kind: c.kind,
-        payload: c.payload,
-        required_capabilities: c.required,
-        priority: c.priority,
-        max_attempts: c.max_attempts,
-        no_runner_timeout_ms: c.no_runner_timeout_ms,
-        queue_timeout_ms: c.queue_timeout_ms,
         idempotency_key,
-        secrets: c.secrets,
-        // A struct of strings: serialising it cannot fail.
-        source: c.source.and_then(|s| serde_json::to_value(s).ok()),
-        source_key: c.source_key,
         traceparent: crate::telemetry::traces::current_traceparent(),
         needs_workspace_runner,
-        // A struct of numbers and strings: serialising it cannot fail.
-        retry: c.retry.and_then(|r| serde_json::to_value(r).ok()),
+        ..c.job
     }
 }
 
@@ -170,8 +199,8 @@ fn named_mismatch(r: &crate::store::records::Runner, c: &Checked) -> ApiResult<(
         .map(|t| format!("{} {}", t.provider, t.repository))
         .collect();
     let job = capabilities::JobNeeds {
-        required: &c.required,
-        source_key: c.source_key.as_deref(),
+        required: &c.job.required_capabilities,
+        source_key: c.job.source_key.as_deref(),
         needs_workspace_runner: false,
     };
     let runner = capabilities::RunnerOffers {
@@ -209,7 +238,7 @@ fn credential_secret(c: &Checked) -> Option<&str> {
 
 /// The secret names a checked job needs to exist: those it names, and its source's credential.
 fn needed_secrets(c: &Checked) -> Vec<String> {
-    let mut names = c.secrets.clone();
+    let mut names = c.job.secrets.clone();
     names.extend(credential_secret(c).map(str::to_owned));
     names
 }
@@ -218,7 +247,7 @@ fn needed_secrets(c: &Checked) -> Vec<String> {
 /// (`existing` holds those that do); `at` prefixes the field (`jobs[3].`).
 fn require_secrets(c: &Checked, existing: &[SecretScope], at: &str) -> ApiResult<()> {
     let exists = |n: &str| existing.iter().any(|e| e.name == n);
-    if let Some(missing) = c.secrets.iter().find(|n| !exists(n)) {
+    if let Some(missing) = c.job.secrets.iter().find(|n| !exists(n)) {
         return Err(ApiError::bad(format!(
             "{at}secrets: '{missing}' is not a secret of this workspace"
         )));
@@ -260,7 +289,7 @@ fn secret_scope(
         return Ok(false);
     };
     if personal {
-        let how = if c.secrets.contains(&kept.name) {
+        let how = if c.job.secrets.contains(&kept.name) {
             String::new()
         } else {
             " (as source.credential_secret)".to_owned()
@@ -308,7 +337,7 @@ pub async fn dispatch(
         }
     };
     let (checked, idempotency_key) = checked;
-    let store = &st.hub.store;
+    let hub = &st.hub;
     let names = needed_secrets(&checked);
     if idempotency_key.is_none()
         && names.is_empty()
@@ -319,14 +348,14 @@ pub async fn dispatch(
             .park(new_job(&key.hash, checked, None, None, false))
             .await?
         {
-            Some(parked) => Ok((StatusCode::CREATED, Json(views::job(parked)))),
+            Some(parked) => Ok((StatusCode::CREATED, Json(view(parked)))),
             None => Err(st.auth_failed(key.ip)),
         };
     }
     let caller = key.check(&st).await?;
     if let Some(k) = &idempotency_key {
-        if let Some(first) = store.job_by_idempotency_key(&caller.workspace, k).await? {
-            return Ok((StatusCode::OK, Json(views::job(first))));
+        if let Some(first) = hub.job_by_idempotency_key(&caller.workspace, k).await? {
+            return Ok((StatusCode::OK, Json(view(first))));
         }
     }
     let runner = resolve_target(&st, &caller, &checked.target).await?;
@@ -335,7 +364,7 @@ pub async fn dispatch(
     }
     let mut needs_workspace_runner = false;
     if !names.is_empty() {
-        let existing = store.existing_secrets(&caller.workspace, &names).await?;
+        let existing = hub.existing_secrets(&caller.workspace, &names).await?;
         require_secrets(&checked, &existing, "")?;
         needs_workspace_runner = secret_scope(&checked, &existing, &caller, runner.as_ref(), "")?;
     }
@@ -347,15 +376,15 @@ pub async fn dispatch(
         needs_workspace_runner,
     );
     match st.hub.park(job.clone()).await? {
-        Some(parked) => Ok((StatusCode::CREATED, Json(views::job(parked)))),
+        Some(parked) => Ok((StatusCode::CREATED, Json(view(parked)))),
         None => match &job.idempotency_key {
             // A concurrent dispatch with the same key won the insert.
             Some(k) => {
-                let first = store
+                let first = hub
                     .job_by_idempotency_key(&caller.workspace, k)
                     .await?
                     .ok_or(ApiError::Internal)?;
-                Ok((StatusCode::OK, Json(views::job(first))))
+                Ok((StatusCode::OK, Json(view(first))))
             }
             // The key was revoked between the check and the insert.
             None => Err(st.auth_failed(key.ip)),
@@ -405,11 +434,7 @@ pub async fn dispatch_batch(
         .collect();
     names.sort();
     names.dedup();
-    let existing = st
-        .hub
-        .store
-        .existing_secrets(&caller.workspace, &names)
-        .await?;
+    let existing = st.hub.existing_secrets(&caller.workspace, &names).await?;
     let mut jobs = Vec::with_capacity(checked.len());
     let mut resolved: std::collections::HashMap<Uuid, crate::store::records::Runner> =
         std::collections::HashMap::new();
@@ -441,19 +466,19 @@ pub async fn dispatch_batch(
             needs_workspace_runner,
         ));
     }
-    let store = &st.hub.store;
+    let hub = &st.hub;
     let parked = st.hub.park_many(&jobs).await?;
     let mut out = Vec::with_capacity(jobs.len());
     for (job, parked) in jobs.iter().zip(parked) {
         match (parked, &job.idempotency_key) {
-            (Some(p), _) => out.push(views::job(p)),
+            (Some(p), _) => out.push(view(p)),
             // Used before (earlier, or by an earlier item of this batch): the first job.
             (None, Some(k)) => {
-                let first = store
+                let first = hub
                     .job_by_idempotency_key(&caller.workspace, k)
                     .await?
                     .ok_or(ApiError::Internal)?;
-                out.push(views::job(first));
+                out.push(view(first));
             }
             // The key was revoked between the check and the insert: nothing was parked.
             (None, None) => return Err(st.auth_failed(key.ip)),
@@ -471,18 +496,18 @@ pub async fn get(
 ) -> ApiResult<Json<wire::Job>> {
     let wait = wait_duration(&st, &query, 0)?;
     poll.allow(wait);
-    let store = &st.hub.store;
+    let hub = &st.hub;
     let job = st
         .hub
         .wait_on_job(
             id,
             wait,
             &st.shutdown,
-            || store.job(id, &key.workspace),
+            || hub.job(id, &key.workspace),
             |j| j.as_ref().is_none_or(|j| j.state.is_terminal()),
         )
         .await?;
-    job.map(|j| Json(views::job(j))).ok_or(ApiError::NotFound)
+    job.map(|j| Json(view(j))).ok_or(ApiError::NotFound)
 }
 
 pub async fn list(
@@ -510,7 +535,6 @@ pub async fn list(
     };
     let (jobs, cut) = st
         .hub
-        .store
         .jobs(
             &key.workspace,
             state,
@@ -525,7 +549,7 @@ pub async fn list(
         .then(|| jobs.last().map(|j| j.id))
         .flatten();
     Ok(Json(wire::JobList {
-        jobs: jobs.into_iter().map(views::job).collect(),
+        jobs: jobs.into_iter().map(view).collect(),
         next,
     }))
 }
@@ -536,7 +560,7 @@ pub async fn cancel(
     PathId(id): PathId,
 ) -> ApiResult<Json<wire::Job>> {
     if let Some(job) = st.hub.cancel(id, &key.workspace, &key.subject).await? {
-        return Ok(Json(views::job(job)));
+        return Ok(Json(view(job)));
     }
     // Unknown, or already terminal: a terminal job is returned unchanged.
     unchanged(&st, id, &key.workspace).await
@@ -546,10 +570,9 @@ pub async fn cancel(
 /// parked one), or 404 when the workspace has no such job.
 async fn unchanged(st: &AppState, id: Uuid, workspace: &str) -> ApiResult<Json<wire::Job>> {
     st.hub
-        .store
         .job(id, workspace)
         .await?
-        .map(|j| Json(views::job(j)))
+        .map(|j| Json(view(j)))
         .ok_or(ApiError::NotFound)
 }
 
@@ -565,13 +588,8 @@ pub async fn retry(
 ) -> ApiResult<Json<wire::Job>> {
     let idempotency_key = idempotency_header(&headers)?;
     if let Some(k) = &idempotency_key {
-        if let Some(job) = st
-            .hub
-            .store
-            .job_retried_with_key(id, k, &key.workspace)
-            .await?
-        {
-            return Ok(Json(views::job(job)));
+        if let Some(job) = st.hub.job_retried_with_key(id, k, &key.workspace).await? {
+            return Ok(Json(view(job)));
         }
     }
     if let Some(job) = st
@@ -579,7 +597,7 @@ pub async fn retry(
         .retry(id, &key.workspace, idempotency_key.as_deref())
         .await?
     {
-        return Ok(Json(views::job(job)));
+        return Ok(Json(view(job)));
     }
     // Unknown (404), or parked already: answered unchanged.
     unchanged(&st, id, &key.workspace).await
@@ -596,8 +614,8 @@ pub async fn events(
     let limit = query.int("limit", 1, 1000)?.unwrap_or(1000);
     let wait = wait_duration(&st, &query, 0)?;
     poll.allow(wait);
-    let store = &st.hub.store;
-    if store.job(id, &key.workspace).await?.is_none() {
+    let hub = &st.hub;
+    if hub.job(id, &key.workspace).await?.is_none() {
         return Err(ApiError::NotFound);
     }
     let workspace = key.workspace.as_str();
@@ -608,12 +626,9 @@ pub async fn events(
             wait,
             &st.shutdown,
             || async move {
-                let events = store
-                    .events(id, after as i32, limit, LIST_PAGE_BYTES)
-                    .await?;
+                let events = hub.events(id, after as i32, limit, LIST_PAGE_BYTES).await?;
                 let terminal = if events.is_empty() {
-                    store
-                        .job(id, workspace)
+                    hub.job(id, workspace)
                         .await?
                         .is_none_or(|j| j.state.is_terminal())
                 } else {

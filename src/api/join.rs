@@ -60,11 +60,7 @@ pub async fn fetch(
     // The raw path, so no extractor can answer anything but the one 404.
     let short = uri.path().strip_prefix("/j/").unwrap_or_default();
     if join_url::is_well_formed(short) {
-        let sealed = st
-            .hub
-            .store
-            .burn_join_url(&join_url::lookup_hash(short))
-            .await?;
+        let sealed = st.hub.burn_join_url(&join_url::lookup_hash(short)).await?;
         if let Some(connect) = sealed.and_then(|s| join_url::open(short, &s)) {
             return Ok((
                 [(header::CACHE_CONTROL, "no-store")],

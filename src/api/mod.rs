@@ -1,6 +1,7 @@
 //! The HTTP API: routes of the contract (`shared/PROTOCOL.md`), authentication, rate limiting
-//! and the error mapping. Handlers validate, call the store, and tell the hub what changed after
-//! the change committed.
+//! and the error mapping. Handlers validate and call the hub's operations (which reach the
+//! store and wake what a change owes); what they apply of the configuration is [`Limits`],
+//! read once when the replica starts.
 
 pub mod artifacts;
 pub mod auth;
@@ -36,14 +37,18 @@ use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 use tokio_util::sync::CancellationToken;
 
+use crate::config::{Config, TrustedProxies};
 use crate::domain::capabilities::Vocabulary;
 use crate::domain::sealing::Sealer;
+use crate::domain::version::Version;
 use crate::hub::Hub;
 use error::ApiError;
 
 /// What every handler shares.
 pub struct AppState {
     pub hub: Arc<Hub>,
+    /// What handlers apply of the configuration.
+    pub limits: Limits,
     pub vocabulary: Vocabulary,
     /// Token bucket per client address for failed authentications and enrolments. Kept per
     /// replica, as the contract allows.
@@ -64,6 +69,48 @@ pub struct AppState {
     pub openapi: &'static str,
     /// Where artifact bytes are kept (`LEASEHOLD_ARTIFACT_STORE`).
     pub artifacts: Arc<dyn crate::store::artifacts::BlobStore>,
+}
+
+/// What the API applies of the configuration (`LEASEHOLD_*`, see [`Config`]), copied once when
+/// the replica starts.
+pub struct Limits {
+    /// The longest a long-poll waits.
+    pub max_wait_ms: u64,
+    /// A dispatch's `no_runner_timeout_ms` when it names none.
+    pub no_runner_timeout_ms: u64,
+    /// A lease's time to live, told to the runner with each job it leases.
+    pub lease_ttl_ms: u64,
+    /// The body limit of every route but an artifact upload.
+    pub max_body_bytes: usize,
+    /// The largest artifact an upload may send.
+    pub artifact_max_bytes: u64,
+    /// After this long without a byte an upload is stale (its blob is touched well before).
+    pub artifact_stale_ms: u64,
+    /// A request's deadline (`deadline.rs`).
+    pub request_timeout: Duration,
+    /// Runners below it are outdated (409 `runner_outdated` on lease).
+    pub min_runner_version: Option<Version>,
+    /// Balancers whose forwarded client address is believed.
+    pub trusted_proxies: TrustedProxies,
+    /// Where runners reach the service, put into join codes' connect payloads.
+    pub public_url: Vec<String>,
+}
+
+impl Limits {
+    pub fn new(config: &Config) -> Self {
+        Self {
+            max_wait_ms: config.max_wait_ms,
+            no_runner_timeout_ms: config.no_runner_timeout_ms,
+            lease_ttl_ms: config.lease_ttl_ms,
+            max_body_bytes: config.max_body_bytes,
+            artifact_max_bytes: config.artifact_max_bytes,
+            artifact_stale_ms: config.artifact_stale_ms,
+            request_timeout: config.request_timeout(),
+            min_runner_version: config.min_runner_version.clone(),
+            trusted_proxies: config.trusted_proxies.clone(),
+            public_url: config.public_url.clone(),
+        }
+    }
 }
 
 /// The version last recorded through this replica per runner token hash. Only ever a shortcut:
@@ -89,13 +136,20 @@ impl RecordedVersions {
 }
 
 impl AppState {
-    pub fn new(hub: Arc<Hub>, shutdown: CancellationToken) -> Self {
-        let config = &hub.config;
+    /// The state of a replica's router: `artifacts` keeps the bytes
+    /// ([`crate::store::artifacts::open`]).
+    pub fn new(
+        hub: Arc<Hub>,
+        config: &Config,
+        artifacts: Arc<dyn crate::store::artifacts::BlobStore>,
+        shutdown: CancellationToken,
+    ) -> Self {
         let period = Duration::from_secs_f64(1.0 / config.auth_refill_per_s.max(0.001));
         let quota = Quota::with_period(period)
             .expect("non-zero period")
             .allow_burst(NonZeroU32::new(config.auth_burst.max(1)).expect("non-zero burst"));
         Self {
+            limits: Limits::new(config),
             vocabulary: Vocabulary::parse(config.capability_vocabulary.as_deref()),
             limiter: RateLimiter::keyed(quota),
             sealer: config.sealer(),
@@ -103,7 +157,7 @@ impl AppState {
             polls: poll_limit::PollSlots::new(config.max_polls_per_runner),
             certificates: None,
             openapi: openapi::text(),
-            artifacts: Arc::new(crate::store::artifacts::pg::PgBlobs::new(hub.store.clone())),
+            artifacts,
             hub,
             shutdown,
         }

@@ -63,7 +63,7 @@ impl Described {
         let targets = validate::repo_targets(req.repo_targets.as_deref())?;
         let outdated = version::is_outdated(
             req.version.as_deref(),
-            st.hub.config.min_runner_version.as_ref(),
+            st.limits.min_runner_version.as_ref(),
         );
         Ok(Self {
             req,
@@ -115,8 +115,7 @@ async fn pair(
     let token = Secret::generate(Kind::Runner);
     let runner = st
         .hub
-        .store
-        .insert_runner(&described.runner(&grant, token.hash().to_vec(), false))
+        .pair_runner(&described.runner(&grant, token.hash().to_vec(), false))
         .await?;
     Ok(created(runner, &token))
 }
@@ -141,7 +140,6 @@ pub async fn list_personal_runners(
 ) -> ApiResult<Json<wire::RunnerList>> {
     let runners = st
         .hub
-        .store
         .runners_by_owner(&key.workspace, &key.subject)
         .await?;
     Ok(Json(wire::RunnerList {
@@ -153,7 +151,7 @@ pub async fn list_workspace_runners(
     State(st): State<Arc<AppState>>,
     Operator(key): Operator,
 ) -> ApiResult<Json<wire::RunnerList>> {
-    let runners = st.hub.store.runners_in_workspace(&key.workspace).await?;
+    let runners = st.hub.runners_in_workspace(&key.workspace).await?;
     Ok(Json(wire::RunnerList {
         runners: runners.into_iter().map(views::runner).collect(),
     }))
@@ -204,7 +202,6 @@ pub async fn create_key(
     let key = Secret::generate(Kind::ApiKey);
     let id = Uuid::now_v7();
     st.hub
-        .store
         .insert_key(
             id,
             &op.0.workspace,
@@ -228,7 +225,7 @@ pub async fn revoke_key(
     PathId(id): PathId,
 ) -> ApiResult<StatusCode> {
     op.require_admin()?;
-    if st.hub.store.revoke_key(id, &op.0.workspace).await? {
+    if st.hub.revoke_key(id, &op.0.workspace).await? {
         Ok(StatusCode::NO_CONTENT)
     } else {
         Err(ApiError::NotFound)
@@ -255,7 +252,7 @@ pub async fn create_join_code(
         approved_by: op.0.subject.clone(),
         ephemeral: req.ephemeral.unwrap_or(false),
     };
-    let public_urls = &st.hub.config.public_url;
+    let public_urls = &st.limits.public_url;
     let connect = (!public_urls.is_empty()).then(|| {
         wire::connect::Connect {
             code: code.reveal().to_owned(),
@@ -271,7 +268,6 @@ pub async fn create_join_code(
     let join_url = super::join::mint(public_urls, connect.as_deref());
     let expires_at = st
         .hub
-        .store
         .insert_join_code(
             code.hash(),
             &grant,
@@ -296,7 +292,6 @@ pub async fn pool(
 ) -> ApiResult<Json<wire::Pool>> {
     let c = st
         .hub
-        .store
         .pool_counts(
             &key.subject,
             &owner::workspace_owner(&key.workspace),
@@ -330,12 +325,7 @@ pub(crate) async fn resolve_target(
     match target {
         Target::Pool { .. } => Ok(None),
         Target::Runner { runner_id } => {
-            let runner = st
-                .hub
-                .store
-                .runner(*runner_id)
-                .await?
-                .ok_or(ApiError::NotFound)?;
+            let runner = st.hub.runner(*runner_id).await?.ok_or(ApiError::NotFound)?;
             let mine = runner.owner == key.subject
                 || runner.owner == owner::workspace_owner(&key.workspace);
             if runner.workspace != key.workspace || !mine {
@@ -379,7 +369,6 @@ pub async fn preflight(
     };
     let c = st
         .hub
-        .store
         .preflight(
             &key.workspace,
             owner.as_deref(),
@@ -390,8 +379,7 @@ pub async fn preflight(
         )
         .await?;
     let min = || {
-        st.hub
-            .config
+        st.limits
             .min_runner_version
             .as_ref()
             .map_or_else(|| "?".to_owned(), ToString::to_string)

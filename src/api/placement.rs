@@ -45,8 +45,8 @@ async fn set_repo_target_status(
     let id = Uuid::try_parse(&id).map_err(|_| ApiError::bad("id: must be a UUID"))?;
     let target_id =
         Uuid::try_parse(&target_id).map_err(|_| ApiError::bad("target_id: must be a UUID"))?;
-    let store = &st.hub.store;
-    let runner = store.runner(id).await?.ok_or(ApiError::NotFound)?;
+    let hub = &st.hub;
+    let runner = hub.runner(id).await?.ok_or(ApiError::NotFound)?;
     if runner.workspace != key.workspace {
         return Err(ApiError::NotFound);
     }
@@ -57,10 +57,10 @@ async fn set_repo_target_status(
     } else if runner.owner != key.subject && !key.admin {
         return Err(ApiError::NotFound);
     }
-    if !store.set_repo_target_status(id, target_id, status).await? {
+    if !hub.set_repo_target_status(id, target_id, status).await? {
         return Err(ApiError::NotFound);
     }
-    let runner = store.runner(id).await?.ok_or(ApiError::NotFound)?;
+    let runner = hub.runner(id).await?.ok_or(ApiError::NotFound)?;
     tracing::info!(runner = %id, target = %target_id, status, by = %key.subject, "repository target changed");
     Ok(Json(views::runner(runner)))
 }

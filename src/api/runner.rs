@@ -58,7 +58,6 @@ pub async fn enroll(
     let token = Secret::generate(Kind::Runner);
     let runner = st
         .hub
-        .store
         .enroll(&code, |grant| {
             described.runner(grant, token.hash().to_vec(), true)
         })
@@ -89,11 +88,11 @@ pub async fn heartbeat(
     let targets = validate::repo_targets(req.repo_targets.as_deref())?;
     let outdated = version::is_outdated(
         req.version.as_deref(),
-        st.hub.config.min_runner_version.as_ref(),
+        st.limits.min_runner_version.as_ref(),
     );
-    let store = &st.hub.store;
-    store.advertise_repo_targets(me.id, &targets).await?;
-    let runner = store
+    let hub = &st.hub;
+    hub.advertise_repo_targets(me.id, &targets).await?;
+    let runner = hub
         .runner_heartbeat(
             me.id,
             req.version.as_deref(),
@@ -105,7 +104,7 @@ pub async fn heartbeat(
         .await?
         .ok_or(ApiError::Unauthorized)?;
     let pairs: Vec<(Uuid, i64)> = running.iter().map(|r| (r.id, r.epoch)).collect();
-    let cancelled = store.not_running(me.id, &pairs).await?;
+    let cancelled = hub.not_running(me.id, &pairs).await?;
     Ok(Json(wire::RunnerHeartbeatReply {
         runner: views::runner(runner),
         cancelled,
@@ -141,7 +140,7 @@ pub async fn lease(
             .map(|c| st.vocabulary.advertised(c)),
         version: req.version.clone(),
     };
-    let wait = Duration::from_millis((wait_ms as u64).min(st.hub.config.max_wait_ms));
+    let wait = Duration::from_millis((wait_ms as u64).min(st.limits.max_wait_ms));
     poll.allow(wait);
     let leased = st
         .hub
@@ -217,7 +216,6 @@ async fn hand_over(
             Some(me) => owner::billing_tenant(&me.owner).is_none(),
             None => st
                 .hub
-                .store
                 .runner_by_token(&token.hash)
                 .await?
                 .is_none_or(|me| owner::billing_tenant(&me.owner).is_none()),
@@ -228,7 +226,7 @@ async fn hand_over(
         let credential = credential_of(&c);
         let refused = match secrets::pick(&opened, &c.secrets, credential.as_deref(), personal) {
             secrets::ForLease::Values(values, credential) => {
-                out.push(views::leased(c, &st.hub.config, values, credential));
+                out.push(views::leased(c, st.limits.lease_ttl_ms, values, credential));
                 continue;
             }
             secrets::ForLease::Missing(name) => {
@@ -256,7 +254,7 @@ async fn placement_check(
     version: Option<&str>,
     targets: &crate::store::AdvertisedTargets,
 ) -> ApiResult<()> {
-    let min = st.hub.config.min_runner_version.as_ref();
+    let min = st.limits.min_runner_version.as_ref();
     if version.is_none() && targets.is_empty() && min.is_none() {
         return Ok(());
     }
@@ -267,12 +265,10 @@ async fn placement_check(
         }
     }
     // Boxed: see the lease handler.
-    let caller = Box::pin(st.hub.store.advertise_for_lease(
-        &token.hash,
-        version,
-        outdated,
-        targets,
-    ))
+    let caller = Box::pin(
+        st.hub
+            .advertise_for_lease(&token.hash, version, outdated, targets),
+    )
     .await?
     .ok_or_else(|| st.auth_failed(token.ip))?;
     match min {
@@ -304,12 +300,7 @@ pub async fn job_heartbeat(
     PathId(id): PathId,
     Body(req): Body<wire::Fence>,
 ) -> ApiResult<Json<wire::LeaseExtended>> {
-    let ttl = st.hub.config.lease_ttl_ms as i64;
-    let answer = st
-        .hub
-        .store
-        .heartbeat_job(id, req.epoch, &token.hash, ttl)
-        .await?;
+    let answer = st.hub.extend_lease(id, req.epoch, &token.hash).await?;
     let lease_expires_at = fenced(&st, &token, answer)?;
     Ok(Json(wire::LeaseExtended { lease_expires_at }))
 }
@@ -361,7 +352,7 @@ pub async fn complete(
     Body(req): Body<wire::Complete>,
 ) -> ApiResult<Json<wire::Job>> {
     let job = report_complete(&st, &token, id, req.epoch, req.result).await?;
-    Ok(Json(views::job(job)))
+    Ok(Json(super::jobs::view(job)))
 }
 
 /// A `complete` report, as its own call or as an entry of a lease call's `done`.
@@ -394,7 +385,7 @@ pub async fn fail(
     Body(req): Body<wire::Fail>,
 ) -> ApiResult<Json<wire::Job>> {
     let job = report_fail(&st, &token, id, req.epoch, &req.message).await?;
-    Ok(Json(views::job(job)))
+    Ok(Json(super::jobs::view(job)))
 }
 
 /// A `fail` report, as its own call or as an entry of a lease call's `done`.
@@ -529,5 +520,5 @@ pub async fn release(
     let answer = st.hub.release(id, req.epoch, &token.hash).await?;
     let job = fenced(&st, &token, answer)?;
     traces::job_step("release", id, job.epoch, job.traceparent.as_deref());
-    Ok(Json(views::job(job)))
+    Ok(Json(super::jobs::view(job)))
 }

@@ -72,7 +72,6 @@ pub async fn put(
     };
     let sealed = sealer(&st)?.seal(&op.0.workspace, &name, &req.value);
     st.hub
-        .store
         .put_secret(
             &op.0.workspace,
             &name,
@@ -88,7 +87,7 @@ pub async fn list(
     State(st): State<Arc<AppState>>,
     Operator(key): Operator,
 ) -> ApiResult<Json<wire::SecretList>> {
-    let secrets = st.hub.store.secrets(&key.workspace).await?;
+    let secrets = st.hub.secrets(&key.workspace).await?;
     Ok(Json(wire::SecretList {
         secrets: secrets.into_iter().map(views::secret).collect(),
     }))
@@ -101,7 +100,7 @@ pub async fn delete(
 ) -> ApiResult<StatusCode> {
     op.require_admin()?;
     let name = name(raw)?;
-    if st.hub.store.delete_secret(&op.0.workspace, &name).await? {
+    if st.hub.delete_secret(&op.0.workspace, &name).await? {
         Ok(StatusCode::NO_CONTENT)
     } else {
         Err(ApiError::NotFound)
@@ -139,7 +138,7 @@ pub async fn open_for_lease(st: &AppState, workspace: &str, names: &[String]) ->
         return Ok(Opened::default());
     }
     let sealer = sealer(st)?;
-    let sealed = st.hub.store.sealed_secrets(workspace, names).await?;
+    let sealed = st.hub.sealed_secrets(workspace, names).await?;
     let mut opened = Opened::default();
     for (name, value, workspace_only) in &sealed {
         let plain = sealer.open(workspace, name, value).map_err(|_| {

@@ -1,4 +1,5 @@
-//! Store records shaped for the wire.
+//! Store records shaped for the wire (a job's own view is beside the dispatch check, in
+//! `jobs.rs`: the API's two ends of a job field).
 //!
 //! Invariant: the wire's closed vocabularies mirror the domain's (job state) and the store's
 //! (presence, target status) exactly; a value the wire cannot name is a bug, logged, and shown
@@ -8,9 +9,8 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use crate::config::Config;
 use crate::domain::state::JobState;
-use crate::store::records::{Claimed, Event, Job, RepoTarget, Runner, SecretInfo};
+use crate::store::records::{Claimed, Event, RepoTarget, Runner, SecretInfo};
 use crate::wire;
 
 /// The wire's name of a domain job state.
@@ -48,7 +48,7 @@ fn target_status(s: &str) -> wire::TargetStatus {
 
 /// A stored source (validated at dispatch, stored as [`wire::Source`] serialises); `None`, and
 /// an error logged, if it does not read back (a bug).
-fn source(stored: Value) -> Option<wire::Source> {
+pub(super) fn source(stored: Value) -> Option<wire::Source> {
     serde_json::from_value(stored)
         .map_err(|e| tracing::error!(error = %e, "a stored job source does not read back"))
         .ok()
@@ -96,51 +96,11 @@ pub fn secret(s: SecretInfo) -> wire::SecretInfo {
     }
 }
 
-pub fn job(j: Job) -> wire::Job {
-    wire::Job {
-        id: j.id,
-        workspace: j.workspace,
-        owner: j.owner,
-        runner_id: j
-            .runner_id
-            .map_or_else(|| "*".to_owned(), |id| id.to_string()),
-        state: job_state(j.state),
-        kind: j.kind,
-        payload: j.payload,
-        required_capabilities: j.required_capabilities,
-        priority: j.priority,
-        epoch: j.epoch,
-        attempts: j.attempts,
-        max_attempts: j.max_attempts,
-        created_at: j.created_at,
-        leased_at: j.leased_at,
-        finished_at: j.finished_at,
-        result: j.result,
-        error: j.error,
-        provenance: j.provenance,
-        billing_tenant: j.billing_tenant,
-        pool: j.pool,
-        secrets: j.secrets,
-        source: j.source.and_then(source),
-        retries: j.retries,
-        retry: j.retry.and_then(retry_policy),
-        not_before: j.not_before,
-    }
-}
-
-/// A stored retry policy (validated and normalised at dispatch); `None`, and an error logged,
-/// if it does not read back (a bug).
-fn retry_policy(stored: serde_json::Value) -> Option<wire::RetryPolicy> {
-    serde_json::from_value(stored)
-        .map_err(|e| tracing::error!(error = %e, "a stored retry policy does not read back"))
-        .ok()
-}
-
 /// A leased job as its runner sees it: `secrets` are the opened values of the secrets it
 /// names, `credential` the opened `source.credential_secret` (only ever in `source`).
 pub fn leased(
     c: Claimed,
-    config: &Config,
+    lease_ttl_ms: u64,
     secrets: BTreeMap<String, String>,
     credential: Option<String>,
 ) -> wire::LeasedJob {
@@ -153,8 +113,8 @@ pub fn leased(
         payload: c.payload,
         required_capabilities: c.required_capabilities,
         lease_expires_at: c.lease_expires_at,
-        lease_ttl_ms: config.lease_ttl_ms,
-        heartbeat_interval_ms: config.lease_ttl_ms / 3,
+        lease_ttl_ms,
+        heartbeat_interval_ms: lease_ttl_ms / 3,
         secrets: wire::SecretValues(secrets),
         source: c
             .source

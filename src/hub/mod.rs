@@ -6,11 +6,19 @@
 //! waiter always re-checks the database before answering, and registers before it checks, so
 //! nothing is missed between check and wait; a lost notification delays a job by at most
 //! `recheck_interval` (see docs/wake.md).
+//!
+//! It is also all the API reaches of the store: the hub's operations name what they do
+//! (`transitions.rs` for the calls that change a job, `jobs.rs`, `runners.rs`, `secrets.rs` and
+//! `artifacts.rs` for the rest), and the store and the configuration stay private to it.
 
+mod artifacts;
+mod jobs;
 mod long_poll;
 pub mod notifier;
 pub mod pace;
 pub mod retention;
+mod runners;
+mod secrets;
 pub mod sweeper;
 mod transitions;
 pub mod vacuum;
@@ -33,11 +41,13 @@ use crate::store::listener::ListenerEvent;
 use crate::store::queues::ParkedQueue;
 use crate::store::records::{LeaseIdentity, Moved, Queue};
 use crate::store::Store;
-use crate::telemetry::metrics::Metrics;
+use crate::telemetry::metrics::{Metrics, Snapshot};
 
 pub struct Hub {
-    pub store: Store,
-    pub config: Config,
+    /// Private: the API reaches the database through the hub's operations, never the store.
+    store: Store,
+    /// Private: what the API applies of it is on its own state (`api::Limits`).
+    config: Config,
     pub waiters: Waiters,
     pub notifier: Notifier,
     /// Identifies this replica's own notifications, which it has already acted on locally.
@@ -92,6 +102,30 @@ impl Hub {
             }
             self.job_changed(m.id);
         }
+    }
+
+    /// Ready: the LISTEN connection is up and the pool reaches the database within 2 s.
+    pub async fn ready(&self) -> bool {
+        if !self.listening.load(Ordering::Acquire) {
+            return false;
+        }
+        let ping = tokio::time::timeout(std::time::Duration::from_secs(2), self.store.ping()).await;
+        matches!(ping, Ok(Ok(())))
+    }
+
+    /// This replica's metrics as Prometheus text, with the gauges read now.
+    pub fn metrics_text(&self) -> String {
+        let pool = self.store.pool_status();
+        let now = Snapshot {
+            waiters: self.waiters.len() as u64,
+            listening: self.listening.load(Ordering::Relaxed),
+            pool_size: pool.size as u64,
+            pool_idle: pool.available as u64,
+            pool_waiting: pool.waiting as u64,
+            db_statements: self.store.statements(),
+            notifications_sent: self.notifier.sent.load(Ordering::Relaxed),
+        };
+        self.metrics.encode(&now)
     }
 
     /// Act on what the LISTEN connection reports.

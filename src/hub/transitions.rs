@@ -1,13 +1,16 @@
 //! Job transitions with the wake each one owes, in one place.
 //!
 //! Invariant: every store call that parks a job or changes one is made through a method here,
-//! which wakes after it commits: [`Hub::job_parked`] for a job parked (dispatch, release,
+//! which wakes after it commits (a heartbeat, which only extends a lease, wakes no one): [`Hub::job_parked`] for a job parked (dispatch, release,
 //! give-back, revocation), [`Hub::job_changed`] for a job whose state or events changed. A
 //! handler cannot forget the wake, and a forgotten one no longer makes a waiting
 //! `GET /v1/jobs/{id}?wait_ms` sleep to its deadline. A call that changed nothing (a fence
 //! miss, a refused insert) wakes no one. The store's own methods stay wake-free: they are the
 //! statements, this is what a committed statement means to the waiters.
 
+use std::future::Future;
+
+use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use super::Hub;
@@ -40,6 +43,22 @@ impl Hub {
             self.job_parked(&p.queue());
         }
         Ok(parked)
+    }
+
+    /// Extend a leased job's lease by the configured TTL (fenced): the runner's heartbeat. Wakes
+    /// no one (a lease's expiry is no reader's business). The store's own future, so the call
+    /// costs the hot path no await of its own.
+    ///
+    /// # Errors
+    /// The database failed; a fence miss is the inner `Err`.
+    pub fn extend_lease<'a>(
+        &'a self,
+        id: Uuid,
+        epoch: i64,
+        token_hash: &'a [u8],
+    ) -> impl Future<Output = Result<Fenced<DateTime<Utc>>>> + 'a {
+        let ttl = self.config.lease_ttl_ms as i64;
+        self.store.heartbeat_job(id, epoch, token_hash, ttl)
     }
 
     /// Append a leased job's events (fenced); wakes its readers.

@@ -16,47 +16,13 @@ use uuid::Uuid;
 use super::combine::Combiner;
 use super::{rows, sql, Result, Store};
 use crate::domain::state::JobState;
-use crate::store::records::{Event, Job};
+use crate::store::records::{Event, Job, NewJob};
 use crate::telemetry::traces;
 
 /// Most dispatches or reports one coalesced statement carries, and how many such statements
 /// may run at once per replica (the rest queue and go in the next one).
 const COMBINE_BATCH: usize = 256;
 const COMBINE_IN_FLIGHT: usize = 2;
-
-/// A job to park, validated and targeted. Its workspace and (for a pool) its owner are derived
-/// in SQL from the caller's key, which the statement authenticates. Serialised, it is one item
-/// of `job_insert.sql`'s `$2` (every field but the key hash, which is `$1`).
-#[derive(Debug, Clone, Default, serde::Serialize)]
-pub struct NewJob {
-    pub id: Uuid,
-    /// SHA-256 of the caller's API key.
-    #[serde(skip)]
-    pub key_hash: Vec<u8>,
-    /// `personal`, `workspace` or `any`; `None` for a job named for a runner.
-    pub pool: Option<&'static str>,
-    pub runner_id: Option<Uuid>,
-    /// For a named runner: the runner's owner (the job's queue owner).
-    pub owner: Option<String>,
-    pub kind: String,
-    pub payload: Value,
-    pub required_capabilities: Vec<String>,
-    pub priority: i32,
-    pub max_attempts: i32,
-    pub no_runner_timeout_ms: i64,
-    pub queue_timeout_ms: Option<i64>,
-    pub idempotency_key: Option<String>,
-    pub secrets: Vec<String>,
-    pub source: Option<Value>,
-    /// `provider repository` of `source`, compared with runners' approved targets.
-    pub source_key: Option<String>,
-    /// W3C `traceparent` of the dispatch, when traces are on.
-    pub traceparent: Option<String>,
-    /// It names a `workspace` secret: personal runners never take it.
-    pub needs_workspace_runner: bool,
-    /// The retry policy, normalised (`{"limit","on","delay_ms"}`), or none.
-    pub retry: Option<Value>,
-}
 
 /// A runner's terminal report of success.
 #[derive(Debug, Clone)]

@@ -50,9 +50,10 @@ use tokio_postgres::{NoTls, Row};
 pub use conn::{Conn, Deadlines};
 pub use depth::JobDepth;
 pub use error::{At, StoreError};
-pub use jobs::{FenceMiss, NewJob, Report};
+pub use jobs::{FenceMiss, Report};
 pub use lease::LeaseOutcome;
 pub use placement::{AdvertisedTargets, LeaseCaller};
+pub use records::NewJob;
 pub use runners::NewRunner;
 pub use secrets::SecretScope;
 

@@ -1,10 +1,88 @@
-//! What the store hands back: rows as typed records, before the API shapes them for the wire.
+//! What the store takes and hands back: the jobs it parks ([`NewJob`]), and rows as typed
+//! records, before the API shapes them for the wire.
+//!
+//! Invariant: a record, the columns its mapping reads and the mapping are one definition
+//! ([`record!`]): each field names its column beside its type, the column list is made from
+//! those lines, and the mapping builds the record with a struct literal, so a field without a
+//! column does not compile and a column it reads is always in the list the schema test checks
+//! (`rows::MAPPED`). Each mapping reads columns by name, so a statement may return more columns
+//! than a record needs.
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
+use tokio_postgres::Row;
 use uuid::Uuid;
 
+use super::{Result, StoreError};
 use crate::domain::state::JobState;
+
+/// `record!(struct Record (COLUMNS, name [-> Result]) { field: Type = "column" [=> reader], ... })`
+/// defines the record `Record` (attributes and docs as written), `pub const COLUMNS` (every
+/// column read, in order) and `pub fn name(&Row) -> Record`; a field with a reader is read by
+/// `reader(row, column)`, the others by `Row::get`. With `-> Result` the readers are fallible
+/// and the mapping returns their error.
+macro_rules! record {
+    ($(#[$attr:meta])* pub struct $rec:ident ($columns:ident, $name:ident $(-> $result:ident)?) {
+        $($(#[$fattr:meta])* pub $field:ident: $ty:ty = $col:literal $(=> $read:path)?),* $(,)?
+    }) => {
+        $(#[$attr])*
+        pub struct $rec {
+            $($(#[$fattr])* pub $field: $ty,)*
+        }
+        /// Columns the mapping of the same record reads.
+        pub const $columns: &[&str] = &[$($col),*];
+        record!(@map $rec, $name $(-> $result)?, $($field: $col $(=> $read)?),*);
+    };
+    (@map $rec:ident, $name:ident -> Result, $($field:ident: $col:literal $(=> $read:path)?),*) => {
+        #[doc = concat!("A row as a [`", stringify!($rec), "`].")]
+        pub fn $name(r: &Row) -> Result<$rec> {
+            Ok($rec { $($field: record!(@try r, $col $(, $read)?)),* })
+        }
+    };
+    (@map $rec:ident, $name:ident, $($field:ident: $col:literal $(=> $read:path)?),*) => {
+        #[doc = concat!("A row as a [`", stringify!($rec), "`].")]
+        pub fn $name(r: &Row) -> $rec {
+            $rec { $($field: record!(@get r, $col $(, $read)?)),* }
+        }
+    };
+    (@try $r:ident, $col:literal) => { $r.get($col) };
+    (@try $r:ident, $col:literal, $read:path) => { $read($r, $col)? };
+    (@get $r:ident, $col:literal) => { $r.get($col) };
+    (@get $r:ident, $col:literal, $read:path) => { $read($r, $col) };
+}
+
+/// A job state read from the database. The CHECK constraint admits only the six states, so
+/// anything else is an error, never a guess.
+pub fn state(r: &Row, column: &str) -> Result<JobState> {
+    let raw: &str = r.get(column);
+    JobState::parse(raw).ok_or_else(|| StoreError::Invalid(format!("unknown job state {raw:?}")))
+}
+
+/// A runner's repository targets, aggregated as JSON by the statement.
+fn repo_targets(r: &Row, column: &str) -> Vec<RepoTarget> {
+    repo_targets_json(&r.get(column))
+}
+
+/// The `repo_targets` column of a runner row (a JSON array, ordered by id).
+fn repo_targets_json(v: &Value) -> Vec<RepoTarget> {
+    let text = |t: &Value, k: &str| t.get(k).and_then(Value::as_str).map(str::to_owned);
+    v.as_array()
+        .map(|items| {
+            items
+                .iter()
+                .filter_map(|t| {
+                    Some(RepoTarget {
+                        id: text(t, "id")?.parse().ok()?,
+                        provider: text(t, "provider")?,
+                        repository: text(t, "repository")?,
+                        label: text(t, "label"),
+                        status: text(t, "status")?,
+                    })
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
 
 /// An authenticated API key.
 #[derive(Debug, Clone)]
@@ -48,28 +126,30 @@ pub struct RunnerIdentity {
     pub ephemeral: bool,
 }
 
-/// A runner as listed (never carries its token hash).
-#[derive(Debug, Clone)]
-pub struct Runner {
-    pub id: Uuid,
-    pub owner: String,
-    pub workspace: String,
-    pub label: String,
-    pub os: Option<String>,
-    pub version: Option<String>,
-    pub capabilities: Vec<String>,
-    pub capacity: i32,
-    pub active_leases: i64,
-    pub presence: String,
-    pub last_seen_at: Option<DateTime<Utc>>,
-    pub created_at: DateTime<Utc>,
-    pub approved_by: String,
-    pub ephemeral: bool,
-    /// Its version is below the minimum (or absent, or not semver) while one is set.
-    pub outdated: bool,
-    /// Canary names: it takes only jobs requiring all of them.
-    pub exclusive: Vec<String>,
-    pub repo_targets: Vec<RepoTarget>,
+record! {
+    /// A runner as listed (never carries its token hash).
+    #[derive(Debug, Clone)]
+    pub struct Runner (RUNNER_COLUMNS, runner) {
+        pub id: Uuid = "id",
+        pub owner: String = "owner",
+        pub workspace: String = "workspace",
+        pub label: String = "label",
+        pub os: Option<String> = "os",
+        pub version: Option<String> = "version",
+        pub capabilities: Vec<String> = "capabilities",
+        pub capacity: i32 = "capacity",
+        pub active_leases: i64 = "active_leases",
+        pub presence: String = "presence",
+        pub last_seen_at: Option<DateTime<Utc>> = "last_seen_at",
+        pub created_at: DateTime<Utc> = "created_at",
+        pub approved_by: String = "approved_by",
+        pub ephemeral: bool = "ephemeral",
+        /// Its version is below the minimum (or absent, or not semver) while one is set.
+        pub outdated: bool = "outdated",
+        /// Canary names: it takes only jobs requiring all of them.
+        pub exclusive: Vec<String> = "exclusive",
+        pub repo_targets: Vec<RepoTarget> = "repo_targets" => repo_targets,
+    }
 }
 
 /// A repository a runner advertised, and whether an operator approved it for that runner.
@@ -95,64 +175,102 @@ pub struct SecretInfo {
     pub updated_at: DateTime<Utc>,
 }
 
-/// A job row.
-#[derive(Debug, Clone)]
-pub struct Job {
+/// A job to park, validated and targeted. Its workspace and (for a pool) its owner are derived
+/// in SQL from the caller's key, which the statement authenticates. Serialised, it is one item
+/// of `job_insert.sql`'s `$2` (every field but the key hash, which is `$1`).
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct NewJob {
     pub id: Uuid,
-    pub workspace: String,
-    pub owner: String,
+    /// SHA-256 of the caller's API key.
+    #[serde(skip)]
+    pub key_hash: Vec<u8>,
+    /// `personal`, `workspace` or `any`; `None` for a job named for a runner.
+    pub pool: Option<&'static str>,
     pub runner_id: Option<Uuid>,
-    pub state: JobState,
+    /// For a named runner: the runner's owner (the job's queue owner).
+    pub owner: Option<String>,
     pub kind: String,
     pub payload: Value,
     pub required_capabilities: Vec<String>,
     pub priority: i32,
-    pub epoch: i64,
-    pub attempts: i32,
     pub max_attempts: i32,
-    pub created_at: DateTime<Utc>,
-    pub leased_at: Option<DateTime<Utc>>,
-    pub finished_at: Option<DateTime<Utc>>,
-    pub result: Option<Value>,
-    pub error: Option<Value>,
-    pub provenance: Option<Value>,
-    pub billing_tenant: Option<String>,
-    /// `personal`, `workspace` or `any` for a pool job; `None` for a job named for a runner.
-    pub pool: Option<String>,
-    /// Names of the workspace secrets the job's lease carries.
+    pub no_runner_timeout_ms: i64,
+    pub queue_timeout_ms: Option<i64>,
+    pub idempotency_key: Option<String>,
     pub secrets: Vec<String>,
-    /// The repository source to build (never with a credential).
     pub source: Option<Value>,
-    /// W3C `traceparent` of the dispatch (traces only; never shown on the wire).
+    /// `provider repository` of `source`, compared with runners' approved targets.
+    pub source_key: Option<String>,
+    /// W3C `traceparent` of the dispatch, when traces are on.
     pub traceparent: Option<String>,
-    /// It names a `workspace` secret: only workspace runners take it (never on the wire).
+    /// It names a `workspace` secret: personal runners never take it.
     pub needs_workspace_runner: bool,
-    /// Re-parks made by its retry policy or the retry call (v1.2).
-    pub retries: i32,
-    /// The retry policy as dispatched, normalised (`{"limit","on","delay_ms"}`), or none.
+    /// The retry policy, normalised (`{"limit","on","delay_ms"}`), or none.
     pub retry: Option<Value>,
-    /// While it waits out a retry's delay: when it may be leased again.
-    pub not_before: Option<DateTime<Utc>>,
 }
 
-/// A job as the lease claim hands it to its runner.
-#[derive(Debug, Clone)]
-pub struct Claimed {
-    pub id: Uuid,
-    pub workspace: String,
-    pub epoch: i64,
-    pub attempt: i32,
-    pub kind: String,
-    pub payload: Value,
-    pub required_capabilities: Vec<String>,
-    pub priority: i32,
-    pub named: bool,
-    pub lease_expires_at: DateTime<Utc>,
-    /// Names of the secrets it needs; their values are read for the lease answer.
-    pub secrets: Vec<String>,
-    pub source: Option<Value>,
-    /// W3C `traceparent` of the dispatch (traces only).
-    pub traceparent: Option<String>,
+record! {
+    /// A job row.
+    #[derive(Debug, Clone)]
+    pub struct Job (JOB_COLUMNS, job -> Result) {
+        pub id: Uuid = "id",
+        pub workspace: String = "workspace",
+        pub owner: String = "owner",
+        pub runner_id: Option<Uuid> = "runner_id",
+        pub state: JobState = "state" => state,
+        pub kind: String = "kind",
+        pub payload: Value = "payload",
+        pub required_capabilities: Vec<String> = "required_capabilities",
+        pub priority: i32 = "priority",
+        pub epoch: i64 = "epoch",
+        pub attempts: i32 = "attempts",
+        pub max_attempts: i32 = "max_attempts",
+        pub created_at: DateTime<Utc> = "created_at",
+        pub leased_at: Option<DateTime<Utc>> = "leased_at",
+        pub finished_at: Option<DateTime<Utc>> = "finished_at",
+        pub result: Option<Value> = "result",
+        pub error: Option<Value> = "error",
+        pub provenance: Option<Value> = "provenance",
+        pub billing_tenant: Option<String> = "billing_tenant",
+        /// `personal`, `workspace` or `any` for a pool job; `None` for a job named for a runner.
+        pub pool: Option<String> = "pool",
+        /// Names of the workspace secrets the job's lease carries.
+        pub secrets: Vec<String> = "secrets",
+        /// The repository source to build (never with a credential).
+        pub source: Option<Value> = "source",
+        /// W3C `traceparent` of the dispatch (traces only; never shown on the wire).
+        pub traceparent: Option<String> = "traceparent",
+        /// It names a `workspace` secret: only workspace runners take it (never on the wire).
+        pub needs_workspace_runner: bool = "needs_workspace_runner",
+        /// Re-parks made by its retry policy or the retry call (v1.2).
+        pub retries: i32 = "retries",
+        /// The retry policy as dispatched, normalised (`{"limit","on","delay_ms"}`), or none.
+        pub retry: Option<Value> = "retry",
+        /// While it waits out a retry's delay: when it may be leased again.
+        pub not_before: Option<DateTime<Utc>> = "not_before",
+    }
+}
+
+record! {
+    /// A job as the lease claim hands it to its runner.
+    #[derive(Debug, Clone)]
+    pub struct Claimed (CLAIMED_COLUMNS, claimed) {
+        pub id: Uuid = "id",
+        pub workspace: String = "workspace",
+        pub epoch: i64 = "epoch",
+        pub attempt: i32 = "attempts",
+        pub kind: String = "kind",
+        pub payload: Value = "payload",
+        pub required_capabilities: Vec<String> = "required_capabilities",
+        pub priority: i32 = "priority",
+        pub named: bool = "named",
+        pub lease_expires_at: DateTime<Utc> = "lease_expires_at",
+        /// Names of the secrets it needs; their values are read for the lease answer.
+        pub secrets: Vec<String> = "secrets",
+        pub source: Option<Value> = "source",
+        /// W3C `traceparent` of the dispatch (traces only).
+        pub traceparent: Option<String> = "traceparent",
+    }
 }
 
 /// A job's queue: `(workspace, owner, runner_id)` (PROTOCOL.md, Words), and for a pool job

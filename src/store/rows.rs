@@ -2,119 +2,15 @@
 //! than a record needs; the schema test checks that every statement returns what its mapping
 //! reads.
 //!
-//! Invariant: a record, the columns its mapping reads and the mapping are one definition
-//! ([`mapping!`]): the column list is made from the mapping's own lines, and the mapping builds
-//! the record with a struct literal, so a field the mapping forgets does not compile and a
-//! column it reads is always in the list the schema test checks.
+//! The records mapped from one kind of row are defined with their mappings in `records.rs`
+//! (re-exported here); this file has the mappings of rows that are not one record ([`moved`],
+//! [`jobs`]) and [`MAPPED`], which statements feed which mapping.
 
-use serde_json::Value;
 use tokio_postgres::Row;
 
-/// `mapping!(COLUMNS, name -> Record { field: "column" [=> reader], ... })` defines
-/// `pub const COLUMNS` (every column read, in order) and `pub fn name(&Row) -> Record`; a field
-/// with a reader is read by `reader(row, column)`, the others by `Row::get`. With
-/// `-> Result<Record>` the readers are fallible and the mapping returns their error.
-macro_rules! mapping {
-    ($(#[$doc:meta])* $columns:ident, $name:ident -> Result<$rec:ident> {
-        $($field:ident: $col:literal $(=> $read:path)?),* $(,)?
-    }) => {
-        /// Columns the mapping of the same record reads.
-        pub const $columns: &[&str] = &[$($col),*];
-        $(#[$doc])*
-        pub fn $name(r: &Row) -> Result<$rec> {
-            Ok($rec { $($field: mapping!(@try r, $col $(, $read)?)),* })
-        }
-    };
-    ($(#[$doc:meta])* $columns:ident, $name:ident -> $rec:ident {
-        $($field:ident: $col:literal $(=> $read:path)?),* $(,)?
-    }) => {
-        /// Columns the mapping of the same record reads.
-        pub const $columns: &[&str] = &[$($col),*];
-        $(#[$doc])*
-        pub fn $name(r: &Row) -> $rec {
-            $rec { $($field: mapping!(@get r, $col $(, $read)?)),* }
-        }
-    };
-    (@try $r:ident, $col:literal) => { $r.get($col) };
-    (@try $r:ident, $col:literal, $read:path) => { $read($r, $col)? };
-    (@get $r:ident, $col:literal) => { $r.get($col) };
-    (@get $r:ident, $col:literal, $read:path) => { $read($r, $col) };
-}
-
-mapping!(
-    /// A runner as every listing, pairing and heartbeat returns it.
-    RUNNER_COLUMNS, runner -> Runner {
-        id: "id",
-        owner: "owner",
-        workspace: "workspace",
-        label: "label",
-        os: "os",
-        version: "version",
-        capabilities: "capabilities",
-        capacity: "capacity",
-        active_leases: "active_leases",
-        presence: "presence",
-        last_seen_at: "last_seen_at",
-        created_at: "created_at",
-        approved_by: "approved_by",
-        ephemeral: "ephemeral",
-        outdated: "outdated",
-        exclusive: "exclusive",
-        repo_targets: "repo_targets" => repo_targets,
-    }
-);
-
-mapping!(
-    /// A job as every statement that returns one (`*` or `j.*`) gives it.
-    JOB_COLUMNS, job -> Result<Job> {
-        id: "id",
-        workspace: "workspace",
-        owner: "owner",
-        runner_id: "runner_id",
-        state: "state" => state,
-        kind: "kind",
-        payload: "payload",
-        required_capabilities: "required_capabilities",
-        priority: "priority",
-        epoch: "epoch",
-        attempts: "attempts",
-        max_attempts: "max_attempts",
-        created_at: "created_at",
-        leased_at: "leased_at",
-        finished_at: "finished_at",
-        result: "result",
-        error: "error",
-        provenance: "provenance",
-        billing_tenant: "billing_tenant",
-        pool: "pool",
-        secrets: "secrets",
-        source: "source",
-        traceparent: "traceparent",
-        needs_workspace_runner: "needs_workspace_runner",
-        retries: "retries",
-        retry: "retry",
-        not_before: "not_before",
-    }
-);
-
-mapping!(
-    /// A job the claim leased (the rows of `lease_claim.sql` whose `id` is not NULL).
-    CLAIMED_COLUMNS, claimed -> Claimed {
-        id: "id",
-        workspace: "workspace",
-        epoch: "epoch",
-        attempt: "attempts",
-        kind: "kind",
-        payload: "payload",
-        required_capabilities: "required_capabilities",
-        priority: "priority",
-        named: "named",
-        lease_expires_at: "lease_expires_at",
-        secrets: "secrets",
-        source: "source",
-        traceparent: "traceparent",
-    }
-);
+pub use super::records::{
+    claimed, job, runner, state, CLAIMED_COLUMNS, JOB_COLUMNS, RUNNER_COLUMNS,
+};
 
 /// Columns [`moved`] reads.
 pub const MOVED_COLUMNS: &[&str] = &["id", "workspace", "owner", "runner_id", "pool", "state"];
@@ -173,16 +69,8 @@ pub const MAPPED: &[(&str, &[&str])] = &[
     ),
 ];
 
-use super::{Result, StoreError};
-use crate::domain::state::JobState;
-use crate::store::records::{Claimed, Job, Moved, Queue, RepoTarget, Runner};
-
-/// A job state read from the database. The CHECK constraint admits only the six states, so
-/// anything else is an error, never a guess.
-pub fn state(r: &Row, column: &str) -> Result<JobState> {
-    let raw: &str = r.get(column);
-    JobState::parse(raw).ok_or_else(|| StoreError::Invalid(format!("unknown job state {raw:?}")))
-}
+use super::Result;
+use crate::store::records::{Job, Moved, Queue};
 
 pub fn jobs(rows: &[Row]) -> Result<Vec<Job>> {
     rows.iter().map(job).collect()
@@ -200,30 +88,4 @@ pub fn moved(r: &Row) -> Result<Moved> {
         },
         state: state(r, "state")?,
     })
-}
-
-/// A runner's repository targets, aggregated as JSON by the statement.
-fn repo_targets(r: &Row, column: &str) -> Vec<RepoTarget> {
-    repo_targets_json(&r.get(column))
-}
-
-/// The `repo_targets` column of a runner row (a JSON array, ordered by id).
-fn repo_targets_json(v: &Value) -> Vec<RepoTarget> {
-    let text = |t: &Value, k: &str| t.get(k).and_then(Value::as_str).map(str::to_owned);
-    v.as_array()
-        .map(|items| {
-            items
-                .iter()
-                .filter_map(|t| {
-                    Some(RepoTarget {
-                        id: text(t, "id")?.parse().ok()?,
-                        provider: text(t, "provider")?,
-                        repository: text(t, "repository")?,
-                        label: text(t, "label"),
-                        status: text(t, "status")?,
-                    })
-                })
-                .collect()
-        })
-        .unwrap_or_default()
 }

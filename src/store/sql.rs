@@ -1,14 +1,18 @@
-//! Every statement the service runs, one file each under `sql/`, compiled into the binary.
+//! Every statement the service runs, one file each under `sql/`, compiled into the binary; and
+//! the statements made from one of those files by `build.rs` ([`DERIVED`]).
 //!
 //! Invariant: [`ALL`] lists every statement, and a test prepares each of them against the
 //! migrated schema, so a renamed column fails a test and never production. A statement is
 //! named in logs and errors by its file name ([`name`]), never by its text or its values.
 
 macro_rules! statements {
-    ($($name:ident => $file:literal,)*) => {
+    ($($name:ident => $file:literal,)* ; derived: $($dname:ident => $dfile:literal,)*) => {
         $(pub const $name: &str = include_str!(concat!("../../sql/", $file));)*
+        $(pub const $dname: &str = include_str!(concat!(env!("OUT_DIR"), "/", $dfile));)*
         /// Every statement, with its file name.
-        pub const ALL: &[(&str, &str)] = &[$(($file, $name),)*];
+        pub const ALL: &[(&str, &str)] = &[$(($file, $name),)* $(($dfile, $dname),)*];
+        /// The statements `build.rs` makes from a file in `sql/`: in [`ALL`], not in `sql/`.
+        pub const DERIVED: &[&str] = &[$($dfile),*];
     };
 }
 
@@ -28,7 +32,6 @@ statements! {
     RUNNER_REVOKE => "runner_revoke.sql",
     RUNNER_REVOKE_JOBS => "runner_revoke_jobs.sql",
     JOB_INSERT => "job_insert.sql",
-    JOB_INSERT_IDEMPOTENT => "job_insert_idempotent.sql",
     JOB_BY_IDEMPOTENCY_KEY => "job_by_idempotency_key.sql",
     JOB_GET => "job_get.sql",
     JOBS_LIST => "jobs_list.sql",
@@ -92,6 +95,9 @@ statements! {
     SWEEP_ARTIFACT_UPLOADS => "sweep_artifact_uploads.sql",
     ARTIFACT_GARBAGE_TAKE => "artifact_garbage_take.sql",
     ARTIFACT_GARBAGE_FORGET => "artifact_garbage_forget.sql",
+    ; derived:
+    // sql/job_insert.sql with an ON CONFLICT clause (build.rs): jobs with an idempotency key.
+    JOB_INSERT_IDEMPOTENT => "job_insert_idempotent.sql",
 }
 
 /// The file name of the statement `text` without `.sql` (one of [`ALL`]), for trace spans.
@@ -137,7 +143,7 @@ mod tests {
         let at = keyed
             .iter()
             .position(|l| l.trim_start().starts_with("ON CONFLICT"))
-            .expect("job_insert_idempotent.sql has an ON CONFLICT clause");
+            .expect("the idempotent insert has an ON CONFLICT clause");
         assert!(keyed[at].contains("(workspace, idempotency_key)"));
         keyed.remove(at);
         assert_eq!(keyed, code(JOB_INSERT));

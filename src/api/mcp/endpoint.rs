@@ -50,7 +50,7 @@ pub async fn serve(
         .with_legacy_session_mode(false)
         .with_json_response(true)
         .with_sse_keep_alive(None)
-        .with_max_request_body_bytes(st.hub.config.max_body_bytes)
+        .with_max_request_body_bytes(st.limits.max_body_bytes)
         // A bearer key is required on every request, so neither a rebound DNS name nor a
         // browser's origin can use a caller's credential: the Host and Origin checks meant for
         // unauthenticated local servers would only refuse the names a balancer serves under.
@@ -134,7 +134,7 @@ impl Caller for InProcess {
             if let (Some(wait), Some(poll)) = (request.wait_ms, parts.extensions.get::<LongPoll>())
             {
                 poll.allow(Duration::from_millis(
-                    wait.min(self.state.hub.config.max_wait_ms),
+                    wait.min(self.state.limits.max_wait_ms),
                 ));
             }
         }

@@ -1,5 +1,6 @@
 //! How `leasehold job` shows jobs and events to people: the command's output as it was, state
-//! changes and leasehold's own notes on stderr prefixed `leasehold:`, and `job get`'s table.
+//! changes and leasehold's own notes on stderr prefixed `leasehold:`, and `job get`'s table
+//! (rows for the fields people read, then any other field of the wire `Job` by its name).
 
 use std::io::Write;
 
@@ -113,6 +114,62 @@ pub(super) fn command_text(job: &Job) -> String {
     }
 }
 
+/// The wire `Job`'s fields `describe` shows in rows of its own, or leaves out on purpose
+/// (`epoch`, `billing_tenant`, `pool`, `secrets`, `source`: `--json` has them).
+const DESCRIBED: &[&str] = &[
+    "id",
+    "workspace",
+    "owner",
+    "runner_id",
+    "state",
+    "kind",
+    "payload",
+    "required_capabilities",
+    "priority",
+    "epoch",
+    "attempts",
+    "max_attempts",
+    "created_at",
+    "leased_at",
+    "finished_at",
+    "result",
+    "error",
+    "provenance",
+    "billing_tenant",
+    "pool",
+    "secrets",
+    "source",
+    "retries",
+    "retry",
+    "not_before",
+];
+
+/// Every other field of the job that has a value (not null, not empty), by its name: a field
+/// added to the wire `Job` shows in `job get` as `name value` with no edit here.
+fn other_fields(job: &Job) -> Vec<(String, String)> {
+    match serde_json::to_value(job) {
+        Ok(Value::Object(fields)) => others(fields),
+        _ => Vec::new(),
+    }
+}
+
+fn others(fields: serde_json::Map<String, Value>) -> Vec<(String, String)> {
+    fields
+        .into_iter()
+        .filter(|(name, _)| !DESCRIBED.contains(&name.as_str()))
+        .filter_map(|(name, value)| {
+            let text = match value {
+                Value::Null => return None,
+                Value::String(s) => s,
+                Value::Array(a) if a.is_empty() => return None,
+                Value::Object(o) if o.is_empty() => return None,
+                v => v.to_string(),
+            };
+            Some((name.replace('_', " "), text))
+        })
+        .collect()
+}
+
 pub(super) fn describe(job: &Job) {
     let mut rows: Vec<(&str, String)> = vec![
         ("id", job.id.to_string()),
@@ -190,6 +247,9 @@ pub(super) fn describe(job: &Job) {
     for (k, v) in rows {
         println!("{k:<12} {v}");
     }
+    for (k, v) in other_fields(job) {
+        println!("{k:<12} {v}");
+    }
     if let Some(r) = &job.result {
         for (label, key) in [
             ("stdout tail", "stdout_tail"),
@@ -202,5 +262,58 @@ pub(super) fn describe(job: &Job) {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job() -> Job {
+        serde_json::from_value(serde_json::json!({
+            "id": Uuid::nil(), "workspace": "acme", "owner": "alice", "runner_id": "*",
+            "state": "parked", "kind": "command", "payload": {"argv": ["true"]},
+            "required_capabilities": [], "priority": 0, "epoch": 0, "attempts": 0,
+            "max_attempts": 3, "created_at": "2026-01-01T00:00:00Z", "leased_at": null,
+            "finished_at": null, "result": null, "error": null, "provenance": null,
+            "billing_tenant": null, "pool": "personal", "secrets": [], "source": null,
+            "retries": 0, "retry": null, "not_before": null
+        }))
+        .expect("a wire job")
+    }
+
+    /// `DESCRIBED` names only fields the wire `Job` has, so none of them is shown twice or
+    /// silently hidden by a stale name; today's fields all have rows of their own.
+    #[test]
+    fn every_described_name_is_a_field_of_the_wire_job() {
+        let Ok(Value::Object(fields)) = serde_json::to_value(job()) else {
+            panic!("a job serialises to an object");
+        };
+        for name in DESCRIBED {
+            assert!(
+                fields.contains_key(*name),
+                "{name} is not a field of wire::Job"
+            );
+        }
+        assert!(other_fields(&job()).is_empty());
+    }
+
+    /// A field `describe` has no row for is shown by name when it has a value.
+    #[test]
+    fn a_field_without_a_row_is_shown_by_name() {
+        let Ok(Value::Object(mut fields)) = serde_json::to_value(job()) else {
+            panic!("a job serialises to an object");
+        };
+        fields.insert("build_label".into(), Value::String("nightly".into()));
+        fields.insert("deadline_ms".into(), serde_json::json!(5000));
+        fields.insert("tags".into(), serde_json::json!([]));
+        fields.insert("note".into(), Value::Null);
+        assert_eq!(
+            others(fields),
+            vec![
+                ("build label".to_owned(), "nightly".to_owned()),
+                ("deadline ms".to_owned(), "5000".to_owned()),
+            ]
+        );
     }
 }

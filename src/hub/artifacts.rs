@@ -1,0 +1,87 @@
+//! What the API asks about artifacts: an upload's fence, its blob row (started, kept fresh,
+//! deleted when it does not finish) and its publication; a job's list and one artifact's
+//! blob. The bytes themselves go through the replica's blob store (`AppState::artifacts`).
+
+use uuid::Uuid;
+
+use super::Hub;
+use crate::store::artifacts::{ArtifactInfo, Published, StoredArtifact, Upload};
+use crate::store::jobs::Fenced;
+use crate::store::Result;
+
+impl Hub {
+    /// Does the runner of `token_hash` hold job `job` at `epoch`, and is `path` taken?
+    ///
+    /// # Errors
+    /// The database failed; a fence miss is the inner `Err`.
+    pub async fn artifact_fence(
+        &self,
+        job: Uuid,
+        epoch: i64,
+        token_hash: &[u8],
+        path: &str,
+    ) -> Result<Fenced<bool>> {
+        self.store
+            .artifact_fence(job, epoch, token_hash, path)
+            .await
+    }
+
+    /// Record an upload's blob before its first byte (`kind` and `key` say where it is kept).
+    ///
+    /// # Errors
+    /// The database failed.
+    pub async fn artifact_blob_start(
+        &self,
+        blob: Uuid,
+        job: Uuid,
+        kind: &str,
+        key: Option<&str>,
+    ) -> Result<()> {
+        self.store.artifact_blob_start(blob, job, kind, key).await
+    }
+
+    /// Mark an upload's blob as still moving (the stale-upload sweep leaves it).
+    ///
+    /// # Errors
+    /// The database failed.
+    pub async fn artifact_blob_touch(&self, blob: Uuid) -> Result<()> {
+        self.store.artifact_blob_touch(blob).await
+    }
+
+    /// Make an upload visible, fenced again by its epoch.
+    ///
+    /// # Errors
+    /// The database failed; a fence miss is the inner `Err`.
+    pub async fn artifact_publish(&self, up: &Upload<'_>) -> Result<Fenced<Published>> {
+        self.store.artifact_publish(up).await
+    }
+
+    /// Delete an unpublished upload's blob row (and its chunks).
+    ///
+    /// # Errors
+    /// The database failed.
+    pub async fn artifact_blob_delete(&self, blob: Uuid) -> Result<()> {
+        self.store.artifact_blob_delete(blob).await
+    }
+
+    /// A job's artifacts, when the job is of `workspace`.
+    ///
+    /// # Errors
+    /// The database failed. `Ok(None)`: no such job in the workspace.
+    pub async fn artifacts(&self, job: Uuid, workspace: &str) -> Result<Option<Vec<ArtifactInfo>>> {
+        self.store.artifacts(job, workspace).await
+    }
+
+    /// One artifact of a job of `workspace`, with where its bytes are.
+    ///
+    /// # Errors
+    /// The database failed. `Ok(None)`: no such job or artifact.
+    pub async fn artifact(
+        &self,
+        job: Uuid,
+        path: &str,
+        workspace: &str,
+    ) -> Result<Option<StoredArtifact>> {
+        self.store.artifact(job, path, workspace).await
+    }
+}
