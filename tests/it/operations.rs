@@ -39,6 +39,19 @@ use crate::support::{
     connect, dispatch, key_in, lease, pair, readiness, require, serve_process, workspace_pool,
 };
 
+/// Run `cmd` and return its output, failing the test (with what `what` printed) unless it
+/// succeeded.
+fn succeeds(cmd: &mut Command, what: &str) -> std::process::Output {
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{what}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
 fn production(file: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("deploy/production")
@@ -366,17 +379,9 @@ fn haproxy_accepts_the_front_config() {
     assert!(shipped.contains("send-proxy-v2") && shipped.contains("GET /readyz"));
     let config = dir.join("haproxy.cfg");
     std::fs::write(&config, shipped.replace(shipped_crt, pem.to_str().unwrap())).unwrap();
-    let out = Command::new(haproxy)
-        .arg("-c")
-        .arg("-f")
-        .arg(&config)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "haproxy -c: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+    succeeds(
+        Command::new(haproxy).arg("-c").arg("-f").arg(&config),
+        "haproxy -c",
     );
 }
 
@@ -436,17 +441,9 @@ fn keepalived_accepts_both_halves_of_the_pair() {
         let config = dir.join(&format!("keepalived-db{n}.conf"));
         std::fs::write(&config, text.replace("eth0", &interface)).unwrap();
         // (-t exits 0 for a file that is not there: it is, just written.)
-        let out = Command::new(keepalived)
-            .arg("-t")
-            .arg("-f")
-            .arg(&config)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "keepalived -t keepalived-db{n}.conf: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
+        succeeds(
+            Command::new(keepalived).arg("-t").arg("-f").arg(&config),
+            &format!("keepalived -t keepalived-db{n}.conf"),
         );
     }
 }
@@ -523,16 +520,11 @@ fn systemd_verifies_every_shipped_unit() {
         std::fs::write(&file, text).unwrap();
         files.push(file);
     }
-    let out = Command::new("systemd-analyze")
-        .args(["verify", "--man=no"])
-        .args(&files)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "systemd-analyze verify: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+    succeeds(
+        Command::new("systemd-analyze")
+            .args(["verify", "--man=no"])
+            .args(&files),
+        "systemd-analyze verify",
     );
 }
 
@@ -724,15 +716,7 @@ fn as_postgres(
         c.env("PGBIN", &pgbin).envs(env.iter().copied());
         c
     };
-    cmd.args(args).current_dir("/");
-    let out = cmd.output().unwrap();
-    assert!(
-        out.status.success(),
-        "{script}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
+    succeeds(cmd.args(args).current_dir("/"), script)
 }
 
 /// A directory the `postgres` OS user owns (when we are root).
