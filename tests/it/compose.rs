@@ -33,7 +33,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::Ipv4Addr;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 
 use serde_json::Value;
 
@@ -403,15 +403,9 @@ fn no_credential_is_written_in_the_compose_file_and_the_generated_ones_stay_out_
 
 /// Whether `addr` is in `cidr` (`a.b.c.d/n`).
 fn in_subnet(addr: Ipv4Addr, cidr: &str) -> bool {
-    let (net, bits) = cidr.split_once('/').expect("a.b.c.d/n");
-    let net: Ipv4Addr = net.parse().unwrap();
-    let bits: u32 = bits.parse().unwrap();
-    let mask = if bits == 0 {
-        0
-    } else {
-        u32::MAX << (32 - bits)
-    };
-    u32::from(addr) & mask == u32::from(net) & mask
+    cidr.parse::<ipnet::Ipv4Net>()
+        .expect("a.b.c.d/n")
+        .contains(&addr)
 }
 
 #[test]
@@ -467,14 +461,9 @@ fn secrets_cmd(dir: &Path, owner: &str) -> Command {
     c
 }
 
-fn ok(out: Output, what: &str) -> String {
-    assert!(
-        out.status.success(),
-        "{what}: {}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
+/// `cmd`'s standard output, failing the test unless it succeeded.
+fn ok(cmd: &mut Command, what: &str) -> String {
+    String::from_utf8(crate::support::succeeds(cmd, what).stdout).unwrap()
 }
 
 /// (password, key) in `dir`, after checking modes and owner.
@@ -517,7 +506,7 @@ fn compose_secrets_makes_distinct_private_values_once_and_hands_them_out() {
     };
 
     let a = probe.path();
-    ok(secrets_cmd(a, &owner).arg("init").output().unwrap(), "init");
+    ok(secrets_cmd(a, &owner).arg("init"), "init");
     let (password, key) = generated(a, uid);
     assert!(
         password.len() == 48 && password.bytes().all(|b| b.is_ascii_hexdigit()),
@@ -529,10 +518,7 @@ fn compose_secrets_makes_distinct_private_values_once_and_hands_them_out() {
     );
     assert_ne!(password, key);
 
-    ok(
-        secrets_cmd(a, &owner).arg("init").output().unwrap(),
-        "second init",
-    );
+    ok(secrets_cmd(a, &owner).arg("init"), "second init");
     assert_eq!(
         generated(a, uid),
         (password.clone(), key.clone()),
@@ -541,10 +527,7 @@ fn compose_secrets_makes_distinct_private_values_once_and_hands_them_out() {
 
     let other = TempDir::new("compose-secrets-b");
     ok(
-        secrets_cmd(other.path(), &owner)
-            .arg("init")
-            .output()
-            .unwrap(),
+        secrets_cmd(other.path(), &owner).arg("init"),
         "another init",
     );
     let (password_b, key_b) = generated(other.path(), uid);
@@ -572,9 +555,7 @@ fn compose_secrets_makes_distinct_private_values_once_and_hands_them_out() {
     let out = ok(
         secrets_cmd(a, &owner)
             .args(["run", "sh", "-c", show])
-            .env("DATABASE_URL", &url)
-            .output()
-            .unwrap(),
+            .env("DATABASE_URL", &url),
         "run",
     );
     let (user, host) = url.split_once("://").unwrap().1.split_once('@').unwrap();
@@ -632,8 +613,10 @@ fn every_script_the_compose_file_runs_from_the_image_is_in_it_and_parses() {
         let source = repo().join(&copy.sources[0]);
         let mode = std::fs::metadata(&source).unwrap().permissions().mode();
         assert!(mode & 0o111 != 0, "{} is executable", copy.sources[0]);
-        let out = Command::new("sh").arg("-n").arg(&source).output().unwrap();
-        ok(out, &format!("sh -n {}", copy.sources[0]));
+        ok(
+            Command::new("sh").arg("-n").arg(&source),
+            &format!("sh -n {}", copy.sources[0]),
+        );
         checked.insert(path);
     }
     assert!(

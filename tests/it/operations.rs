@@ -36,21 +36,9 @@ use uuid::Uuid;
 
 use crate::procs::TempDir;
 use crate::support::{
-    connect, dispatch, key_in, lease, pair, readiness, require, serve_process, workspace_pool,
+    connect, dispatch, key_in, lease, pair, readiness, require, serve_process, succeeds,
+    workspace_pool,
 };
-
-/// Run `cmd` and return its output, failing the test (with what `what` printed) unless it
-/// succeeded.
-fn succeeds(cmd: &mut Command, what: &str) -> std::process::Output {
-    let out = cmd.output().unwrap();
-    assert!(
-        out.status.success(),
-        "{what}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
 
 fn production(file: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -154,14 +142,11 @@ fn patroni_renders_are_the_template_filled_for_db1_db2_db3() {
 /// the hosts' addresses, and that nothing answers there is expected.
 #[test]
 fn patroni_validates_the_renders() {
-    let Some(patroni) = ["/usr/bin/patroni", "/usr/local/bin/patroni"]
-        .into_iter()
-        .find(|p| Path::new(p).exists())
-    else {
-        let _ = require(
-            "patroni_validates_the_renders",
-            Some("patroni is not installed (Debian: patroni; .ci/run installs it)".into()),
-        );
+    let Some(patroni) = crate::support::installed(
+        "patroni_validates_the_renders",
+        &["/usr/bin/patroni", "/usr/local/bin/patroni"],
+        "patroni is not installed (Debian: patroni; .ci/run installs it)",
+    ) else {
         return;
     };
     if !Path::new("/usr/lib/postgresql/15/bin/postgres").exists() {
@@ -268,14 +253,11 @@ fn free_port_on(ip: &str) -> u16 {
 /// elect a leader together, as one cluster of three.
 #[tokio::test]
 async fn the_etcd_configs_start_one_cluster_of_three() {
-    let Some(etcd) = ["/usr/bin/etcd", "/usr/local/bin/etcd"]
-        .into_iter()
-        .find(|p| Path::new(p).exists())
-    else {
-        let _ = require(
-            "the_etcd_configs_start_one_cluster_of_three",
-            Some("etcd is not installed (Debian: etcd-server; .ci/run installs it)".into()),
-        );
+    let Some(etcd) = crate::support::installed(
+        "the_etcd_configs_start_one_cluster_of_three",
+        &["/usr/bin/etcd", "/usr/local/bin/etcd"],
+        "etcd is not installed (Debian: etcd-server; .ci/run installs it)",
+    ) else {
         return;
     };
     let dir = TempDir::new("etcd3");
@@ -420,22 +402,24 @@ fn keepalived_accepts_both_halves_of_the_pair() {
     assert_eq!(setting(&b, "unicast_src_ip"), "10.0.0.12");
     assert!(a.contains("nopreempt") && b.contains("nopreempt"));
 
-    let keepalived = ["/usr/sbin/keepalived", "/usr/local/sbin/keepalived"]
-        .into_iter()
-        .find(|p| Path::new(p).exists());
-    let interface = an_interface();
-    let missing = match (&keepalived, &interface) {
-        (None, _) => Some("keepalived is not installed (apt-get install keepalived; .ci/run does)"),
-        (_, None) => Some("no network interface but loopback to check against"),
-        _ => None,
+    let test = "keepalived_accepts_both_halves_of_the_pair";
+    let Some(keepalived) = crate::support::installed(
+        test,
+        &["/usr/sbin/keepalived", "/usr/local/sbin/keepalived"],
+        "keepalived is not installed (apt-get install keepalived; .ci/run does)",
+    ) else {
+        return;
     };
+    let interface = an_interface();
     if !require(
-        "keepalived_accepts_both_halves_of_the_pair",
-        missing.map(str::to_owned),
+        test,
+        interface
+            .is_none()
+            .then(|| "no network interface but loopback to check against".to_owned()),
     ) {
         return;
     }
-    let (keepalived, interface) = (keepalived.unwrap(), interface.unwrap());
+    let interface = interface.unwrap();
     let dir = TempDir::new("keepalived");
     for (n, text) in [(1, &a), (2, &b)] {
         let config = dir.join(&format!("keepalived-db{n}.conf"));

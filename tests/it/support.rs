@@ -458,14 +458,38 @@ fn record_skip(what: &str, why: &str) {
     }
 }
 
-/// Debian's HAProxy binary, for the balancer tests; `None` (see [`require`]) when it is missing.
-pub fn haproxy(test: &str) -> Option<&'static str> {
-    let found = ["/usr/sbin/haproxy", "/usr/local/sbin/haproxy"]
-        .into_iter()
+/// Run `cmd` and return its output, failing the test (with what the command printed, `what`
+/// naming it) unless it succeeded.
+pub fn succeeds(cmd: &mut std::process::Command, what: &str) -> std::process::Output {
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{what}: {}\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// The first of `paths` that exists, for a test that runs that program; `None` (counted and
+/// said by [`require`], a failure under `CI=true`) when none does, `why` saying how to get it.
+pub fn installed(test: &str, paths: &[&'static str], why: &str) -> Option<&'static str> {
+    let found = paths
+        .iter()
+        .copied()
         .find(|p| std::path::Path::new(p).exists());
     if found.is_none() {
-        let why = "haproxy is not installed (apt-get install haproxy; .ci/run does)";
         assert!(!require(test, Some(why.to_owned())));
     }
     found
+}
+
+/// Debian's HAProxy binary, for the balancer tests; `None` (see [`require`]) when it is missing.
+pub fn haproxy(test: &str) -> Option<&'static str> {
+    installed(
+        test,
+        &["/usr/sbin/haproxy", "/usr/local/sbin/haproxy"],
+        "haproxy is not installed (apt-get install haproxy; .ci/run does)",
+    )
 }
