@@ -193,8 +193,11 @@ impl Store {
     /// [`Conn::release`] once every statement sent on it has answered; dropped otherwise, it
     /// is cancelled and discarded.
     async fn client(&self) -> Result<Conn> {
+        // Read-only on every checkout; written only in the rare event.
         let stale = error::stale_plans();
-        if self.stale_plans_seen.swap(stale, Ordering::Relaxed) != stale {
+        if self.stale_plans_seen.load(Ordering::Relaxed) != stale
+            && self.stale_plans_seen.swap(stale, Ordering::Relaxed) != stale
+        {
             // A migration changed a table under prepared statements (error::stale_plan).
             self.pool.manager().statement_caches.clear();
         }
