@@ -170,6 +170,13 @@ fn others(fields: serde_json::Map<String, Value>) -> Vec<(String, String)> {
         .collect()
 }
 
+/// One line of `describe`'s table. The value is what a job's dispatcher wrote (any member of
+/// the workspace): its control characters are escaped, so it cannot drive the reader's
+/// terminal.
+fn row(name: &str, value: &str) -> String {
+    format!("{name:<12} {}", crate::wire::input::escaped(value))
+}
+
 pub(super) fn describe(job: &Job) {
     let mut rows: Vec<(&str, String)> = vec![
         ("id", job.id.to_string()),
@@ -245,10 +252,10 @@ pub(super) fn describe(job: &Job) {
         ));
     }
     for (k, v) in rows {
-        println!("{k:<12} {v}");
+        println!("{}", row(k, &v));
     }
     for (k, v) in other_fields(job) {
-        println!("{k:<12} {v}");
+        println!("{}", row(&k, &v));
     }
     if let Some(r) = &job.result {
         for (label, key) in [
@@ -296,6 +303,16 @@ mod tests {
             );
         }
         assert!(other_fields(&job()).is_empty());
+    }
+
+    /// What a dispatcher wrote reaches the reader's terminal with its control characters
+    /// escaped (issue 35 row 8's rule for echoed input).
+    #[test]
+    fn a_row_escapes_what_could_drive_a_terminal() {
+        assert_eq!(
+            row("command", "echo \u{1b}]0;owned\u{7}hi"),
+            "command      echo \\u{1b}]0;owned\\u{7}hi"
+        );
     }
 
     /// A field `describe` has no row for is shown by name when it has a value.
