@@ -7,7 +7,8 @@
 -- wanted, $6 lease ttl ms, $7 where the runner's leases start (`held`; NULL: not known), $8
 -- whether to answer `more`, $9..$20 where each lane starts (priority, id, xmin of the pool's plain
 -- jobs, the `any` plain ones, the pool's constrained ones, the `any` constrained ones; the head:
--- 1001, nil, NULL), $21 whether to read ahead (answer `more` and the next places: store::bounds).
+-- 1001, nil, NULL), $21 whether to read ahead (answer `more` and the next places: store::bounds),
+-- $22 whether the transaction carries reports (`done`): then it commits durably, whatever it takes.
 --
 -- In order: jobs named for this runner that fit it, then its pool (a workspace runner's also
 -- the workspace's `any` jobs), skipping jobs it cannot run; highest priority first, FIFO by id.
@@ -209,12 +210,13 @@ ephemeral AS (
      WHERE (SELECT ephemeral FROM r) AND EXISTS (SELECT 1 FROM leased)
        AND id = $2 AND ephemeral AND ephemeral_job IS NULL
 ),
--- A call that took nothing wrote only the runner's bookkeeping, which a crash may lose without
--- harm: it need not wait for the WAL flush. A call that leased anything commits durably (a
--- lease answered must survive a crash); a rejection puts the durable commit back.
+-- A call that took nothing and carried no report wrote only the runner's bookkeeping, which a
+-- crash may lose without harm: it need not wait for the WAL flush. A call that leased anything,
+-- or settled a report ($22), commits durably (v1.3: an answered lease or report survives a crash
+-- and a failover); a rejection puts the durable commit back.
 commit_mode AS (
     SELECT set_config('synchronous_commit',
-                      CASE WHEN EXISTS (SELECT 1 FROM leased)
+                      CASE WHEN $22 OR EXISTS (SELECT 1 FROM leased)
                            THEN current_setting('synchronous_commit') ELSE 'off' END,
                       true)
 ),

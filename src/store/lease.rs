@@ -267,7 +267,8 @@ impl Store {
         let general = claim_params(&token_hash, me, &max_jobs, &lease_ttl_ms);
         let from_places = starts.is_some();
         let lanes = StartParams::lanes(starts.as_ref().unwrap_or(&bounds::Starts::default()));
-        let claim_args = claim_args(&general, &want_more, &lanes, &from_places);
+        let durable = !done.is_empty();
+        let claim_args = claim_args(&general, &want_more, &lanes, &from_places, &durable);
         let reject_params: [&(dyn ToSql + Sync); 3] = [&token_hash, &me.id, &me.owner];
         let more_params: [&(dyn ToSql + Sync); 2] = [&me.workspace, &me.owner];
         // Pipelined: all of them are queued on the connection before any answer is read (join
@@ -422,6 +423,7 @@ impl Store {
             });
         };
         let me = identity_of(&locked);
+        let durable = !done.is_empty();
         let claimed = tx
             .query(
                 &claim,
@@ -430,6 +432,7 @@ impl Store {
                     &false,
                     &StartParams::lanes(&bounds::Starts::default()),
                     &false,
+                    &durable,
                 ),
             )
             .await
@@ -640,19 +643,24 @@ fn claim_params<'a>(
 }
 
 /// Every parameter of `lease_claim.sql`: the runner's ($1..$7), whether to answer `more`
-/// ($8), each lane's start ($9..$20) and whether to read ahead for the next places ($21).
+/// ($8), each lane's start ($9..$20), whether to read ahead for the next places ($21), and
+/// whether the transaction carries reports, so must commit durably ($22, v1.3).
 fn claim_args<'a>(
     general: &[&'a (dyn ToSql + Sync); 7],
     want_more: &'a bool,
     lanes: &'a [StartParams; 4],
     from_places: &'a bool,
+    durable: &'a bool,
 ) -> Vec<&'a (dyn ToSql + Sync)> {
     general
         .iter()
         .copied()
         .chain([want_more as &(dyn ToSql + Sync)])
         .chain(StartParams::params(lanes))
-        .chain([from_places as &(dyn ToSql + Sync)])
+        .chain([
+            from_places as &(dyn ToSql + Sync),
+            durable as &(dyn ToSql + Sync),
+        ])
         .collect()
 }
 

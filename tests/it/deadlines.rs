@@ -21,57 +21,13 @@ use serde_json::json;
 
 use crate::support::{
     connect, eventually, key_in, pair, personal, pool_connections, private_pg, readiness,
-    serve_process, until_waiters, TestApp,
+    serve_process, sync_standbys, until_waiters, waiting_for_standby, TestApp,
 };
 
 /// The request deadline the hung-commit test's replica runs with.
 const DEADLINE_MS: u64 = 1500;
 /// Scheduling slack on a loaded 2-core box, on top of the deadline.
 const SLACK: Duration = Duration::from_millis(1500);
-
-/// Set `synchronous_standby_names` server-wide and wait until a new session sees it.
-async fn sync_standbys(url: &str, names: &str) {
-    let admin = connect(url).await;
-    if names.is_empty() {
-        admin
-            .batch_execute("ALTER SYSTEM RESET synchronous_standby_names")
-            .await
-            .unwrap();
-    } else {
-        admin
-            .batch_execute(&format!(
-                "ALTER SYSTEM SET synchronous_standby_names = '{names}'"
-            ))
-            .await
-            .unwrap();
-    }
-    admin
-        .batch_execute("SELECT pg_reload_conf()")
-        .await
-        .unwrap();
-    eventually(Duration::from_secs(10), "the reloaded setting", || async {
-        let fresh = connect(url).await;
-        let row = fresh
-            .query_one("SHOW synchronous_standby_names", &[])
-            .await
-            .ok()?;
-        (row.get::<_, String>(0) == names).then_some(())
-    })
-    .await;
-}
-
-/// Backends waiting for a synchronous standby now.
-async fn waiting_for_standby(url: &str) -> i64 {
-    connect(url)
-        .await
-        .query_one(
-            "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'",
-            &[],
-        )
-        .await
-        .unwrap()
-        .get(0)
-}
 
 /// One raw call: status, `Retry-After`, the error code if any, and how long it took.
 struct Answer {

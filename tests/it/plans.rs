@@ -96,7 +96,7 @@ async fn check_hot_plans(app: &TestApp) {
             sql::LEASE_CLAIM,
             format!(
                 "{token}, {runner}, 'acme', 'ws:acme', 10, 120000, now(), false, \
-                 1001, {nil}, NULL, 1001, {nil}, NULL, 1001, {nil}, NULL, 1001, {nil}, NULL, false"
+                 1001, {nil}, NULL, 1001, {nil}, NULL, 1001, {nil}, NULL, 1001, {nil}, NULL, false, false"
             ),
         ),
         ("lease_more", sql::LEASE_MORE, "'acme', 'ws:acme'".into()),
@@ -105,7 +105,7 @@ async fn check_hot_plans(app: &TestApp) {
             sql::LEASE_CLAIM,
             format!(
                 "{token}, {runner}, 'acme', 'ws:acme', 10, 120000, now(), true, \
-                 0, {job}, '1000', 0, {job}, '1000', 0, {job}, '1000', 0, {job}, '1000', true"
+                 0, {job}, '1000', 0, {job}, '1000', 0, {job}, '1000', 0, {job}, '1000', true, true"
             ),
         ),
         (
@@ -330,7 +330,7 @@ async fn a_claim_behind_an_unfit_head_reads_none_of_it() {
         // The claims from places, from the head (no remembered place) in every lane.
         let lane = ", 1001, '00000000-0000-0000-0000-000000000000', NULL";
         let read_ahead = name == "lease_claim_from";
-        let head = format!(", {read_ahead}{lane}{lane}{lane}{lane}, {read_ahead}");
+        let head = format!(", {read_ahead}{lane}{lane}{lane}{lane}, {read_ahead}, false");
         let plan = first_column(
             &tx,
             &format!(

@@ -4,7 +4,9 @@
 //! order with the status and code their own calls would have had; the slots they free count for
 //! the same call; a reader waiting on a job so settled wakes; a body that does not parse, or
 //! over 100 reports, is a 400 naming `done` with nothing applied. The reference runner reports
-//! this way when it leases right after a job ends, and its jobs complete end to end.
+//! this way when it leases right after a job ends, and its jobs complete end to end. v1.3: a
+//! report answered 200 in `done` was committed durably (it waits for the synchronous standby),
+//! while a lease that took nothing and settled nothing need not wait.
 
 use std::time::Duration;
 
@@ -14,7 +16,10 @@ use serde_json::{json, Value};
 use uuid::Uuid;
 
 use crate::procs::{RunnerRig, LONG};
-use crate::support::{dispatch, eventually, gauge, lease, pair, personal, until_waiters, TestApp};
+use crate::support::{
+    dispatch, eventually, gauge, key_in, lease, pair, personal, private_pg, start_replica,
+    sync_standbys, test_config, until_waiters, waiting_for_standby, TestApp,
+};
 
 fn completes(id: Uuid, epoch: i64, result: Value) -> wire::DoneReport {
     wire::DoneReport {
@@ -278,4 +283,59 @@ async fn the_reference_runner_reports_through_its_next_lease_and_every_job_compl
     );
     runner.signal(nix::sys::signal::Signal::SIGTERM);
     assert!(runner.exit(LONG).await.success(), "{}", runner.log());
+}
+
+/// v1.3, "Acknowledged means durable": the embedded drill settled jobs twice after a failover
+/// because a lease call's `done` committed with `synchronous_commit` off when its claim took
+/// nothing. Here commits wait for a synchronous standby that never confirms: the call with a
+/// report must be seen waiting for it (not answered), and answers 200 once the wait is lifted;
+/// a lease that takes nothing and settles nothing answers without that wait.
+#[tokio::test]
+async fn a_report_in_done_is_answered_only_once_its_commit_is_durable() {
+    let pg = private_pg("durable-done", true).await;
+    let url = pg.url("postgres");
+    let replica = start_replica(test_config(&url)).await;
+    let server = format!("http://{}", replica.addr);
+    let alice = Client::new(&server, Some(key_in(&url, "acme", "alice", false).await));
+    let (_, runner) = pair(&alice, Tier::Personal, &[], 1).await;
+    let job = dispatch(&alice, personal(), json!("durable")).await.id;
+    let held = lease(&runner, 0, 1).await;
+    assert_eq!(held.len(), 1);
+
+    sync_standbys(&url, "standby_that_does_not_exist").await;
+    // Nothing to take (its one slot is held) and nothing to settle: no wait for the standby.
+    assert!(lease(&runner, 0, 1).await.is_empty());
+
+    let reporting_runner = runner.clone();
+    let epoch = held[0].epoch;
+    let call = tokio::spawn(async move {
+        reporting_runner
+            .lease_reporting(&reporting(
+                0,
+                1,
+                vec![completes(job, epoch, json!({"exit_code": 0}))],
+            ))
+            .await
+    });
+    eventually(
+        Duration::from_secs(20),
+        "the report's commit waiting for the standby",
+        || async {
+            assert!(
+                !call.is_finished(),
+                "the report was answered before its commit was durable"
+            );
+            (waiting_for_standby(&url).await >= 1).then_some(())
+        },
+    )
+    .await;
+    sync_standbys(&url, "").await;
+    let answer = tokio::time::timeout(Duration::from_secs(20), call)
+        .await
+        .expect("answered once the standby wait is lifted")
+        .unwrap()
+        .unwrap();
+    assert_eq!(statuses(&answer), vec![(job, 200, None)]);
+    assert_eq!(alice.job(job).await.unwrap().state, "completed");
+    drop(replica);
 }

@@ -102,6 +102,50 @@ pub async fn private_pg(what: &str, durable: bool) -> PrivatePg {
     .unwrap()
 }
 
+/// Set `synchronous_standby_names` server-wide and wait until a new session sees it.
+pub async fn sync_standbys(url: &str, names: &str) {
+    let admin = connect(url).await;
+    if names.is_empty() {
+        admin
+            .batch_execute("ALTER SYSTEM RESET synchronous_standby_names")
+            .await
+            .unwrap();
+    } else {
+        admin
+            .batch_execute(&format!(
+                "ALTER SYSTEM SET synchronous_standby_names = '{names}'"
+            ))
+            .await
+            .unwrap();
+    }
+    admin
+        .batch_execute("SELECT pg_reload_conf()")
+        .await
+        .unwrap();
+    eventually(Duration::from_secs(10), "the reloaded setting", || async {
+        let fresh = connect(url).await;
+        let row = fresh
+            .query_one("SHOW synchronous_standby_names", &[])
+            .await
+            .ok()?;
+        (row.get::<_, String>(0) == names).then_some(())
+    })
+    .await;
+}
+
+/// Backends waiting for a synchronous standby now.
+pub async fn waiting_for_standby(url: &str) -> i64 {
+    connect(url)
+        .await
+        .query_one(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}
+
 /// A fresh, migrated database of the shared server.
 pub async fn fresh_database() -> String {
     let shared = shared();
