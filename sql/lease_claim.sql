@@ -193,6 +193,8 @@ leased AS (
            lease_expires_at = now() + $6::bigint * interval '1 millisecond',
            lease_check_at = now() + $6::bigint * interval '1 millisecond',
            event_seq = j.event_seq + 1,
+           -- A leased job waits for nothing (v1.3), whether or not the sweeper cleared its delay.
+           not_before = NULL,
            -- An 'any' job is billed to whoever holds its lease.
            billing_tenant = CASE WHEN j.pool = 'any'
                                  THEN CASE WHEN $4 LIKE 'ws:%' THEN j.workspace END

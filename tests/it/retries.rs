@@ -276,6 +276,30 @@ async fn a_delayed_retry_is_not_leasable_before_not_before_and_is_leased_after()
     assert_eq!(slow_now.not_before, Some(not_before));
 }
 
+/// v1.3 ("Outcome"): a job leased again has `not_before` null, whoever clears it first. The
+/// sweeper, which clears a passed delay, is held off here, so the lease itself must.
+#[tokio::test]
+async fn a_retried_job_leased_after_its_delay_has_no_not_before() {
+    let app = TestApp::spawn_with(1, |c| c.sweep_interval_ms = 600_000).await;
+    let alice = app.operator("acme", "alice", false).await;
+    let (_, r) = pair(&alice, Tier::Personal, &[], 1).await;
+    let job = alice
+        .dispatch(&with_retry(json!({"limit": 1, "delay_ms": 100})))
+        .await
+        .unwrap();
+    let l = take(&r).await;
+    let parked = r.fail(job.id, l.epoch, "flaky").await.unwrap();
+    assert!(parked.not_before.is_some(), "waiting for its delay");
+    let again = eventually(Duration::from_secs(20), "the retry leased", || async {
+        lease(&r, 0, 1).await.pop()
+    })
+    .await;
+    assert_eq!((again.id, again.epoch), (job.id, l.epoch + 2));
+    let leased = alice.job(job.id).await.unwrap();
+    assert_eq!(leased.state, "leased");
+    assert_eq!(leased.not_before, None, "a leased job waits for nothing");
+}
+
 /// One long poll of `wait_ms` that must take a job.
 async fn take_within(runner: &Client, wait_ms: i64) -> wire::LeasedJob {
     let mut got = lease(runner, wait_ms, 1).await;
