@@ -392,6 +392,11 @@ pub async fn run(args: DrillArgs) -> anyhow::Result<i32> {
                 }
             }
         }
+        // Waiting for a healthy cluster can take the run past its end: no fault starts after
+        // it (its repair would land in the settling, unjudged by the load it is meant to meet).
+        if tokio::time::Instant::now() >= end {
+            break;
+        }
         let at = history.now();
         let result = match args.hook(kind) {
             Some(command) => {
@@ -442,6 +447,10 @@ pub async fn run(args: DrillArgs) -> anyhow::Result<i32> {
     let all_ready = tokio::time::timeout(Duration::from_secs(30), async {
         loop {
             if ready_all(&urls).await {
+                // A ready probe like the prober's: the last repair is judged by it too.
+                history.push(Event::AllReady {
+                    at_ms: history.now(),
+                });
                 return;
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
