@@ -31,7 +31,6 @@ settled AS (
            attempts = CASE WHEN d.again THEN 0 ELSE j.attempts END,
            leased_by = CASE WHEN d.again THEN NULL ELSE j.leased_by END,
            lease_check_at = CASE WHEN d.again THEN NULL ELSE j.lease_check_at END,
-           parked_xid = CASE WHEN d.again THEN pg_current_xact_id() ELSE j.parked_xid END,
            not_before = CASE WHEN d.again THEN job_retry_not_before(j.retry, j.retries + 1) END,
            -- A retry's clocks start again once it may be leased (docs/contract-notes.md).
            no_runner_check_at = CASE WHEN d.again THEN

@@ -8,7 +8,7 @@ WITH me AS (
 ),
 released AS (
     UPDATE jobs j
-       SET state = 'parked', parked_xid = pg_current_xact_id(), leased_by = NULL, lease_expires_at = NULL,
+       SET state = 'parked', leased_by = NULL, lease_expires_at = NULL,
            event_seq = j.event_seq + 1
       FROM me
      WHERE j.id = $1 AND j.epoch = $2

@@ -19,7 +19,6 @@ retried AS (
        SET state = 'parked', epoch = j.epoch + 1, retries = j.retries + 1, attempts = 0,
            leased_by = NULL, lease_expires_at = NULL, lease_check_at = NULL, finished_at = NULL,
            result = NULL, error = NULL, provenance = NULL, not_before = NULL,
-           parked_xid = pg_current_xact_id(),
            no_runner_check_at = now() + j.no_runner_timeout_ms * interval '1 millisecond',
            queue_deadline = now() + (j.queue_deadline - j.created_at),
            event_seq = j.event_seq + 1

@@ -10,7 +10,7 @@ WITH me AS (
 ),
 back AS (
     UPDATE jobs j
-       SET state = 'parked', parked_xid = pg_current_xact_id(), attempts = j.attempts - 1,
+       SET state = 'parked', attempts = j.attempts - 1,
            leased_by = NULL, lease_expires_at = NULL, lease_check_at = NULL,
            billing_tenant = CASE WHEN j.pool = 'any' THEN NULL ELSE j.billing_tenant END,
            event_seq = j.event_seq + 1
@@ -19,7 +19,8 @@ back AS (
        AND j.leased_by IS NOT DISTINCT FROM (SELECT id FROM me)
        -- Reached by primary key only (see job_fail.sql).
        AND j.state IS NOT DISTINCT FROM 'leased'
-    RETURNING j.id, j.workspace, j.owner, j.runner_id, j.pool, j.state, j.epoch, j.event_seq
+    RETURNING j.id, j.workspace, j.owner, j.runner_id, j.pool, j.state, j.epoch, j.event_seq,
+              j.priority, j.required_capabilities, j.source_key, j.needs_workspace_runner
 ),
 forget AS (
     UPDATE runners SET ephemeral_job = NULL
@@ -32,4 +33,5 @@ events AS (
                               'runner', (SELECT id FROM me), 'epoch', epoch)
       FROM back
 )
-SELECT id, workspace, owner, runner_id, pool, state FROM back
+SELECT id, workspace, owner, runner_id, pool, state, priority, required_capabilities, source_key, needs_workspace_runner
+  FROM back

@@ -3,10 +3,11 @@
 -- rejected runner_revoked. Settled jobs are never touched. $1 runner id.
 WITH reparked AS (
     UPDATE jobs j
-       SET state = 'parked', parked_xid = pg_current_xact_id(), leased_by = NULL, lease_expires_at = NULL,
+       SET state = 'parked', leased_by = NULL, lease_expires_at = NULL,
            event_seq = j.event_seq + 1
      WHERE j.leased_by = $1 AND j.state = 'leased' AND j.runner_id IS NULL
-    RETURNING j.id, j.workspace, j.owner, j.runner_id, j.pool, j.epoch, j.event_seq, j.state
+    RETURNING j.id, j.workspace, j.owner, j.runner_id, j.pool, j.epoch, j.event_seq, j.state,
+              j.priority, j.required_capabilities, j.source_key, j.needs_workspace_runner
 ),
 rejected AS (
     UPDATE jobs j
@@ -15,7 +16,8 @@ rejected AS (
                                       'message', 'the runner this job was named for was revoked'),
            event_seq = j.event_seq + 1
      WHERE j.runner_id = $1 AND j.state IN ('parked', 'leased')
-    RETURNING j.id, j.workspace, j.owner, j.runner_id, j.pool, j.epoch, j.event_seq, j.state
+    RETURNING j.id, j.workspace, j.owner, j.runner_id, j.pool, j.epoch, j.event_seq, j.state,
+              j.priority, j.required_capabilities, j.source_key, j.needs_workspace_runner
 ),
 moved AS (
     SELECT * FROM reparked UNION ALL SELECT * FROM rejected
@@ -29,4 +31,5 @@ events AS (
                               'runner', $1::uuid, 'epoch', epoch)
       FROM moved
 )
-SELECT id, workspace, owner, runner_id, pool, state FROM moved
+SELECT id, workspace, owner, runner_id, pool, state, priority, required_capabilities, source_key, needs_workspace_runner
+  FROM moved

@@ -26,9 +26,6 @@ judged AS (
        SET state = CASE WHEN j.lease_expires_at > now() THEN 'leased'
                         WHEN j.attempts >= j.max_attempts AND NOT due.again THEN 'failed'
                         ELSE 'parked' END,
-           parked_xid = CASE WHEN j.lease_expires_at <= now()
-                                  AND (j.attempts < j.max_attempts OR due.again)
-                             THEN pg_current_xact_id() ELSE j.parked_xid END,
            lease_check_at = CASE WHEN j.lease_expires_at > now() THEN j.lease_expires_at END,
            finished_at = CASE WHEN j.lease_expires_at <= now() AND j.attempts >= j.max_attempts
                                    AND NOT due.again
@@ -73,6 +70,7 @@ judged AS (
      -- The ANY gives the primary key an index condition whichever way the join is planned.
      WHERE j.id = due.id AND j.id = ANY (ARRAY(SELECT id FROM due))
     RETURNING j.id, j.workspace, j.owner, j.runner_id, j.pool, j.state, j.epoch, j.event_seq,
+              j.priority, j.required_capabilities, j.source_key, j.needs_workspace_runner,
               j.retries, j.retries > due.retries_before AS retried, due.holder
 ),
 events AS (
@@ -88,4 +86,5 @@ events AS (
            END
       FROM judged WHERE state <> 'leased'
 )
-SELECT id, workspace, owner, runner_id, pool, state FROM judged
+SELECT id, workspace, owner, runner_id, pool, state, priority, required_capabilities, source_key, needs_workspace_runner
+  FROM judged

@@ -14,6 +14,7 @@ woken AS (
     UPDATE jobs j SET not_before = NULL
       FROM due
      WHERE j.id = due.id AND j.id = ANY (ARRAY(SELECT id FROM due))
-    RETURNING j.id, j.workspace, j.owner, j.runner_id, j.pool, j.state, j.needs_workspace_runner
+    RETURNING j.id, j.workspace, j.owner, j.runner_id, j.pool, j.state, j.needs_workspace_runner,
+              j.priority, j.required_capabilities, j.source_key
 )
 SELECT * FROM woken

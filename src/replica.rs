@@ -100,7 +100,7 @@ pub async fn start(config: Config, listener: TcpListener) -> anyhow::Result<Repl
         operation: config.request_timeout(),
         checkout: config.pool_timeout(),
     })
-    .with_claim_bounds(config.claim_bound_age, config.claim_full_walk());
+    .with_old_horizon_from(config.claim_bound_age);
     let origin = format!("{:016x}", rand::rng().next_u64());
     let background = CancellationToken::new();
     let shutdown = CancellationToken::new();
@@ -113,9 +113,7 @@ pub async fn start(config: Config, listener: TcpListener) -> anyhow::Result<Repl
         metrics.background_failure_counter("notify"),
         background.clone(),
     );
-    let mut hub = Hub::new(store.clone(), config.clone(), notifier, origin);
-    hub.metrics = metrics;
-    let hub = Arc::new(hub);
+    let hub = Hub::new(store.clone(), config.clone(), notifier, origin, metrics);
     let (events_tx, events_rx) = mpsc::unbounded_channel();
     tasks.spawn(listener::run(
         config.database_url.clone(),
@@ -253,9 +251,9 @@ async fn count_jobs(hub: Arc<Hub>, store: Store, every: Duration, cancel: Cancel
     }
 }
 
-/// The database's snapshot horizon, once a second: plain claims start from remembered places
-/// while it is old (store::bounds), and when it turns young again the job table is vacuumed at
-/// once (hub::vacuum), unless `vacuum_after_old_horizon` is off.
+/// The database's snapshot horizon, once a second: claims start from remembered places while it
+/// is old (store::horizon, hub::dispatcher), and when it turns young again the job table is
+/// vacuumed at once (hub::vacuum), unless `vacuum_after_old_horizon` is off.
 async fn watch_horizon(hub: Arc<Hub>, store: Store, config: Config, cancel: CancellationToken) {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -268,7 +266,7 @@ async fn watch_horizon(hub: Arc<Hub>, store: Store, config: Config, cancel: Canc
         }
         match store.watch_horizon().await {
             Ok(age) => {
-                let old = store.claims_from_places();
+                let old = store.horizon_is_old();
                 let spaced =
                     last_vacuum.is_none_or(|at| at.elapsed() >= crate::hub::vacuum::SPACING);
                 if was_old && !old && config.vacuum_after_old_horizon && spaced {
@@ -283,7 +281,7 @@ async fn watch_horizon(hub: Arc<Hub>, store: Store, config: Config, cancel: Canc
                     .set(i64::try_from(age).unwrap_or(i64::MAX));
                 hub.metrics
                     .claims_from_places
-                    .set(i64::from(store.claims_from_places()));
+                    .set(i64::from(store.horizon_is_old()));
             }
             Err(_) => hub.metrics.background_failure("horizon"),
         }

@@ -25,9 +25,9 @@ use super::AppState;
 use crate::domain::credentials::{self, Kind, Secret};
 use crate::domain::owner;
 use crate::domain::version;
-use crate::hub::{LeaseAnswer, Leased};
+use crate::hub::{Advertised, LeaseAnswer, Leased};
+use crate::store::claim::{DoneReport, Reported};
 use crate::store::jobs::Fenced;
-use crate::store::lease::{Advertised, DoneReport, Reported};
 use crate::store::{FenceMiss, Report};
 use crate::telemetry::traces;
 use crate::wire;
@@ -138,7 +138,6 @@ pub async fn lease(
             .exclusive
             .as_deref()
             .map(|c| st.vocabulary.advertised(c)),
-        version: req.version.clone(),
     };
     let wait = Duration::from_millis((wait_ms as u64).min(st.limits.max_wait_ms));
     poll.allow(wait);

@@ -1,9 +1,10 @@
 //! The long-poll loops: a runner's lease call ([`Hub::lease`]) and a wait on a job
 //! ([`Hub::wait_on_job`]), and the runner identities the lease call remembers.
 //!
-//! Invariant: a waiter registers *before* it looks, so a job parked or changed between the
-//! look and the wait is never missed; a parked long-poll holds no connection, and every wait
-//! ends by its deadline or at shutdown.
+//! Invariant: a lease call's first look is a claim (the dispatcher's tick for a new waiter), and
+//! a wait on a job registers *before* it looks, so a job parked or changed between the look and
+//! the wait is never missed; a parked long-poll holds no connection, and every wait ends by its
+//! deadline or at shutdown.
 
 use std::time::Duration;
 
@@ -11,16 +12,15 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use super::waiters::{self, Key};
 use super::Hub;
+use crate::store::claim::DoneReport;
 use crate::store::jobs::Fenced;
-use crate::store::lease::{Advertised, DoneReport, Probe};
 use crate::store::records::{Claimed, Job, LeaseIdentity};
 use crate::store::Result;
 use crate::telemetry::{metrics, traces};
 
-/// Runner identities a replica remembers (token hash → id, workspace, owner); past this many it
-/// forgets them all and relearns (one extra round trip each).
+/// Runner identities a replica remembers (token hash → who the runner is and what it
+/// advertises); past this many it forgets them all and relearns (one statement more each).
 const MAX_KNOWN_RUNNERS: usize = 100_000;
 
 /// The end of a lease long-poll.
@@ -31,10 +31,17 @@ pub enum LeaseAnswer {
 }
 
 /// What a lease long-poll answers: its end, and what each of the call's reports did (in their
-/// order), applied in its first lease transaction.
+/// order), applied in its first tick.
 pub struct Leased {
     pub answer: LeaseAnswer,
     pub done: Vec<Fenced<Job>>,
+}
+
+/// What a lease call advertises; `None` keeps what is recorded.
+#[derive(Debug, Default, Clone)]
+pub struct Advertised {
+    pub capabilities: Option<Vec<String>>,
+    pub exclusive: Option<Vec<String>>,
 }
 
 impl Hub {
@@ -43,36 +50,107 @@ impl Hub {
         self.identities.lock().get(token_hash).cloned()
     }
 
-    fn remember_runner(&self, token_hash: &[u8], me: Option<&LeaseIdentity>) {
+    fn remember_runner(&self, token_hash: &[u8], me: &LeaseIdentity) {
         let mut known = self.identities.lock();
-        match me {
-            Some(me) => {
-                // A runner already known only has its hints refreshed, in place (every claim
-                // moves where its leases start).
-                if let Some(k) = known.get_mut(token_hash).filter(|k| k.same_runner(me)) {
-                    k.plain = me.plain;
-                    k.leases_since = me.leases_since;
-                    return;
-                }
-                if known.len() >= MAX_KNOWN_RUNNERS {
-                    known.clear();
-                }
-                known.insert(token_hash.to_vec(), me.clone());
-            }
-            None => {
-                known.remove(token_hash);
-            }
+        if let Some(k) = known.get_mut(token_hash) {
+            k.clone_from(me);
+            return;
+        }
+        if known.len() >= MAX_KNOWN_RUNNERS {
+            known.clear();
+        }
+        known.insert(token_hash.to_vec(), me.clone());
+    }
+
+    /// Forget a runner that is gone (revoked, spent).
+    pub(super) fn forget_runner(&self, id: Uuid) {
+        self.identities.lock().retain(|_, me| me.id != id);
+        self.marked_seen.lock().remove(&id);
+    }
+
+    /// Remember that these runners were marked seen now.
+    pub(super) fn marked(&self, ids: &[Uuid]) {
+        let now = std::time::Instant::now();
+        let mut marked = self.marked_seen.lock();
+        if marked.len() >= MAX_KNOWN_RUNNERS {
+            marked.clear();
+        }
+        for id in ids {
+            marked.insert(*id, now);
         }
     }
 
-    /// A runner's lease long-poll, authenticated by its token hash: claim at once; with nothing
-    /// there and a free slot, wait (holding no connection) until woken, then claim again; when
-    /// the wait ends, re-check once. A waiter registers *before* it looks, so a job parked
-    /// between the look and the wait is never missed; a runner this replica has not seen
-    /// before looks once to learn who it is, then registers and looks again.
+    /// Any authenticated runner call counts as seen (PROTOCOL.md, Objects): a lease call marks
+    /// its runner seen unless this replica did so within a third of the presence window (the
+    /// presence refresh keeps a waiting runner seen from then on). One statement a runner per
+    /// third of the window, none on the hot path in between.
+    async fn mark_seen(&self, id: Uuid) -> Result<()> {
+        let fresh = self
+            .marked_seen
+            .lock()
+            .get(&id)
+            .is_some_and(|at| at.elapsed() < self.config.presence_refresh());
+        if !fresh {
+            Box::pin(self.store.touch_runners(&[id])).await?;
+            self.marked(&[id]);
+        }
+        Ok(())
+    }
+
+    /// Who the runner with this token is: remembered, or read (its first call here); what the
+    /// call advertises recorded when it changes what the runner advertised. `None`: no live
+    /// runner has this token.
+    async fn lease_identity(
+        &self,
+        token_hash: &[u8],
+        advertised: &Advertised,
+    ) -> Result<Option<LeaseIdentity>> {
+        let mut me = match self.known_runner(token_hash) {
+            Some(me) => me,
+            None => match Box::pin(self.store.runner_for_lease(token_hash)).await? {
+                Some(me) => me,
+                None => return Ok(None),
+            },
+        };
+        if advertised.capabilities.is_some() || advertised.exclusive.is_some() {
+            // Recorded as runner_heartbeat.sql records them: an exclusive name is also a
+            // capability, and the set is sorted.
+            let exclusive = advertised.exclusive.clone().unwrap_or(me.exclusive.clone());
+            let mut capabilities = advertised
+                .capabilities
+                .clone()
+                .unwrap_or(me.capabilities.clone());
+            capabilities.extend(exclusive.iter().cloned());
+            capabilities.sort();
+            capabilities.dedup();
+            if capabilities != me.capabilities || exclusive != me.exclusive {
+                let Some(runner) = Box::pin(self.store.runner_heartbeat(
+                    me.id,
+                    None,
+                    advertised.capabilities.as_deref(),
+                    advertised.exclusive.as_deref(),
+                    None,
+                    false,
+                ))
+                .await?
+                else {
+                    return Ok(None);
+                };
+                me.capabilities = runner.capabilities;
+                me.exclusive = runner.exclusive;
+            }
+        }
+        self.remember_runner(token_hash, &me);
+        Ok(Some(me))
+    }
+
+    /// A runner's lease long-poll, authenticated by its token hash: its first look is the
+    /// dispatcher's next tick (which applies `done` first); with nothing there and a free slot,
+    /// it waits (holding no connection) until a tick finds it jobs, its wait ends or shutdown
+    /// begins.
     ///
     /// # Errors
-    /// The database failed.
+    /// The database failed (its reports were not applied).
     pub async fn lease(
         &self,
         token_hash: &[u8],
@@ -83,125 +161,56 @@ impl Hub {
         shutdown: &CancellationToken,
     ) -> Result<Leased> {
         let deadline = Instant::now() + wait;
-        // The reports go with the first lease transaction, and what they did is kept.
-        let mut reports = Some(done);
-        let mut reported = Vec::new();
-        let ttl = self.config.lease_ttl_ms as i64;
-        let mut advertised = Some(advertised);
-        let mut known = self.known_runner(token_hash);
-        let mut woken_by: Option<waiters::Wake> = None;
-        let mut last_look = wait.is_zero();
-        loop {
-            let registration = match &known {
-                Some(me) if !last_look => Some(self.waiters.register(Key::for_runner(me))),
-                _ => None,
-            };
-            // The last look, at the deadline of a wait nothing ended, is usually empty: a
-            // read-only probe decides whether the lease transaction is worth running. (Not the
-            // first look: a busy runner's next call usually finds work, and would pay a round
-            // trip more. What a call advertises was recorded by its first look.)
-            if let (Some(me), None, true) = (&known, &woken_by, last_look && !wait.is_zero()) {
-                match Box::pin(self.store.lease_probe(token_hash, me)).await? {
-                    Probe::Gone => {
-                        self.remember_runner(token_hash, None);
-                        return Ok(Leased {
-                            answer: LeaseAnswer::RunnerGone,
-                            done: reported,
-                        });
-                    }
-                    Probe::Nothing => {
-                        return Ok(Leased {
-                            answer: LeaseAnswer::Jobs(Vec::new()),
-                            done: reported,
-                        })
-                    }
-                    Probe::Worth => {}
-                }
-            }
-            // Boxed: the database call's large state lives on the heap only while it runs, so a
-            // parked long-poll stays small (10,000 of them are held at once).
-            let out = Box::pin(traces::statement(
-                || "lease transaction",
-                self.store.lease(
-                    token_hash,
-                    advertised.as_ref().unwrap_or(&Advertised::default()),
-                    known.as_ref(),
-                    max_jobs,
-                    ttl,
-                    woken_by.is_some(),
-                    reports.take().unwrap_or_default(),
-                ),
-            ))
-            .await?;
-            // Advertised capabilities are stored by the first attempt.
-            advertised = None;
-            if !out.done.is_empty() {
-                // Committed: readers of the jobs the reports settled hear it now, not when
-                // this call's wait ends.
-                for job in out.done.iter().flatten() {
-                    self.settled_or_retried(job);
-                }
-                reported = out.done;
-            }
-            let Some(me) = out.runner else {
-                self.remember_runner(token_hash, None);
-                return Ok(Leased {
-                    answer: LeaseAnswer::RunnerGone,
-                    done: reported,
-                });
-            };
-            if known.as_ref() != Some(&me) {
-                // First sight of this runner (if it must wait, the next turn registers and looks
-                // again), or its hints moved.
-                self.remember_runner(token_hash, Some(&me));
-                known = Some(me);
-            }
-            for id in &out.rejected {
-                self.job_changed(*id);
-            }
-            for job in &out.claimed {
-                self.job_changed(job.id);
-                traces::job_step("lease", job.id, job.epoch, job.traceparent.as_deref());
-            }
-            self.metrics.leases.inc_by(out.claimed.len() as u64);
-            for job in out.claimed.iter().filter(|j| j.attempt == 1) {
-                if let Some(age) = metrics::age_of_v7(&job.id) {
-                    self.metrics.lease_wait.observe(age);
-                }
-            }
-            // Pool jobs we did not take are still parked: pass the wake on to the next waiter
-            // here, or (for a job this replica parked) to the other replicas.
-            if let Some(wake) = woken_by.take() {
-                if !out.claimed.is_empty() {
-                    self.metrics
-                        .wake_latency
-                        .observe(wake.at.elapsed().as_secs_f64());
-                }
-                if out.more
-                    && !self.waiters.wake_one(&wake.key, wake.hops + 1, wake.local)
-                    && wake.local
-                {
-                    self.notifier.send(wake.key);
-                }
-            }
-            if !out.claimed.is_empty() || out.free <= 0 || last_look || shutdown.is_cancelled() {
-                return Ok(Leased {
-                    answer: LeaseAnswer::Jobs(out.claimed),
-                    done: reported,
-                });
-            }
-            let Some(registration) = registration else {
-                continue;
-            };
+        let Some(me) = self.lease_identity(token_hash, &advertised).await? else {
+            return Ok(Leased {
+                answer: LeaseAnswer::RunnerGone,
+                done: Vec::new(),
+            });
+        };
+        self.mark_seen(me.id).await?;
+        let want = i32::try_from(max_jobs).unwrap_or(i32::MAX);
+        let once = wait.is_zero() || shutdown.is_cancelled();
+        let done_reports = done;
+        let mut ticket =
+            self.dispatcher
+                .register(me, token_hash.to_vec(), want, done.to_vec(), once);
+        let answer = {
             let _open = self.metrics.long_poll();
             tokio::select! {
-                wake = registration.woken() => woken_by = Some(wake),
-                _ = tokio::time::sleep_until(deadline) => last_look = true,
-                _ = shutdown.cancelled() => {
-                    return Ok(Leased { answer: LeaseAnswer::Jobs(Vec::new()), done: reported })
-                }
+                answer = ticket.answer() => answer,
+                _ = tokio::time::sleep_until(deadline) => Box::pin(ticket.withdraw()).await,
+                _ = shutdown.cancelled() => Box::pin(ticket.withdraw()).await,
+            }
+        }?;
+        if let Some(me) = &answer.me {
+            self.remember_runner(token_hash, me);
+        }
+        let mut done = answer.done;
+        // Why a report missed, asked as its own call asks: after the commit.
+        for (fenced, report) in done.iter_mut().zip(done_reports) {
+            if let Err(miss) = fenced {
+                *miss = Box::pin(self.store.fence_miss(report.id, token_hash)).await?;
             }
         }
+        if answer.gone {
+            return Ok(Leased {
+                answer: LeaseAnswer::RunnerGone,
+                done,
+            });
+        }
+        for job in &answer.claimed {
+            traces::job_step("lease", job.id, job.epoch, job.traceparent.as_deref());
+        }
+        self.metrics.leases.inc_by(answer.claimed.len() as u64);
+        for job in answer.claimed.iter().filter(|j| j.attempt == 1) {
+            if let Some(age) = metrics::age_of_v7(&job.id) {
+                self.metrics.lease_wait.observe(age);
+            }
+        }
+        Ok(Leased {
+            answer: LeaseAnswer::Jobs(answer.claimed),
+            done,
+        })
     }
 
     /// Wait on a job until `done` says the answer is ready, the wait ends or shutdown begins;
@@ -223,7 +232,7 @@ impl Hub {
     {
         let deadline = Instant::now() + wait;
         loop {
-            let registration = self.waiters.register(vec![Key::Job(job_id)]);
+            let registration = self.waiters.register(job_id);
             let answer = Box::pin(look()).await?;
             if done(&answer) || Instant::now() >= deadline || shutdown.is_cancelled() {
                 return Ok(answer);

@@ -1,10 +1,11 @@
 //! The hub: what turns committed rows into woken long-polls.
 //!
-//! It owns this replica's [`Waiters`], the [`Notifier`] that tells other replicas, the handling
-//! of what the LISTEN connection hears, the safety-net re-check, and the long-poll loops
-//! themselves (lease, job wait: `long_poll.rs`). Invariant: every wake is an optimisation. A
-//! waiter always re-checks the database before answering, and registers before it checks, so
-//! nothing is missed between check and wait; a lost notification delays a job by at most
+//! It owns this replica's [`Dispatcher`] (where lease calls wait, and which claims for them),
+//! its [`Waiters`] (reads waiting on a job), the [`Notifier`] that tells other replicas, the
+//! handling of what the LISTEN connection hears, the safety-net re-check, and the long-poll
+//! loops themselves (lease, job wait: `long_poll.rs`). Invariant: every wake is an
+//! optimisation. A new lease call always claims once, and a read registers before it looks, so
+//! nothing is missed between look and wait; a lost notification delays a job by at most
 //! `recheck_interval` (see docs/wake.md).
 //!
 //! It is also all the API reaches of the store: the hub's operations name what they do
@@ -12,6 +13,7 @@
 //! `artifacts.rs` for the rest), and the store and the configuration stay private to it.
 
 mod artifacts;
+pub mod dispatcher;
 mod jobs;
 mod long_poll;
 pub mod notifier;
@@ -31,14 +33,15 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-pub use long_poll::{LeaseAnswer, Leased};
-pub use notifier::Notifier;
-pub use waiters::{Key, Waiters};
+pub use dispatcher::Dispatcher;
+pub use long_poll::{Advertised, LeaseAnswer, Leased};
+pub use notifier::{Notice, Notifier};
+pub use waiters::Waiters;
 
 use crate::config::Config;
 use crate::domain::state::JobState;
+use crate::store::claim::Lane;
 use crate::store::listener::ListenerEvent;
-use crate::store::queues::ParkedQueue;
 use crate::store::records::{LeaseIdentity, Moved, Queue};
 use crate::store::Store;
 use crate::telemetry::metrics::{Metrics, Snapshot};
@@ -48,6 +51,9 @@ pub struct Hub {
     store: Store,
     /// Private: what the API applies of it is on its own state (`api::Limits`).
     config: Config,
+    /// Where lease calls wait, and what claims for them.
+    pub dispatcher: Arc<Dispatcher>,
+    /// Reads waiting on a job.
     pub waiters: Waiters,
     pub notifier: Notifier,
     /// Identifies this replica's own notifications, which it has already acted on locally.
@@ -57,50 +63,87 @@ pub struct Hub {
     pub metrics: Metrics,
     /// Runner identities by token hash (never the token), bounded (see [`long_poll`]).
     identities: parking_lot::Mutex<std::collections::HashMap<Vec<u8>, LeaseIdentity>>,
+    /// When this replica last marked each runner seen (see [`long_poll`]), bounded likewise.
+    marked_seen: parking_lot::Mutex<std::collections::HashMap<Uuid, std::time::Instant>>,
 }
 
 impl Hub {
-    pub fn new(store: Store, config: Config, notifier: Notifier, origin: String) -> Self {
-        Self {
-            store,
-            config,
-            waiters: Waiters::default(),
-            notifier,
-            origin,
-            listening: AtomicBool::new(false),
-            metrics: Metrics::new(),
-            identities: parking_lot::Mutex::default(),
-        }
+    pub fn new(
+        store: Store,
+        config: Config,
+        notifier: Notifier,
+        origin: String,
+        metrics: Metrics,
+    ) -> Arc<Self> {
+        Arc::new_cyclic(|hub| {
+            let dispatcher = Dispatcher::new(
+                store.clone(),
+                notifier.clone(),
+                hub.clone(),
+                config.lease_ttl_ms as i64,
+                config.claim_full_walk(),
+                (metrics.wake_latency.clone(), metrics.wakes.clone()),
+            );
+            Self {
+                store,
+                config,
+                dispatcher,
+                waiters: Waiters::default(),
+                notifier,
+                origin,
+                listening: AtomicBool::new(false),
+                metrics,
+                identities: parking_lot::Mutex::default(),
+                marked_seen: parking_lot::Mutex::default(),
+            }
+        })
     }
 
-    /// A job was parked (dispatch, release, re-delivery, revoke): wake one local waiter that
-    /// can take it now; only when this replica has none, tell the other replicas (a local
-    /// waiter that then cannot take it passes the wake on, and tells them itself).
-    pub fn job_parked(&self, queue: &Queue) {
-        let keys = Key::for_queue(queue);
-        if keys.iter().any(|k| self.waiters.wake_one(k, 0, true)) {
-            self.metrics.wakes.inc();
-            return;
-        }
-        for key in keys {
-            self.notifier.send(key);
-        }
+    /// A job was parked (dispatch, release, re-delivery, revoke, retry): the dispatcher claims
+    /// for the runners here that read its lane, or, when none does, the other replicas are told.
+    pub fn job_parked(&self, id: Uuid, queue: &Queue) {
+        self.dispatcher.parked(queue, id, true);
     }
 
     /// Something happened to a job (state change, events): wake its readers everywhere.
     pub fn job_changed(&self, id: Uuid) {
-        let key = Key::Job(id);
-        self.waiters.wake_all(&key);
-        self.notifier.send(key);
+        self.waiters.wake_all(id);
+        self.notifier.send(Notice::Job(id));
     }
 
     /// Wake-ups for jobs a sweep or revocation moved.
     pub fn after_moves(&self, moved: &[Moved]) {
         for m in moved {
             if m.state == JobState::Parked {
-                self.job_parked(&m.queue);
+                self.job_parked(m.id, &m.queue);
             }
             self.job_changed(m.id);
+        }
+    }
+
+    /// What a dispatcher's tick owes: the readers of every job it settled, leased or rejected,
+    /// and the jobs leased for calls that went away given back.
+    async fn after_tick(&self, after: dispatcher::Aftermath) {
+        for job in &after.settled {
+            self.settled_or_retried(job);
+        }
+        for id in &after.leased {
+            self.job_changed(*id);
+        }
+        for runner in &after.gone {
+            self.forget_runner(*runner);
+        }
+        for id in &after.rejected {
+            self.job_changed(*id);
+        }
+        for (token_hash, id, epoch) in &after.orphans {
+            match self.store.give_back(&[(*id, *epoch)], token_hash).await {
+                Ok(moved) => self.after_moves(&moved),
+                Err(e) => {
+                    self.metrics.background_failure("give_back");
+                    tracing::warn!(error = %e, job = %id, "giving back a job leased for a call that went away failed; it is re-delivered when its lease lapses");
+                }
+            }
         }
     }
 
@@ -117,7 +160,7 @@ impl Hub {
     pub fn metrics_text(&self) -> String {
         let pool = self.store.pool_status();
         let now = Snapshot {
-            waiters: self.waiters.len() as u64,
+            waiters: (self.waiters.len() + self.dispatcher.len()) as u64,
             listening: self.listening.load(Ordering::Relaxed),
             pool_size: pool.size as u64,
             pool_idle: pool.available as u64,
@@ -133,26 +176,29 @@ impl Hub {
         match event {
             ListenerEvent::Up => {
                 self.listening.store(true, Ordering::Release);
-                // Notifications sent while we were not listening are gone: everyone re-checks.
+                // Notifications sent while we were not listening are gone: everyone looks again.
                 self.waiters.wake_everyone();
+                self.dispatcher.everyone_looks();
             }
             ListenerEvent::Down => self.listening.store(false, Ordering::Release),
             ListenerEvent::Notification(payload) => {
                 self.metrics.notifications_heard.inc();
-                let Some((origin, key)) = payload.split_once('|') else {
+                let Some((origin, notice)) = payload.split_once('|') else {
                     return;
                 };
                 if origin == self.origin {
                     return;
                 }
-                match Key::decode(key) {
-                    Some(k @ Key::Job(_)) => {
-                        self.waiters.wake_all(&k);
+                match Notice::decode(notice) {
+                    Some(Notice::Job(id)) => {
+                        self.waiters.wake_all(id);
                     }
-                    Some(k) if self.waiters.wake_one(&k, 0, false) => {
-                        self.metrics.wakes.inc();
-                    }
-                    _ => {}
+                    Some(Notice::Parked {
+                        workspace,
+                        lane,
+                        place,
+                    }) => self.dispatcher.parked_in(&workspace, lane, place, false),
+                    None => {}
                 }
             }
         }
@@ -165,9 +211,9 @@ impl Hub {
         }
     }
 
-    /// The safety net, once per interval (paced: [`pace`]): one query finds which waited-on
-    /// queues have parked jobs, and one waiter per such queue re-checks. Also keeps
-    /// long-polling runners `online`.
+    /// The safety net, once per interval (paced: [`pace`]): one query finds which lanes this
+    /// replica's runners wait on have a parked job, and the dispatcher claims for them. Also
+    /// keeps the runners that wait here `online`.
     pub async fn recheck_loop(self: Arc<Self>, cancel: CancellationToken) {
         let mut recheck = tokio::time::interval(self.config.recheck_interval());
         let mut presence = tokio::time::interval(self.config.presence_refresh());
@@ -175,33 +221,33 @@ impl Hub {
             tokio::select! {
                 _ = cancel.cancelled() => return,
                 _ = recheck.tick() => {
-                    let waited = self.waiters.waited_queues();
+                    let waited = self.dispatcher.waited_lanes();
                     if waited.is_empty() {
                         continue;
                     }
                     self.metrics.rechecks.inc();
                     let started = std::time::Instant::now();
-                    let parked = self.store.parked_queues(&waited).await;
+                    let lanes: Vec<Lane> = waited.iter().map(|(_, l)| l.clone()).collect();
+                    let parked = self.store.parked_lanes(&lanes).await;
                     pace::pace(&mut recheck, started.elapsed());
                     match parked {
-                        Ok(queues) => {
-                            for q in queues {
-                                let key = match q {
-                                    ParkedQueue::Pool { workspace, owner } => Key::Pool(workspace, owner),
-                                    ParkedQueue::Any { workspace } => Key::Any(workspace),
-                                    ParkedQueue::Runner(id) => Key::Runner(id),
-                                };
-                                self.waiters.wake_one(&key, 0, false);
+                        Ok(parked) => {
+                            for (workspace, lane) in waited.into_iter().filter(|(_, l)| parked.contains(l)) {
+                                self.dispatcher.parked_in(&workspace, lane, None, false);
                             }
                         }
                         Err(e) => {
                             self.metrics.background_failure("recheck");
-                            tracing::warn!(error = %e, "re-check of waited-on queues failed; the next interval retries");
+                            tracing::warn!(error = %e, "re-check of waited-on lanes failed; the next interval retries");
                         }
                     }
                 }
                 _ = presence.tick() => {
-                    let runners = self.waiters.waited_queues().runners;
+                    let runners = self.dispatcher.waiting_runners();
+                    if runners.is_empty() {
+                        continue;
+                    }
+                    self.marked(&runners);
                     if let Err(e) = self.store.touch_runners(&runners).await {
                         self.metrics.background_failure("touch");
                         tracing::warn!(error = %e, runners = runners.len(),

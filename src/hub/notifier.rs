@@ -2,8 +2,9 @@
 //! committed, from its own connection with `synchronous_commit = off` (shared/PERF-FACTS.md:
 //! a `pg_notify` inside a durable transaction holds a cluster-wide lock across the WAL flush).
 //!
-//! Keys are coalesced: whatever queued up while the previous statement ran goes out in the next
-//! one, de-duplicated. A notification that cannot be sent is dropped and logged; correctness
+//! What it sends is a [`Notice`]: a job changed (its readers wake), or a job was parked in a
+//! lane (the dispatcher of its workspace claims). Notices are coalesced: whatever queued up
+//! while the previous statement ran goes out in the next one, de-duplicated. A notification that cannot be sent is dropped and logged; correctness
 //! never depends on one arriving (waiters re-check on their own). Connecting and each send
 //! have a deadline ([`crate::store::listener::PATIENCE`]): a connection that stops answering
 //! is dropped and replaced, so the notifier never wedges.
@@ -17,16 +18,70 @@ use prometheus_client::metrics::counter::Counter;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::waiters::Key;
+use uuid::Uuid;
+
+use crate::store::claim::{Lane, Place};
 use crate::store::sql;
 
 /// Most payloads sent in one statement.
 const BATCH: usize = 512;
 
-/// A cheap handle that queues keys for the notifier task.
+/// What a replica tells the others.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Notice {
+    /// Something happened to this job (state, events): its readers read it again.
+    Job(Uuid),
+    /// A job was parked in this lane of this workspace, at this place in it when the replica
+    /// that parked it knew (a dispatcher that remembers a place after it moves back to it).
+    Parked {
+        workspace: String,
+        lane: Lane,
+        place: Option<Place>,
+    },
+}
+
+impl Notice {
+    /// Wire form in a notification payload (workspace ids never contain '/').
+    pub fn encode(&self) -> String {
+        match self {
+            Notice::Job(id) => format!("j/{id}"),
+            Notice::Parked {
+                workspace,
+                lane,
+                place,
+            } => match place {
+                Some(p) => format!("l/{workspace}/{}/{}/{}", p.neg_priority, p.id, lane.key()),
+                None => format!("l/{workspace}/-/-/{}", lane.key()),
+            },
+        }
+    }
+
+    pub fn decode(s: &str) -> Option<Notice> {
+        if let Some(id) = s.strip_prefix("j/") {
+            return id.parse().ok().map(Notice::Job);
+        }
+        let mut parts = s.strip_prefix("l/")?.splitn(4, '/');
+        let workspace = parts.next()?.to_owned();
+        let place = match (parts.next()?, parts.next()?) {
+            ("-", "-") => None,
+            (neg, id) => Some(Place {
+                neg_priority: neg.parse().ok()?,
+                id: id.parse().ok()?,
+            }),
+        };
+        let lane = Lane::parse(parts.next()?)?;
+        Some(Notice::Parked {
+            workspace,
+            lane,
+            place,
+        })
+    }
+}
+
+/// A cheap handle that queues notices for the notifier task.
 #[derive(Clone)]
 pub struct Notifier {
-    tx: mpsc::UnboundedSender<Key>,
+    tx: mpsc::UnboundedSender<Notice>,
     pub sent: Arc<AtomicU64>,
 }
 
@@ -51,9 +106,9 @@ impl Notifier {
         (Self { tx, sent }, task)
     }
 
-    /// Queue a wake-up for other replicas.
-    pub fn send(&self, key: Key) {
-        let _ = self.tx.send(key);
+    /// Queue a notice for the other replicas.
+    pub fn send(&self, notice: Notice) {
+        let _ = self.tx.send(notice);
     }
 }
 
@@ -89,7 +144,7 @@ async fn connect(database_url: &str) -> Option<Sender> {
 async fn run(
     database_url: String,
     origin: String,
-    mut rx: mpsc::UnboundedReceiver<Key>,
+    mut rx: mpsc::UnboundedReceiver<Notice>,
     (sent, failures): (Arc<AtomicU64>, Counter),
     cancel: CancellationToken,
 ) {
@@ -160,5 +215,44 @@ async fn run(
         if !delivered {
             failures.inc();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn notices_round_trip() {
+        let at = Place::of(-5, Uuid::now_v7());
+        for n in [
+            Notice::Job(Uuid::now_v7()),
+            Notice::Parked {
+                workspace: "acme".into(),
+                lane: Lane::Named(Uuid::now_v7()),
+                place: None,
+            },
+            Notice::Parked {
+                workspace: "acme".into(),
+                lane: Lane::Pool {
+                    workspace: "acme".into(),
+                    owner: "ws:acme".into(),
+                    constrained: true,
+                },
+                place: Some(at),
+            },
+            Notice::Parked {
+                workspace: "acme".into(),
+                lane: Lane::Any {
+                    workspace: "acme".into(),
+                    constrained: false,
+                },
+                place: Some(Place::HEAD),
+            },
+        ] {
+            assert_eq!(Notice::decode(&n.encode()), Some(n));
+        }
+        assert_eq!(Notice::decode("p/acme/alice"), None);
+        assert_eq!(Notice::decode("l/acme/x/y/p/acme/alice/0"), None);
     }
 }

@@ -8,7 +8,7 @@
 //! `FOR UPDATE SKIP LOCKED`, so any number of replicas sweep at once without a leader.
 //!
 //! While the database's oldest snapshot is old (while claims start from remembered places:
-//! [`Store::claims_from_places`]), the lapsed-lease
+//! [`Store::horizon_is_old`]), the lapsed-lease
 //! and no-runner sweeps read only the checks that fell due since this replica's last sweep
 //! began, and `MARGIN` before (`Windows`): their indexes then keep an entry for every lease
 //! and every dispatch since that snapshot, long judged, and a sweep from the start of the index
@@ -19,7 +19,7 @@
 //! one written already due (a job re-parked with its no-runner check long past), waits for the
 //! whole walk. With a young horizon every sweep reads every due check, as before.
 //!
-//! [`Store::claims_from_places`]: crate::store::Store::claims_from_places
+//! [`Store::horizon_is_old`]: crate::store::Store::horizon_is_old
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -127,7 +127,7 @@ pub async fn sweep_once(hub: &Hub) -> Result<()> {
 /// The database failed; whatever batches committed stay committed.
 async fn sweep(hub: &Hub, windows: &mut Windows) -> Result<()> {
     let store = &hub.store;
-    let old = store.claims_from_places();
+    let old = store.horizon_is_old();
     let walk_every = hub.config.sweep_full_walk();
     let began = Instant::now();
     let lookback = windows.lapsed.lookback(old, walk_every, began);

@@ -26,7 +26,7 @@ impl Hub {
     pub async fn park(&self, job: NewJob) -> Result<Option<Job>> {
         let parked = self.store.park(job).await?;
         if let Some(p) = &parked {
-            self.job_parked(&p.queue());
+            self.job_parked(p.id, &p.queue());
         }
         Ok(parked)
     }
@@ -40,7 +40,7 @@ impl Hub {
     pub async fn park_many(&self, jobs: &[NewJob]) -> Result<Vec<Option<Job>>> {
         let parked = self.store.insert_jobs(jobs).await?;
         for p in parked.iter().flatten() {
-            self.job_parked(&p.queue());
+            self.job_parked(p.id, &p.queue());
         }
         Ok(parked)
     }
@@ -122,7 +122,7 @@ impl Hub {
     pub async fn release(&self, id: Uuid, epoch: i64, token_hash: &[u8]) -> Result<Fenced<Job>> {
         let answer = self.store.release_job(id, epoch, token_hash).await?;
         if let Ok(job) = &answer {
-            self.job_parked(&job.queue());
+            self.job_parked(job.id, &job.queue());
             self.job_changed(id);
         }
         Ok(answer)
@@ -136,7 +136,7 @@ impl Hub {
     pub async fn retry(&self, id: Uuid, workspace: &str, key: Option<&str>) -> Result<Option<Job>> {
         let retried = self.store.retry_job(id, workspace, key).await?;
         if let Some(job) = &retried {
-            self.job_parked(&job.queue());
+            self.job_parked(job.id, &job.queue());
             self.job_changed(id);
         }
         Ok(retried)
@@ -147,7 +147,7 @@ impl Hub {
     /// once its delay has passed: sweep_retry_due.sql).
     pub(super) fn settled_or_retried(&self, job: &Job) {
         if job.state == crate::domain::state::JobState::Parked && job.not_before.is_none() {
-            self.job_parked(&job.queue());
+            self.job_parked(job.id, &job.queue());
         }
         self.job_changed(job.id);
     }

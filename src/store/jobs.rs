@@ -213,7 +213,7 @@ impl Store {
     }
 
     /// Why a fenced call with this token matched nothing.
-    pub(super) async fn fence_miss(&self, id: Uuid, token_hash: &[u8]) -> Result<FenceMiss> {
+    pub async fn fence_miss(&self, id: Uuid, token_hash: &[u8]) -> Result<FenceMiss> {
         let Some(row) = self
             .query_opt(sql::JOB_FENCE_MISS, &[&id, &token_hash])
             .await?

@@ -5,28 +5,28 @@
 //! - this file: the pool, and the one place every statement goes through ([`Store::query`]
 //!   and friends), which counts it for `/metrics`;
 //! - [`keys`]: API keys and join codes; [`runners`]: pairing, enrolment, heartbeats,
-//!   revocation; [`lease`]: the lease transaction; [`jobs`]: parking, reading and the fenced
-//!   runner transitions; [`queues`]: pool counts, preflight and the wake-up safety net;
-//!   [`sweep`]: maintenance; [`records`]: what the store hands back; [`rows`]: rows to
-//!   records; [`combine`]: coalescing concurrent calls into one statement; [`conn`]: a
-//!   checked-out connection and the deadlines every operation runs under; [`bounds`]: where
-//!   each queue's next claim starts, class by class, under an old snapshot.
+//!   revocation; [`claim`]: a dispatcher's tick (reports and claims in one transaction) and
+//!   the lanes jobs wait in; [`jobs`]: parking, reading and the fenced runner transitions;
+//!   [`queues`]: pool counts and preflight; [`sweep`]: maintenance; [`records`]: what the
+//!   store hands back; [`rows`]: rows to records; [`combine`]: coalescing concurrent calls
+//!   into one statement; [`conn`]: a checked-out connection and the deadlines every operation
+//!   runs under; [`horizon`]: whether an old snapshot is held.
 //!
 //! Invariants: every job transition is one fenced statement that also authenticates its caller
-//! (or, for the lease and revocation, one short transaction that locks the runner row first);
+//! (or, for a claim and revocation, one short transaction that locks the runner rows first);
 //! deadlines use the database clock; values are always bound, never formatted into SQL; every
 //! operation finishes within [`Deadlines::operation`], and a connection an operation left
 //! mid-statement never goes back to the pool.
 
 pub mod artifacts;
-pub mod bounds;
+pub mod claim;
 pub mod combine;
 pub mod conn;
 mod depth;
 pub mod error;
+pub mod horizon;
 pub mod jobs;
 pub mod keys;
-pub mod lease;
 pub mod listener;
 pub mod migrate;
 mod placement;
@@ -51,7 +51,6 @@ pub use conn::{Conn, Deadlines};
 pub use depth::JobDepth;
 pub use error::{At, StoreError};
 pub use jobs::{FenceMiss, Report};
-pub use lease::LeaseOutcome;
 pub use placement::{AdvertisedTargets, LeaseCaller};
 pub use records::NewJob;
 pub use runners::NewRunner;
@@ -79,10 +78,8 @@ pub struct Store {
     reporter: Arc<OnceLock<combine::Combiner<Report, Option<Job>>>>,
     /// How long one operation and one checkout may take.
     deadlines: Deadlines,
-    /// One lease transaction at a time per runner token (see [`lease`]).
-    lease_turns: Arc<lease::LeaseTurns>,
-    /// Where the next claim of each queue starts (see [`bounds`]).
-    claim_bounds: Arc<bounds::ClaimBounds>,
+    /// Whether an old snapshot is held (see [`horizon`]).
+    horizon: Arc<horizon::Horizon>,
     /// The count of stale prepared statements when this pool's caches were last cleared.
     stale_plans_seen: Arc<AtomicU64>,
 }
@@ -145,8 +142,7 @@ impl Store {
             parker: Arc::new(OnceLock::new()),
             reporter: Arc::new(OnceLock::new()),
             deadlines: Deadlines::default(),
-            lease_turns: Arc::default(),
-            claim_bounds: Arc::default(),
+            horizon: Arc::default(),
             stale_plans_seen: Arc::default(),
         })
     }
@@ -160,13 +156,11 @@ impl Store {
         self
     }
 
-    /// The same store starting claims from remembered places from a horizon age of
-    /// `from_age` transactions (`LEASEHOLD_CLAIM_BOUND_AGE`, 0: always) and reading each queue
-    /// from its head at least every `full_walk_every` (`LEASEHOLD_CLAIM_FULL_WALK_MS`; see
-    /// [`bounds`]). Call before first use.
+    /// The same store counting the horizon old from an age of `from_age` transactions
+    /// (`LEASEHOLD_CLAIM_BOUND_AGE`, 0: always; see [`horizon`]). Call before first use.
     #[must_use]
-    pub fn with_claim_bounds(mut self, from_age: u64, full_walk_every: Duration) -> Self {
-        self.claim_bounds = Arc::new(bounds::ClaimBounds::new(full_walk_every, from_age));
+    pub fn with_old_horizon_from(mut self, from_age: u64) -> Self {
+        self.horizon = Arc::new(horizon::Horizon::new(from_age));
         self
     }
 

@@ -1,12 +1,10 @@
-//! What dispatchers and the wake-up safety net ask about queues: pool counts, preflight, and
-//! which waited-on queues have parked jobs. Read-only.
+//! What dispatchers ask about queues: pool counts and preflight. Read-only.
 
 use uuid::Uuid;
 
 use super::{sql, Result, Store};
 use crate::store::records::PoolCounts;
 
-/// Queues a replica has waiters on, for [`Store::parked_queues`].
 /// What preflight counts over a target's runners.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct PreflightCounts {
@@ -20,29 +18,6 @@ pub struct PreflightCounts {
     pub usable: i64,
     /// Usable and online.
     pub online: i64,
-}
-
-#[derive(Debug, Default, Clone)]
-pub struct WaitedQueues {
-    /// Pool queues: (workspace, owner).
-    pub pools: Vec<(String, String)>,
-    /// Workspaces whose `any` queue is waited on (by workspace runners).
-    pub any: Vec<String>,
-    pub runners: Vec<Uuid>,
-}
-
-impl WaitedQueues {
-    pub fn is_empty(&self) -> bool {
-        self.pools.is_empty() && self.any.is_empty() && self.runners.is_empty()
-    }
-}
-
-/// A queue with a parked job: exactly one of the three is set.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ParkedQueue {
-    Pool { workspace: String, owner: String },
-    Any { workspace: String },
-    Runner(Uuid),
 }
 
 impl Store {
@@ -104,36 +79,5 @@ impl Store {
             usable: r.get("usable"),
             online: r.get("online"),
         })
-    }
-
-    /// Of the given queues, those with a parked job.
-    pub async fn parked_queues(&self, waited: &WaitedQueues) -> Result<Vec<ParkedQueue>> {
-        let (workspaces, owners): (Vec<&str>, Vec<&str>) = waited
-            .pools
-            .iter()
-            .map(|(w, o)| (w.as_str(), o.as_str()))
-            .unzip();
-        let rows = self
-            .query(
-                sql::PARKED_QUEUES,
-                &[&workspaces, &owners, &waited.any, &waited.runners],
-            )
-            .await?;
-        Ok(rows
-            .iter()
-            .filter_map(|r| {
-                let workspace: Option<String> = r.get(0);
-                let owner: Option<String> = r.get(1);
-                let runner: Option<Uuid> = r.get(2);
-                match (workspace, owner, runner) {
-                    (_, _, Some(id)) => Some(ParkedQueue::Runner(id)),
-                    (Some(workspace), Some(owner), None) => {
-                        Some(ParkedQueue::Pool { workspace, owner })
-                    }
-                    (Some(workspace), None, None) => Some(ParkedQueue::Any { workspace }),
-                    _ => None,
-                }
-            })
-            .collect())
     }
 }

@@ -93,17 +93,20 @@ pub struct ApiKey {
     pub admin: bool,
 }
 
-/// Who a runner is: fixed for the runner's life, so a replica may remember it by token hash
-/// (authorisation is still checked by every statement).
+/// A runner as a replica's lease calls know it: who it is, the class it claims with (what it
+/// advertises: runners of one owner that advertise the same are claimed for together,
+/// claim.sql), and where its leases start. Learnt from its first lease call on the replica
+/// (`runner_for_lease.sql`) and refreshed by every claim's answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeaseIdentity {
     pub id: Uuid,
     pub workspace: String,
     pub owner: String,
-    /// Not identity but a hint, as of the runner's last claim: it advertised no capability and
-    /// held no approved repository target, so only plain jobs fit it (the next lease then sends
-    /// the plain claim, which checks it again).
-    pub plain: bool,
+    /// Sorted; an exclusive name is also a capability.
+    pub capabilities: Vec<String>,
+    pub exclusive: Vec<String>,
+    /// `provider repository` of its approved repository targets, sorted.
+    pub sources: Vec<String>,
     /// Not identity but a bound, as of the runner's last claim on this replica: every lease the
     /// runner holds was stamped (`leased_at`) at or after it, so the next claim counts its leases
     /// from there (migration 0015; `None`: from the first).
@@ -111,9 +114,14 @@ pub struct LeaseIdentity {
 }
 
 impl LeaseIdentity {
-    /// The same runner (id, workspace, owner), whatever the hint says.
+    /// The same runner (id, workspace, owner), whatever it advertises.
     pub fn same_runner(&self, other: &Self) -> bool {
         self.id == other.id && self.workspace == other.workspace && self.owner == other.owner
+    }
+
+    /// A workspace runner (owned by `ws:<workspace>`), not a personal one.
+    pub fn is_workspace_runner(&self) -> bool {
+        self.owner.starts_with("ws:")
     }
 }
 
@@ -270,6 +278,10 @@ record! {
         pub source: Option<Value> = "source",
         /// W3C `traceparent` of the dispatch (traces only).
         pub traceparent: Option<String> = "traceparent",
+        /// Where it waited (its lane, migration 0040): its pool, and whether only workspace
+        /// runners may take it.
+        pub pool: Option<String> = "pool",
+        pub needs_workspace_runner: bool = "needs_workspace_runner",
     }
 }
 
@@ -281,10 +293,13 @@ pub struct Queue {
     pub owner: String,
     pub runner_id: Option<Uuid>,
     pub pool: Option<String>,
-    /// Only workspace runners may take it (it names a `workspace` secret); `false` where the
-    /// statement that moved the job does not say, which at worst sends a wake to a personal
-    /// runner that passes it on.
+    /// Only workspace runners may take it (it names a `workspace` secret).
     pub needs_workspace_runner: bool,
+    /// Its claim class: it requires a capability or a source (migration 0012). `None` where the
+    /// statement that moved the job does not say (it did not park it): then both classes.
+    pub constrained: Option<bool>,
+    /// Its priority, where the statement says: where it stands in its lane, with its id.
+    pub priority: Option<i32>,
 }
 
 /// A job a transition moved, for wake-ups: its queue and new state.
@@ -332,6 +347,8 @@ impl Job {
             runner_id: self.runner_id,
             pool: self.pool.clone(),
             needs_workspace_runner: self.needs_workspace_runner,
+            constrained: Some(!self.required_capabilities.is_empty() || self.source.is_some()),
+            priority: Some(self.priority),
         }
     }
 }

@@ -15,14 +15,13 @@ pub use super::records::{
 /// Columns [`moved`] reads.
 pub const MOVED_COLUMNS: &[&str] = &["id", "workspace", "owner", "runner_id", "pool", "state"];
 
-/// What the claims from remembered places answer of where each plain lane's next claim starts
-/// (store::bounds).
-const PLACE_COLUMNS: &[&str] = &[
-    "own_next_priority",
-    "own_next_id",
-    "any_next_priority",
-    "any_next_id",
-    "snapshot_xmin",
+/// Columns the statements that park a job again answer beside [`MOVED_COLUMNS`]: where it
+/// waits (its lane and its place in it; hub::dispatcher).
+pub const PARKED_COLUMNS: &[&str] = &[
+    "priority",
+    "required_capabilities",
+    "source_key",
+    "needs_workspace_runner",
 ];
 
 /// Which statements feed which mapping: the schema test checks that each returns every column
@@ -49,24 +48,42 @@ pub const MAPPED: &[(&str, &[&str])] = &[
     ("sweep_no_runner.sql", MOVED_COLUMNS),
     ("sweep_queue_timeout.sql", MOVED_COLUMNS),
     ("sweep_retry_due.sql", MOVED_COLUMNS),
-    ("lease_claim.sql", &["plain", "free", "more", "unfit_named"]),
-    ("lease_claim.sql", CLAIMED_COLUMNS),
-    ("lease_claim.sql", PLACE_COLUMNS),
+    ("runner_revoke_jobs.sql", PARKED_COLUMNS),
+    ("sweep_lapsed_leases.sql", PARKED_COLUMNS),
+    ("sweep_retry_due.sql", PARKED_COLUMNS),
+    ("lease_give_back.sql", PARKED_COLUMNS),
+    ("lease_give_back.sql", MOVED_COLUMNS),
+    ("claim.sql", CLAIMED_COLUMNS),
     (
-        "lease_claim.sql",
+        "claim.sql",
         &[
-            "own_c_next_priority",
-            "own_c_next_id",
-            "any_c_next_priority",
-            "any_c_next_id",
+            "runner",
+            "grouped",
+            "capabilities",
+            "exclusive",
+            "sources",
+            "free",
+            "leases_since",
+            "unfit_named",
+            "next_slot",
+            "next_neg",
+            "next_id",
         ],
     ),
-    ("lease_more.sql", &["more"]),
     ("lease_reject_unfit.sql", &["id"]),
+    ("runners_lock_for_claim.sql", &["id"]),
     (
-        "runner_lock_for_lease.sql",
-        &["id", "owner", "workspace", "version"],
+        "runner_for_lease.sql",
+        &[
+            "id",
+            "workspace",
+            "owner",
+            "capabilities",
+            "exclusive",
+            "sources",
+        ],
     ),
+    ("parked_lanes.sql", &["lane"]),
 ];
 
 use super::Result;
@@ -85,6 +102,13 @@ pub fn moved(r: &Row) -> Result<Moved> {
             runner_id: r.get("runner_id"),
             pool: r.get("pool"),
             needs_workspace_runner: r.try_get("needs_workspace_runner").unwrap_or(false),
+            // The statements that park a job say where it waits; the others need not.
+            constrained: r
+                .try_get::<_, Vec<String>>("required_capabilities")
+                .ok()
+                .zip(r.try_get::<_, Option<String>>("source_key").ok())
+                .map(|(required, source)| !required.is_empty() || source.is_some()),
+            priority: r.try_get("priority").ok(),
         },
         state: state(r, "state")?,
     })

@@ -1,27 +1,28 @@
 //! The claim against a model: random fixtures (runners with capabilities, exclusive sets,
 //! approved and pending repository targets, personal and workspace tiers, capacities; jobs
 //! named, pooled, `any`, constrained, with priorities, `not_before` past or future, and
-//! workspace-secret needs) leased through the real SQL on a real PostgreSQL (`Store::lease`,
-//! so the statement the replica chooses: plain or general runner, from the head or from
-//! remembered places, with or without an old snapshot held) and through a small model of the
-//! contract's placement rules (PROTOCOL.md, "A lease call takes"). The two must agree on which
-//! jobs each lease takes and which named jobs it rejects.
+//! workspace-secret needs) claimed through the real SQL on a real PostgreSQL (`Store::tick`, as
+//! a dispatcher claims: for several runners of one class at once, from each lane's head or
+//! from the places the claims before answered, kept as hub::dispatcher keeps them, with or
+//! without an old snapshot held) and through a small model of the contract's placement rules
+//! (PROTOCOL.md, "A lease call takes"). The two must agree on which jobs each runner takes and
+//! which named jobs are rejected.
 //!
-//! The model's rules: a lease takes at most `min(max_jobs, capacity - held)`; jobs named for
-//! the runner first (a named job it cannot run is rejected, whatever its `not_before`), then
-//! its pool (its owner's jobs in its workspace; for a workspace runner also the workspace's
-//! `any` jobs), skipping what it cannot run (`capabilities::unfit`, which the `fits` tests
-//! hold equal to SQL's `job_fits()`) and what is not yet due; highest priority first, then FIFO
-//! by id.
+//! The model's rules: a runner takes at most `min(wanted, capacity - held)`; jobs named for it
+//! first (a named job it cannot run is rejected, whatever its `not_before`), then its pool (its
+//! owner's jobs in its workspace; for a workspace runner also the workspace's `any` jobs),
+//! skipping what it cannot run (`capabilities::unfit`, which the `fits` tests hold equal to
+//! SQL's `job_fits()`) and what is not yet due; highest priority first, then FIFO by id. The
+//! pool's jobs go to the claim's runners round-robin: every runner's first free slot in the
+//! order they began to wait, then every second one.
 //!
 //! Each seed is reproducible; a failing one is printed (`CLAIM_MODEL_SEED=n` runs just it).
 
 use std::collections::{BTreeSet, HashMap};
-use std::time::Duration;
 
+use chrono::{DateTime, Utc};
 use leasehold::domain::capabilities::{unfit, JobNeeds, RunnerOffers};
-use leasehold::store::lease::Advertised;
-use leasehold::store::records::LeaseIdentity;
+use leasehold::store::claim::{ClassClaim, Place};
 use leasehold::store::Store;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -96,27 +97,37 @@ struct Job {
     state: State,
 }
 
-/// The model of one lease: (taken, rejected), each sorted.
-fn model_lease(r: &Runner, jobs: &[Job], max_jobs: i64) -> (Vec<Uuid>, Vec<Uuid>) {
-    let held = jobs
-        .iter()
-        .filter(|j| j.state == State::Leased(r.id))
-        .count() as i64;
-    let free = max_jobs.min(r.capacity - held).max(0) as usize;
+/// The model of one claim for runners of one class, each with what it wants: what each takes
+/// (sorted), and the named jobs rejected (sorted).
+fn model_claim(class: &[(&Runner, i64)], jobs: &[Job]) -> (Vec<Vec<Uuid>>, Vec<Uuid>) {
     let parked = |j: &&Job| j.state == State::Parked;
     let by_order = |a: &&Job, b: &&Job| b.priority.cmp(&a.priority).then(a.id.cmp(&b.id));
-    let named: Vec<&Job> = jobs
-        .iter()
-        .filter(parked)
-        .filter(|j| j.runner_id == Some(r.id))
-        .collect();
-    let rejected: BTreeSet<Uuid> = named.iter().filter(|j| !r.fits(j)).map(|j| j.id).collect();
-    let mut take: Vec<&Job> = named
-        .into_iter()
-        .filter(|j| r.fits(j) && !j.waiting)
-        .collect();
-    take.sort_by(by_order);
-    take.truncate(free);
+    let mut rejected = BTreeSet::new();
+    let mut taken: Vec<Vec<Uuid>> = Vec::new();
+    let mut free: Vec<usize> = Vec::new();
+    for (r, want) in class {
+        let held = jobs
+            .iter()
+            .filter(|j| j.state == State::Leased(r.id))
+            .count() as i64;
+        let named: Vec<&Job> = jobs
+            .iter()
+            .filter(parked)
+            .filter(|j| j.runner_id == Some(r.id))
+            .collect();
+        rejected.extend(named.iter().filter(|j| !r.fits(j)).map(|j| j.id));
+        let mut mine: Vec<&Job> = named
+            .into_iter()
+            .filter(|j| r.fits(j) && !j.waiting)
+            .collect();
+        mine.sort_by(by_order);
+        let f = (*want).min(r.capacity - held).max(0) as usize;
+        mine.truncate(f);
+        free.push(f - mine.len());
+        taken.push(mine.iter().map(|j| j.id).collect());
+    }
+    // The class's pool, in order, handed out round-robin.
+    let r = class[0].0;
     let mut pool: Vec<&Job> = jobs
         .iter()
         .filter(parked)
@@ -124,11 +135,37 @@ fn model_lease(r: &Runner, jobs: &[Job], max_jobs: i64) -> (Vec<Uuid>, Vec<Uuid>
         .filter(|j| j.owner == r.owner || (r.workspace_runner() && j.pool == Some("any")))
         .collect();
     pool.sort_by(by_order);
-    let rest = free - take.len();
-    take.extend(pool.into_iter().take(rest));
-    let mut taken: Vec<Uuid> = take.iter().map(|j| j.id).collect();
-    taken.sort();
+    let mut pool = pool.into_iter();
+    for round in 0.. {
+        let mut any = false;
+        for (i, f) in free.iter().enumerate() {
+            if round < *f {
+                any = true;
+                if let Some(j) = pool.next() {
+                    taken[i].push(j.id);
+                }
+            }
+        }
+        if !any {
+            break;
+        }
+    }
+    for t in &mut taken {
+        t.sort();
+    }
     (taken, rejected.into_iter().collect())
+}
+
+/// What a runner advertises: runners that advertise the same (and have one owner) are claimed
+/// for together.
+fn class_of(r: &Runner) -> (String, Vec<String>, Vec<String>, Vec<String>) {
+    let mut caps = r.capabilities.clone();
+    caps.sort();
+    let mut exclusive = r.exclusive.clone();
+    exclusive.sort();
+    let mut sources = r.sources.clone();
+    sources.sort();
+    (r.owner.clone(), caps, exclusive, sources)
 }
 
 fn subset(rng: &mut StdRng, from: &[&str], p: f64) -> Vec<String> {
@@ -274,21 +311,14 @@ async fn insert_job(db: &tokio_postgres::Client, j: &Job) {
     .unwrap();
 }
 
-/// Which of the claim's shapes a run went through: (plain runner, from remembered places).
-type Shapes = HashMap<(bool, bool), usize>;
+/// Which of the claim's shapes a run went through: (plain class, several runners, from places).
+type Shapes = HashMap<(bool, bool, bool), usize>;
 
 async fn run_seed(seed: u64, shapes: &mut Shapes) {
     let mut rng = StdRng::seed_from_u64(seed);
     let url = fresh_database().await;
     let db = connect(&url).await;
-    // Claims from the head, and claims that always start from remembered places (read from the
-    // head at most once an hour).
-    let heads = Store::connect(&url, 2, 60_000)
-        .unwrap()
-        .with_claim_bounds(u64::MAX, Duration::from_secs(3600));
-    let places = Store::connect(&url, 2, 60_000)
-        .unwrap()
-        .with_claim_bounds(0, Duration::from_secs(3600));
+    let store = Store::connect(&url, 2, 60_000).unwrap();
     // An old snapshot, held for the whole run, so that the entries of jobs taken stay.
     let mut analytics = connect(&url).await;
     let held = rng.random_bool(0.5);
@@ -298,9 +328,17 @@ async fn run_seed(seed: u64, shapes: &mut Shapes) {
         None
     };
 
-    let mut runners: Vec<Runner> = (0..rng.random_range(2..=5))
+    let mut runners: Vec<Runner> = (0..rng.random_range(2..=6))
         .map(|_| random_runner(&mut rng))
         .collect();
+    // Some runners share a class: a copy of another one's owner and what it advertises.
+    for _ in 0..rng.random_range(0..=3) {
+        let mut twin = runners[rng.random_range(0..runners.len())].clone();
+        twin.id = Uuid::from_u128(rng.random());
+        twin.token_hash = rng.random::<[u8; 32]>().to_vec();
+        twin.capacity = rng.random_range(1..=4);
+        runners.push(twin);
+    }
     for r in &runners {
         let pending = rng
             .random_bool(0.3)
@@ -314,8 +352,18 @@ async fn run_seed(seed: u64, shapes: &mut Shapes) {
         insert_job(&db, &j).await;
         jobs.push(j);
     }
-    // What each store believes of each runner: unknown until its first lease there.
-    let mut known: HashMap<(bool, Uuid), LeaseIdentity> = HashMap::new();
+    // Where each class's claims start (from places: as the dispatcher keeps them), and where
+    // each runner's leases are counted from (the claims' answers).
+    type Class = (String, Vec<String>, Vec<String>, Vec<String>);
+    let mut places: HashMap<(Class, usize), Place> = HashMap::new();
+    let mut since: HashMap<Uuid, Option<DateTime<Utc>>> = HashMap::new();
+    // A job parked again moves every place of its pool back to it (the dispatcher hears of
+    // every park before a place; tests/it/claim_start.rs holds that for real).
+    let park_back = |places: &mut HashMap<(Class, usize), Place>, j: &Job| {
+        for p in places.values_mut() {
+            *p = (*p).min(Place::of(j.priority, j.id));
+        }
+    };
 
     for round in 0..ROUNDS {
         match rng.random_range(0..10) {
@@ -324,6 +372,7 @@ async fn run_seed(seed: u64, shapes: &mut Shapes) {
                 for _ in 0..rng.random_range(1..4) {
                     let j = random_job(&mut rng, &runners);
                     insert_job(&db, &j).await;
+                    park_back(&mut places, &j);
                     jobs.push(j);
                 }
             }
@@ -338,7 +387,6 @@ async fn run_seed(seed: u64, shapes: &mut Shapes) {
                     db.execute(
                         "UPDATE jobs SET state = CASE WHEN $2 THEN 'parked' ELSE 'completed' END,
                                          finished_at = CASE WHEN $2 THEN NULL ELSE now() END,
-                                         parked_xid = pg_current_xact_id(),
                                          leased_by = NULL, lease_expires_at = NULL
                           WHERE id = $1",
                         &[&jobs[i].id, &back],
@@ -346,9 +394,12 @@ async fn run_seed(seed: u64, shapes: &mut Shapes) {
                     .await
                     .unwrap();
                     jobs[i].state = if back { State::Parked } else { State::Settled };
+                    if back {
+                        park_back(&mut places, &jobs[i]);
+                    }
                 }
             }
-            // A runner is approved a repository target (a plain one stops being plain).
+            // A runner is approved a repository target (it moves to another class).
             2 => {
                 let i = rng.random_range(0..runners.len());
                 let key = source_key(SOURCES[rng.random_range(0..SOURCES.len())]);
@@ -359,34 +410,79 @@ async fn run_seed(seed: u64, shapes: &mut Shapes) {
             }
             _ => {}
         }
-        let r = runners[rng.random_range(0..runners.len())].clone();
-        let max_jobs = rng.random_range(1..=3);
+        // The waiting runners of one class, in the order they began to wait, each wanting
+        // 1..=3 jobs.
+        let class = class_of(&runners[rng.random_range(0..runners.len())]);
+        let mut waiting: Vec<(&Runner, i64)> = Vec::new();
+        for r in runners.iter().filter(|r| class_of(r) == class) {
+            if rng.random_bool(0.7) {
+                waiting.push((r, rng.random_range(1..=3)));
+            }
+        }
+        if waiting.is_empty() {
+            let r = runners.iter().find(|r| class_of(r) == class).unwrap();
+            waiting.push((r, 1));
+        }
+        for i in (1..waiting.len()).rev() {
+            waiting.swap(i, rng.random_range(0..=i));
+        }
         let from_places = rng.random_bool(0.5);
-        let store = if from_places { &places } else { &heads };
-        let me = known.get(&(from_places, r.id)).cloned();
-        let out = store
-            .lease(
-                &r.token_hash,
-                &Advertised::default(),
-                me.as_ref(),
-                max_jobs,
-                600_000,
-                false,
-                &[],
-            )
-            .await
-            .unwrap();
-        if let Some(me) = &me {
-            *shapes.entry((me.plain, from_places)).or_default() += 1;
-        }
-        if let Some(identity) = out.runner.clone() {
-            known.insert((from_places, r.id), identity);
-        }
-        let (want, want_rejected) = model_lease(&r, &jobs, max_jobs);
-        let mut got: Vec<Uuid> = out.claimed.iter().map(|c| c.id).collect();
-        got.sort();
-        let mut got_rejected = out.rejected.clone();
+        let ws = class.0.starts_with("ws:");
+        let claim = ClassClaim {
+            runners: waiting.iter().map(|(r, _)| r.id).collect(),
+            wants: waiting.iter().map(|(_, w)| *w as i32).collect(),
+            since: waiting
+                .iter()
+                .map(|(r, _)| since.get(&r.id).copied().flatten())
+                .collect(),
+            named: waiting.iter().map(|_| true).collect(),
+            starts: std::array::from_fn(|slot| {
+                if from_places {
+                    places
+                        .get(&(class.clone(), slot))
+                        .copied()
+                        .unwrap_or(Place::HEAD)
+                } else {
+                    Place::HEAD
+                }
+            }),
+            places: true,
+        };
+        let out = store.tick(&[], &[claim], 600_000).await.unwrap();
+        let outcome = &out.claims[0];
+        let unfit: Vec<Uuid> = outcome
+            .runners
+            .iter()
+            .filter(|r| r.unfit_named)
+            .map(|r| r.id)
+            .collect();
+        let mut got_rejected = if unfit.is_empty() {
+            Vec::new()
+        } else {
+            store.reject_unfit(&unfit).await.unwrap()
+        };
         got_rejected.sort();
+        *shapes
+            .entry((
+                class.1.is_empty() && class.3.is_empty(),
+                waiting.len() > 1,
+                from_places,
+            ))
+            .or_default() += 1;
+        let (want, want_rejected) = model_claim(&waiting, &jobs);
+        let got: Vec<Vec<Uuid>> = waiting
+            .iter()
+            .map(|(r, _)| {
+                let mut ids: Vec<Uuid> = outcome
+                    .runners
+                    .iter()
+                    .filter(|rc| rc.id == r.id)
+                    .flat_map(|rc| rc.claimed.iter().map(|c| c.id))
+                    .collect();
+                ids.sort();
+                ids
+            })
+            .collect();
         let show = |ids: &[Uuid]| {
             ids.iter()
                 .map(|id| format!("{:?}", jobs.iter().find(|j| j.id == *id)))
@@ -395,17 +491,29 @@ async fn run_seed(seed: u64, shapes: &mut Shapes) {
         };
         assert!(
             got == want && got_rejected == want_rejected,
-            "seed {seed} round {round} (snapshot held: {held}, from places: {from_places}, \
-             known as {me:?}):\nrunner {r:?}, max_jobs {max_jobs}\n\
-             SQL took:\n    {}\nthe model takes:\n    {}\n\
+            "seed {seed} round {round} (snapshot held: {held}, from places: {from_places}):\n\
+             runners {waiting:?}\nSQL took:\n    {}\nthe model takes:\n    {}\n\
              SQL rejected {got_rejected:?}, the model {want_rejected:?}",
-            show(&got),
-            show(&want)
+            show(&got.concat()),
+            show(&want.concat())
         );
+        for rc in &outcome.runners {
+            since.insert(rc.id, rc.leases_since);
+        }
+        for (slot, next) in outcome.next_starts(ws).into_iter().enumerate() {
+            if let Some(next) = next {
+                places.insert((class.clone(), slot), next);
+            }
+        }
+        for ((r, _), mine) in waiting.iter().zip(&want) {
+            for j in &mut jobs {
+                if mine.contains(&j.id) {
+                    j.state = State::Leased(r.id);
+                }
+            }
+        }
         for j in &mut jobs {
-            if want.contains(&j.id) {
-                j.state = State::Leased(r.id);
-            } else if want_rejected.contains(&j.id) {
+            if want_rejected.contains(&j.id) {
                 j.state = State::Settled;
             }
         }
@@ -426,15 +534,70 @@ async fn the_claim_takes_what_the_placement_model_takes() {
         run_seed(*seed, &mut shapes).await;
     }
     if seeds.len() > 1 {
-        // Every claim shape was exercised: plain and general runners, from the head and from
-        // remembered places.
+        // Every claim shape was exercised: plain and constrained classes, one runner and
+        // several, from the heads and from places.
         for plain in [false, true] {
-            for from_places in [false, true] {
-                assert!(
-                    shapes.get(&(plain, from_places)).copied().unwrap_or(0) > 10,
-                    "too few claims of shape plain={plain} from_places={from_places}: {shapes:?}"
-                );
+            for several in [false, true] {
+                for from_places in [false, true] {
+                    assert!(
+                        shapes
+                            .get(&(plain, several, from_places))
+                            .copied()
+                            .unwrap_or(0)
+                            > 5,
+                        "too few claims of shape plain={plain} several={several} \
+                         from_places={from_places}: {shapes:?}"
+                    );
+                }
             }
         }
+    }
+}
+
+/// Where a job waits is decided twice, once in SQL (migration 0040's `job_lane` and
+/// `job_any_lane`, what the claim reads) and once in Rust (`Lane::of`, what a park wakes): on
+/// random jobs the two agree.
+#[tokio::test]
+async fn rust_and_sql_place_a_parked_job_in_the_same_lanes() {
+    use leasehold::store::claim::Lane;
+    use leasehold::store::records::Queue;
+    let mut rng = StdRng::seed_from_u64(48);
+    let url = fresh_database().await;
+    let db = connect(&url).await;
+    let runners: Vec<Runner> = (0..4).map(|_| random_runner(&mut rng)).collect();
+    for _ in 0..300 {
+        let j = random_job(&mut rng, &runners);
+        insert_job(&db, &j).await;
+        let row = db
+            .query_one(
+                "SELECT job_lane(workspace, owner, runner_id, pool, needs_workspace_runner,
+                                 required_capabilities, source_key),
+                        CASE WHEN pool = 'any' AND NOT needs_workspace_runner
+                             THEN job_any_lane(workspace, required_capabilities, source_key) END
+                   FROM jobs WHERE id = $1",
+                &[&j.id],
+            )
+            .await
+            .unwrap();
+        let mut sql: Vec<String> = [row.get::<_, Option<String>>(0), row.get(1)]
+            .into_iter()
+            .flatten()
+            .filter(|k| Lane::parse(k).is_some())
+            .collect();
+        sql.sort();
+        let mut rust: Vec<String> = Lane::of(&Queue {
+            workspace: WORKSPACE.into(),
+            owner: j.owner.clone(),
+            runner_id: j.runner_id,
+            pool: j.pool.map(str::to_owned),
+            needs_workspace_runner: j.needs_workspace_runner,
+            constrained: Some(!j.required.is_empty() || j.source_key.is_some()),
+            priority: Some(j.priority),
+        })
+        .iter()
+        .map(Lane::key)
+        .collect();
+        rust.sort();
+        assert_eq!(rust, sql, "{j:?}");
     }
 }

@@ -1,30 +1,28 @@
-//! Where a claim starts (store::bounds, migrations 0013, 0016 and 0030): a replica remembers, per
-//! queue and class, the first parked job its last claim saw, and the next claim starts there,
-//! whether its runner is plain or advertises capabilities, and whether the jobs are plain or
-//! require a capability (the constrained class, read only for a runner that advertises one): each test runs for all three. Nothing
-//! behind that place is ever skipped: a job released or re-delivered behind it, a job
-//! dispatched since with a higher priority, and a job a lease held locked and then rolled back
-//! are all taken before the jobs after it, in priority-then-FIFO order.
+//! Where a claim starts under an old snapshot (hub::dispatcher): a replica's dispatcher
+//! remembers, per class of runners and lane, where its last claim there ended (the first job it
+//! reached and did not take, else just after the last it took), and the next claim starts
+//! there, whether the runners are plain or advertise capabilities, and whether the jobs are plain
+//! or require a capability (the constrained lanes, read only by a class that advertises one):
+//! each test runs for all three. Nothing behind that place is ever skipped: a job released or
+//! re-delivered behind it (told by a notification, from this replica or another), a job
+//! dispatched since with a higher priority, and a job another claim held locked and then rolled
+//! back are all taken before the jobs after it, in priority-then-FIFO order; a job parked behind
+//! it with nobody told is found by the lane's next read from its head.
 //!
-//! Every test runs its replicas with places always in use and a full walk every hour, so each
-//! claim after the first plain one starts from a remembered place (a claim from the head would
-//! pass these tests trivially).
+//! Every test runs its replicas with places always in use and a full walk every hour (but the
+//! last), so each claim after the first starts from a remembered place (a claim from the head
+//! would pass these tests trivially).
 
 use std::time::Duration;
 
 use leasehold::client::Client;
-use leasehold::domain::credentials::{self, Kind};
-use leasehold::store::lease::{Advertised, Probe};
-use leasehold::store::records::LeaseIdentity;
-use leasehold::store::Store;
 use leasehold::wire::{self, Tier};
 use serde_json::json;
 
 use crate::support::{connect, eventually, hold_snapshot, lease, pair, personal, TestApp};
 
 /// What each place test runs for: a plain runner and plain jobs, a runner that advertises
-/// `linux` and plain jobs (`lease_claim.sql`'s plain lanes), and
-/// jobs that require it (the constrained lanes).
+/// `linux` and plain jobs (the plain lanes), and jobs that require it (the constrained lanes).
 const SHAPES: [(&[&str], &[&str]); 3] = [(&[], &[]), (&["linux"], &[]), (&["linux"], &["linux"])];
 
 fn remember_for_an_hour(c: &mut leasehold::config::Config) {
@@ -239,75 +237,45 @@ async fn a_constrained_place_does_not_pass_a_job_another_runner_of_the_queue_can
     assert_eq!(next(&gpu).await.id, ids[3], "the place passed no gpu job");
 }
 
-/// A long-poll's last look (`lease_probe.sql`, at the deadline of a wait nothing ended) reads
-/// each lane from its place too, and still sees a job parked behind the place since: here one
-/// parked again with no wake-up at all (a direct update, as a lost notification would leave it),
-/// which only that look can find before the poll ends. The look is the store's, called as a
-/// long-poll calls it, after claims through the same store have set the places.
+/// A job parked behind a place with nobody told (here a direct update, as a claim elsewhere
+/// that rolled back or a lost notification would leave it) is found by the lane's next read
+/// from its head, at most `LEASEHOLD_CLAIM_FULL_WALK_MS` later.
 #[tokio::test]
-async fn a_long_polls_last_look_from_the_places_sees_a_job_parked_behind_them() {
-    last_look_for(&[], &[]).await;
-    last_look_for(&["linux"], &["linux"]).await;
+async fn a_job_parked_behind_a_place_untold_is_found_by_the_next_full_walk() {
+    for (capabilities, requires) in SHAPES {
+        full_walk_for(capabilities, requires).await;
+    }
 }
 
-async fn last_look_for(capabilities: &[&str], requires: &[&str]) {
-    let app = TestApp::spawn().await;
+async fn full_walk_for(capabilities: &[&str], requires: &[&str]) {
+    let app = TestApp::spawn_with(1, |c| {
+        c.claim_bound_age = 0;
+        c.claim_full_walk_ms = 1_000;
+    })
+    .await;
     let alice = app.operator("acme", "alice", false).await;
-    let (runner, r) = pair(&alice, Tier::Personal, capabilities, 10).await;
-    let token_hash = credentials::parse(Kind::Runner, r.token().unwrap()).unwrap();
+    let (_, r) = pair(&alice, Tier::Personal, capabilities, 10).await;
     let ids = park(&alice, 2, requires).await;
-    let db = connect(&app.database_url).await;
-    let row = db
-        .query_one(
-            "SELECT workspace, owner FROM runners WHERE id = $1",
-            &[&runner.id],
+    let first = next(&r).await;
+    assert_eq!(first.id, ids[0]);
+    assert_eq!(next(&r).await.id, ids[1]);
+    // ids[0] parked again behind the place, and nobody told.
+    connect(&app.database_url)
+        .await
+        .execute(
+            "UPDATE jobs SET state = 'parked', leased_by = NULL, lease_expires_at = NULL
+              WHERE id = $1",
+            &[&ids[0]],
         )
         .await
         .unwrap();
-    let me = LeaseIdentity {
-        id: runner.id,
-        workspace: row.get(0),
-        owner: row.get(1),
-        plain: capabilities.is_empty(),
-        leases_since: None,
-    };
-    // A store whose claims always start from remembered places, and never walk from the head.
-    let store = Store::connect(&app.database_url, 1, app.config.presence_window_ms)
-        .unwrap()
-        .with_claim_bounds(0, Duration::from_secs(3600));
-    let advertised = Advertised {
-        capabilities: Some(capabilities.iter().map(|c| (*c).to_owned()).collect()),
-        ..Advertised::default()
-    };
-    for id in &ids {
-        let out = store
-            .lease(&token_hash, &advertised, Some(&me), 1, 60_000, false, &[])
-            .await
-            .unwrap();
-        assert_eq!(
-            out.claimed.iter().map(|j| j.id).collect::<Vec<_>>(),
-            vec![*id]
-        );
-    }
-    // The places are past both jobs now: the look finds nothing.
-    assert_eq!(
-        store.lease_probe(&token_hash, &me).await.unwrap(),
-        Probe::Nothing
-    );
-    // ids[0] parked again behind the place, and nobody told.
-    db.execute(
-        "UPDATE jobs SET state = 'parked', parked_xid = pg_current_xact_id(),
-                         leased_by = NULL, lease_expires_at = NULL
-          WHERE id = $1",
-        &[&ids[0]],
+    let again = eventually(
+        Duration::from_secs(15),
+        "the full walk finds it",
+        || async { lease(&r, 0, 1).await.pop() },
     )
-    .await
-    .unwrap();
-    assert_eq!(
-        store.lease_probe(&token_hash, &me).await.unwrap(),
-        Probe::Worth,
-        "the look saw the job parked behind the place"
-    );
+    .await;
+    assert_eq!(again.id, ids[0]);
 }
 
 /// The horizon that switches claims to places is this database's: a snapshot held in another

@@ -9,9 +9,8 @@ use std::time::Duration;
 use leasehold::client::Client;
 use leasehold::domain::credentials::{self, Kind};
 use leasehold::hub::sweeper::sweep_once;
-use leasehold::store::lease::Advertised;
-use leasehold::store::records::LeaseIdentity;
-use leasehold::store::{Report, Store};
+use leasehold::store::claim::ClassClaim;
+use leasehold::store::Report;
 use leasehold::wire::{self, Tier};
 use serde_json::json;
 
@@ -508,21 +507,22 @@ async fn a_lease_held_since_long_before_still_counts_against_capacity() {
     // Leased (through the test's own store, so that neither replica has seen the runner yet)
     // and stamped an hour back, as if held that long.
     let held = dispatch(&alice, personal(), json!("held")).await;
-    let token_hash = credentials::parse(Kind::Runner, r0.token().unwrap()).unwrap();
     let first = app
         .store
-        .lease(
-            &token_hash,
-            &Advertised::default(),
-            None,
-            1,
-            600_000,
-            false,
+        .tick(
             &[],
+            &[ClassClaim {
+                runners: vec![runner.id],
+                wants: vec![1],
+                since: vec![None],
+                named: vec![true],
+                ..ClassClaim::default()
+            }],
+            600_000,
         )
         .await
         .unwrap();
-    assert_eq!(first.claimed[0].id, held.id);
+    assert_eq!(first.claims[0].runners[0].claimed[0].id, held.id);
     connect(&app.database_url)
         .await
         .execute(
@@ -554,64 +554,36 @@ async fn a_lease_held_since_long_before_still_counts_against_capacity() {
 }
 
 /// A remembered bound ahead of the database's clock (the clock stepped back, or a failover went
-/// to a server whose clock is behind) is not trusted: each claim statement then counts every
-/// lease of the runner.
+/// to a server whose clock is behind) is not trusted: the claim then counts every lease of the
+/// runner, from the heads and from places alike.
 #[tokio::test]
 async fn a_bound_ahead_of_the_database_clock_counts_every_lease() {
     let app = TestApp::spawn().await;
     let alice = app.operator("acme", "alice", false).await;
     let (runner, r) = pair(&alice, Tier::Personal, &[], 2).await;
-    let token_hash = credentials::parse(Kind::Runner, r.token().unwrap()).unwrap();
     dispatch(&alice, personal(), json!("held")).await;
     assert_eq!(lease(&r, 0, 1).await.len(), 1);
     for i in 0..4 {
         dispatch(&alice, personal(), json!(i)).await;
     }
-    let row = connect(&app.database_url)
-        .await
-        .query_one(
-            "SELECT workspace, owner FROM runners WHERE id = $1",
-            &[&runner.id],
-        )
-        .await
-        .unwrap();
-    // A store whose plain claims always start from remembered places.
-    let from_places = Store::connect(&app.database_url, 1, app.config.presence_window_ms)
-        .unwrap()
-        .with_claim_bounds(0, Duration::from_secs(3600));
-    // The claim for a runner known as plain or not, each from the head and from places.
-    for (store, plain, claim) in [
-        (&app.store, false, "general, from the head"),
-        (&app.store, true, "plain, from the head"),
-        (&from_places, true, "plain, from places"),
-        (&from_places, false, "general, from places"),
-    ] {
-        let me = LeaseIdentity {
-            id: runner.id,
-            workspace: row.get(0),
-            owner: row.get(1),
-            plain,
-            leases_since: Some(chrono::Utc::now() + chrono::Duration::hours(1)),
+    for places in [false, true] {
+        let claim = ClassClaim {
+            runners: vec![runner.id],
+            wants: vec![5],
+            since: vec![Some(chrono::Utc::now() + chrono::Duration::hours(1))],
+            named: vec![true],
+            places,
+            ..ClassClaim::default()
         };
-        let out = store
-            .lease(
-                &token_hash,
-                &Advertised::default(),
-                Some(&me),
-                5,
-                60_000,
-                false,
-                &[],
-            )
-            .await
-            .unwrap();
+        let out = app.store.tick(&[], &[claim], 60_000).await.unwrap();
+        let mine = &out.claims[0].runners[0];
         assert_eq!(
-            (out.free, out.claimed.len()),
+            (mine.free, mine.claimed.len()),
             (1, 1),
-            "{claim}: capacity 2, one held"
+            "places {places}: capacity 2, one held"
         );
-        let job = &out.claimed[0];
-        r.complete(job.id, job.epoch, json!(claim)).await.unwrap();
+        let job = &mine.claimed[0];
+        r.complete(job.id, job.epoch, json!(places)).await.unwrap();
     }
 }
 

@@ -89,42 +89,41 @@ async fn check_hot_plans(app: &TestApp) {
                       "required_capabilities": [], "priority": 0, "max_attempts": 3,
                       "no_runner_timeout_ms": 300000, "secrets": []})
     .to_string();
+    let heads = format!("ARRAY[-1001, -1001, -1001, -1001], ARRAY[{nil}, {nil}, {nil}, {nil}]");
+    let places = format!("ARRAY[0, 0, 0, 0], ARRAY[{job}, {job}, {job}, {job}]");
     let statements: Vec<(&str, &'static str, String)> = vec![
-        // The one claim from the head, and from remembered places in every lane.
+        // The claim from the lanes' heads, and from remembered places in every lane.
         (
-            "lease_claim",
-            sql::LEASE_CLAIM,
+            "claim",
+            sql::CLAIM,
             format!(
-                "{token}, {runner}, 'acme', 'ws:acme', 10, 120000, now(), false, \
-                 1001, {nil}, NULL, 1001, {nil}, NULL, 1001, {nil}, NULL, 1001, {nil}, NULL, false, false"
+                "ARRAY[{runner}], ARRAY[10], ARRAY[now()], ARRAY[true], 120000, {heads}, false"
             ),
         ),
-        ("lease_more", sql::LEASE_MORE, "'acme', 'ws:acme'".into()),
         (
-            "lease_claim_from",
-            sql::LEASE_CLAIM,
+            "claim_from",
+            sql::CLAIM,
             format!(
-                "{token}, {runner}, 'acme', 'ws:acme', 10, 120000, now(), true, \
-                 0, {job}, '1000', 0, {job}, '1000', 0, {job}, '1000', 0, {job}, '1000', true, true"
+                "ARRAY[{runner}], ARRAY[10], ARRAY[now()], ARRAY[true], 120000, {places}, true"
             ),
         ),
+        (
+            "runners_lock_for_claim",
+            sql::RUNNERS_LOCK_FOR_CLAIM,
+            format!("ARRAY[{runner}], false"),
+        ),
+        ("runner_for_lease", sql::RUNNER_FOR_LEASE, token.to_owned()),
         (
             "lease_reject_unfit",
             sql::LEASE_REJECT_UNFIT,
-            format!("{token}, {runner}, 'ws:acme'"),
+            format!("ARRAY[{runner}]"),
         ),
         (
-            "lease_probe",
-            sql::LEASE_PROBE,
-            format!(
-                "{token}, {runner}, 'acme', 'ws:acme', 30000, now(), \
-                 0, {job}, '1000', 0, {job}, '1000', 0, {job}, '1000', 0, {job}, '1000'"
-            ),
-        ),
-        (
-            "runner_lock_for_lease",
-            sql::RUNNER_LOCK_FOR_LEASE,
-            format!("{token}, NULL, NULL, NULL, 30000"),
+            "parked_lanes",
+            sql::PARKED_LANES,
+            "ARRAY['p/acme/ws:acme/0', 'r/00000000-0000-7000-8000-000000000002'], \
+             ARRAY['a/acme/0']"
+                .to_owned(),
         ),
         (
             "job_complete",
@@ -176,57 +175,70 @@ async fn check_hot_plans(app: &TestApp) {
         let i = statements.iter().position(|(n, _, _)| *n == name).unwrap();
         plans[i].as_str()
     };
-    // The claims walk each claim index in order; they never read or sort a whole queue.
-    for name in ["lease_claim", "lease_claim_from"] {
+    // The claim merges its lanes, each an ordered range of its index; it never reads or
+    // sorts a whole queue.
+    for name in ["claim", "claim_from"] {
         assert_plan(
             name,
             plan(name),
             &[
-                "Index Scan using jobs_claim_named",
-                "Index Scan using jobs_claim_pool",
-                "Index Scan using jobs_claim_any",
+                "Merge Append",
+                "Index Scan using jobs_claim on",
+                "Index Scan using jobs_claim_any on",
                 "jobs_pkey",
-                // The runner's leases from where they start (migration 0015), in the index.
+                // The runners' leases from where they start (migration 0015), in the index.
                 "Index Only Scan using jobs_leased_since",
-                "Index Cond: ((leased_by = $2) AND (leased_at >= CASE",
+                "(leased_at >= CASE",
+                // Each lane from its start: one row comparison the index starts from.
+                "(ROW((- priority), id) >= ROW(",
             ],
             &["Seq Scan"],
         );
-        // The parks since each lane's place come from their own indexes (the class a key
-        // column: migration 0030), never from a walk of the claim index.
-        assert_plan(
-            name,
-            plan(name),
-            &[
-                "Index Scan using jobs_parked_since_pool on ",
-                "Index Scan using jobs_parked_since_any on ",
-            ],
-            &[],
-        );
         assert!(
-            plan(name).contains("CTE r\n    ->  Index Scan using runners_"),
-            "{name} finds its runner by a unique index:\n{}",
+            plan(name).contains("Index Scan using runners_pkey"),
+            "{name} finds its runners by primary key:\n{}",
             plan(name)
         );
-        for line in plan(name).lines() {
+        // Only what it took is sorted (its answer), never the lanes' candidates (a Merge
+        // Append's key is a merge of ordered ranges, not a sort).
+        let lines: Vec<&str> = plan(name).lines().collect();
+        for pair in lines.windows(2) {
+            let sort = pair[0]
+                .trim_start()
+                .trim_start_matches("->  ")
+                .starts_with("Sort ");
             assert!(
-                !(line.contains("Sort") && line.contains("j_")),
-                "{name} sorts job rows itself: {line}"
+                !(sort && (pair[1].contains("(- ") || pair[1].contains(".neg"))),
+                "{name} sorts job rows itself: {}",
+                pair[1]
             );
         }
     }
-    // Whether jobs are left reads the head of each claim index, never a whole queue.
+    // The runners by key (locked in id order: the index's, or a sort of the tick's few ids).
     assert_plan(
-        "lease_more",
-        plan("lease_more"),
-        &["jobs_claim_pool", "jobs_claim_any"],
-        &["Seq Scan", "Sort"],
+        "runners_lock_for_claim",
+        plan("runners_lock_for_claim"),
+        &["runners_pkey"],
+        &["Seq Scan"],
     );
-    // The rejection reads the runner's named jobs by their index, and its runner by a key.
+    assert_plan(
+        "runner_for_lease",
+        plan("runner_for_lease"),
+        &["runners_token_hash_key"],
+        &["Seq Scan"],
+    );
+    // The rejection reads the runners' named lanes by the claim index, the runners by key.
     assert_plan(
         "lease_reject_unfit",
         plan("lease_reject_unfit"),
-        &["jobs_claim_named", "Index Scan using runners_"],
+        &["Index Cond: (job_lane(", "runners_pkey", "jobs_pkey"],
+        &["Seq Scan", "Sort"],
+    );
+    // The safety net probes each lane's index.
+    assert_plan(
+        "parked_lanes",
+        plan("parked_lanes"),
+        &["jobs_claim on", "jobs_claim_any on"],
         &["Seq Scan", "Sort"],
     );
     // Fenced statements reach their job by primary key and their runner by its token.
@@ -244,28 +256,6 @@ async fn check_hot_plans(app: &TestApp) {
             &["Seq Scan", "jobs_leased_since", "jobs_lease_check"],
         );
     }
-    // The probe reads claim indexes from each lane's place, the parks since it from their own
-    // indexes, and the runner's leases; never a whole table.
-    assert_plan(
-        "lease_probe",
-        plan("lease_probe"),
-        &[
-            "Index Scan using runners_",
-            "jobs_claim_named",
-            "jobs_claim_pool",
-            "jobs_claim_any",
-            "jobs_leased_since",
-            "Index Scan using jobs_parked_since_pool on ",
-            "Index Scan using jobs_parked_since_any on ",
-        ],
-        &["Seq Scan", "Sort"],
-    );
-    assert_plan(
-        "runner_lock_for_lease",
-        plan("runner_lock_for_lease"),
-        &["runners_token_hash_key"],
-        &["Seq Scan"],
-    );
     assert_plan(
         "job_insert",
         plan("job_insert"),
@@ -284,7 +274,7 @@ async fn check_hot_plans(app: &TestApp) {
 /// requiring `gpu` sit ahead (same priority, lower ids) of runnable ones; a workspace runner
 /// without capabilities runs the claim's generic plan (as a replica's pool connection does)
 /// and leases the first runnable job. Its claim must not have read and filtered the unfit head:
-/// no plan node discards rows by its filter, and the constrained class is never scanned.
+/// no plan node discards rows by its filter, and the constrained lane is never scanned.
 #[tokio::test]
 async fn a_claim_behind_an_unfit_head_reads_none_of_it() {
     let app = TestApp::spawn().await;
@@ -304,38 +294,32 @@ async fn a_claim_behind_an_unfit_head_reads_none_of_it() {
     // A runner that holds none of the table's leases, and its token.
     let row = db
         .query_one(
-            "SELECT id, 'token' || substr(label, 2) FROM runners
+            "SELECT id FROM runners
               WHERE id NOT IN (SELECT leased_by FROM jobs WHERE leased_by IS NOT NULL)
               LIMIT 1",
             &[],
         )
         .await
         .unwrap();
-    let (runner, token): (uuid::Uuid, String) = (row.get(0), row.get(1));
-    // The plain claim is the one a replica sends for such a runner; the general one must not
-    // read the head either.
-    for (name, claim) in [
-        ("lease_claim", sql::LEASE_CLAIM),
-        ("lease_claim_from", sql::LEASE_CLAIM),
-    ] {
+    let runner: uuid::Uuid = row.get(0);
+    // The claim from the lanes' heads, and answering where they start next.
+    for (name, places) in [("claim", false), ("claim_from", true)] {
         let tx = db.transaction().await.unwrap();
         tx.batch_execute(
             "SET LOCAL plan_cache_mode = force_generic_plan; SET LOCAL enable_seqscan = off",
         )
         .await
         .unwrap();
-        tx.batch_execute(&format!("PREPARE claim AS {claim}"))
+        tx.batch_execute(&format!("PREPARE claim AS {}", sql::CLAIM))
             .await
             .unwrap();
-        // The claims from places, from the head (no remembered place) in every lane.
-        let lane = ", 1001, '00000000-0000-0000-0000-000000000000', NULL";
-        let read_ahead = name == "lease_claim_from";
-        let head = format!(", {read_ahead}{lane}{lane}{lane}{lane}, {read_ahead}, false");
+        let nil = "'00000000-0000-0000-0000-000000000000'::uuid";
         let plan = first_column(
             &tx,
             &format!(
-                "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) EXECUTE claim(sha256('{token}'::bytea), \
-                 '{runner}', 'acme', 'ws:acme', 1, 120000, NULL{head})"
+                "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) EXECUTE claim(ARRAY['{runner}'::uuid], \
+                 ARRAY[1], ARRAY[NULL::timestamptz], ARRAY[true], 120000, \
+                 ARRAY[-1001, -1001, -1001, -1001], ARRAY[{nil}, {nil}, {nil}, {nil}], {places})"
             ),
         )
         .await

@@ -111,7 +111,7 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 120)]
     pub soak_reference_seconds: u64,
     /// Capabilities the soak's runners advertise, comma-separated (none by default: plain
-    /// runners). With any, every lease also reads the constrained lanes of `lease_claim.sql`.
+    /// runners). With any, every claim also reads the constrained lanes (`claim.sql`).
     #[arg(long, default_value = "")]
     pub soak_capabilities: String,
     /// Capabilities every job of the soak requires, comma-separated (none by default: plain

@@ -154,7 +154,7 @@ pub async fn run(dep: &Deployment, args: &BenchArgs, report: &mut Report) -> any
         format!("ratio {:.2} to the first minute", after_rate / first_rate),
     ));
     // The claim: from remembered places under the snapshot, from the head after.
-    let claim = ["lease_claim.sql"];
+    let claim = ["claim.sql"];
     table.push((
         "soak claim ms, first / last minute / after".into(),
         format!(
@@ -163,7 +163,7 @@ pub async fn run(dep: &Deployment, args: &BenchArgs, report: &mut Report) -> any
             last.mean_ms(&claim),
             after.mean_ms(&claim)
         ),
-        "pg_stat_statements, the lease_claim*.sql".into(),
+        "pg_stat_statements, claim.sql".into(),
     ));
     table.push((
         "soak jobs table + indexes MB, fresh / held / after".into(),
@@ -577,10 +577,7 @@ mod tests {
             .replace("'completed'", "$6")
             .replace("'leased'", "$14");
         assert_eq!(statement_file(&normalized), Some("job_complete.sql"));
-        assert_eq!(
-            statement_file(crate::store::sql::LEASE_CLAIM),
-            Some("lease_claim.sql")
-        );
+        assert_eq!(statement_file(crate::store::sql::CLAIM), Some("claim.sql"));
         assert_eq!(statement_file("SELECT 1"), None);
     }
 }

@@ -23,7 +23,7 @@ use super::setup::{self, ReplicaProcess};
 use super::{progress, round, BenchArgs, Deployment, Report};
 use crate::client::Client;
 use crate::domain::credentials::{self, Kind};
-use crate::store::lease::{Advertised, DoneReport, Reported};
+use crate::store::claim::{ClassClaim, DoneReport, ReportOf, Reported};
 use crate::store::{NewJob, Store};
 use crate::wire;
 
@@ -349,8 +349,8 @@ pub(super) async fn end_to_end(
 }
 
 /// The service's statements through the store, no HTTP, no coalescing: each client parks a
-/// job, then leases one with the last one's report (`done`: report, lock and claim in one
-/// pipelined transaction), as the e2e runners do.
+/// job, then runs a tick for its runner alone with the last job's report (`done`: report, lock
+/// and claim in one pipelined transaction), as a dispatcher does for one waiting runner.
 async fn raw_cycle(
     url: &str,
     clients: &[(String, Client)],
@@ -372,9 +372,12 @@ async fn raw_cycle(
             completed.clone(),
         );
         tasks.spawn(async move {
-            let mut known = None;
+            let mut me = store
+                .runner_for_lease(&token_hash)
+                .await?
+                .context("the bench runner is live")?;
             let mut n = 0i64;
-            let mut done: Vec<DoneReport> = Vec::new();
+            let mut done: Vec<ReportOf> = Vec::new();
             while !stop.load(Ordering::Relaxed) {
                 let job = NewJob {
                     id: Uuid::now_v7(),
@@ -388,27 +391,28 @@ async fn raw_cycle(
                 };
                 n += 1;
                 store.insert_jobs(&[job]).await?;
-                let out = store
-                    .lease(
-                        &token_hash,
-                        &Advertised::default(),
-                        known.as_ref(),
-                        1,
-                        120_000,
-                        false,
-                        &done,
-                    )
-                    .await?;
-                known = out.runner.clone();
+                let claim = ClassClaim {
+                    runners: vec![me.id],
+                    wants: vec![1],
+                    since: vec![me.leases_since],
+                    named: vec![false],
+                    ..ClassClaim::default()
+                };
+                let out = store.tick(&done, &[claim], 120_000).await?;
                 completed.fetch_add(out.done.iter().flatten().count() as u64, Ordering::Relaxed);
-                // Each job is reported by the next lease, as the e2e runners report.
-                done = out
-                    .claimed
-                    .iter()
-                    .map(|c| DoneReport {
-                        id: c.id,
-                        epoch: c.epoch,
-                        report: Reported::Complete(json!({"exit_code": 0})),
+                let mine = out.claims.into_iter().flat_map(|c| c.runners).next();
+                me.leases_since = mine.as_ref().and_then(|m| m.leases_since);
+                // Each job is reported by the next tick, as the e2e runners report.
+                done = mine
+                    .into_iter()
+                    .flat_map(|m| m.claimed)
+                    .map(|c| ReportOf {
+                        token_hash: token_hash.clone(),
+                        done: DoneReport {
+                            id: c.id,
+                            epoch: c.epoch,
+                            report: Reported::Complete(json!({"exit_code": 0})),
+                        },
                     })
                     .collect();
             }

@@ -1,0 +1,903 @@
+//! The dispatcher: one per replica, it claims for all the replica's waiting runners at once.
+//!
+//! A lease call registers here (its runner, how many jobs it wants, the reports it carries) and
+//! waits in memory, holding no connection. The dispatcher runs *ticks*, one at a time per
+//! workspace: a tick applies every report its waiters carry, then claims for every waiting
+//! runner it is due for, one `claim.sql` per class of runners (one owner's runners that
+//! advertise the same), all in one transaction (store::claim). A claim hands its jobs out
+//! round-robin among the class's runners, oldest waiter first, capacity kept.
+//!
+//! What makes a waiter due: it is new (its first look, which also reads its named lane), or a
+//! job was parked in a lane its class reads: by this replica (dispatch, release, retry, sweep),
+//! heard from another one (a NOTIFY names the workspace and the lane), or found by the safety
+//! net (`parked_lanes.sql`, every recheck interval). A park wakes the dispatcher, never each
+//! waiter: a parked job is taken by one claim. A park that no waiting class here reads is told
+//! to the other replicas at once; one a tick here read, when that tick may have left some of its
+//! lane behind (a class filled every slot it had, or the lane is constrained), after the tick.
+//!
+//! Invariants. A waiter is answered exactly once: jobs (and it leaves), no free slot, its runner
+//! gone, or the end of its wait; a waiter in a tick is answered when the tick ends (a withdrawn
+//! one too: its reports may be in that tick, and jobs leased for it are handed over). Jobs leased
+//! for a waiter whose call went away are given back at once (re-parked, attempt not counted).
+//! Reports are committed before their call waits; a tick that fails answers its new waiters with
+//! the error and ends the wait of the others, whose reports already committed.
+//!
+//! Where a claim starts (under an old snapshot): a claim index keeps an entry for every job taken
+//! until no snapshot can see the job's parked version, so while a session holds an old snapshot
+//! a claim from a lane's head walks every job taken since. While the horizon is old
+//! (store::horizon) each class reads each lane from the place after the last job it took there;
+//! every park it learns of before that place moves the place back to it, and each lane is read
+//! from its head at least every `LEASEHOLD_CLAIM_FULL_WALK_MS` (a job parked behind a place
+//! unannounced, by a claim elsewhere that rolled back or a lost notification, waits at most
+//! that long). A class's place is its own: a job it skipped as unfit for it is never behind
+//! another class's place.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::histogram::Histogram;
+use tokio::sync::oneshot;
+use uuid::Uuid;
+
+use super::notifier::{Notice, Notifier};
+use crate::store::claim::{
+    ClaimOutcome, ClassClaim, DoneReport, Lane, Place, ReportOf, RunnerClaim, Slot, TickOutcome,
+};
+use crate::store::jobs::Fenced;
+use crate::store::records::{Claimed, Job, LeaseIdentity, Queue};
+use crate::store::{Result, Store, StoreError};
+
+/// What a lease call's wait ended with.
+#[derive(Debug, Default)]
+pub struct Answer {
+    /// The jobs it took (named first, then by priority and id).
+    pub claimed: Vec<Claimed>,
+    /// No live runner has its token any more.
+    pub gone: bool,
+    /// What each of its reports did, in order (a miss says `NotFound` until asked why).
+    pub done: Vec<Fenced<Job>>,
+    /// Its runner as the tick left it (where its leases start, what it advertises).
+    pub me: Option<LeaseIdentity>,
+}
+
+/// What a tick's end owes the rest of the hub: wakes and follow-up statements.
+#[derive(Default)]
+pub struct Aftermath {
+    /// Jobs settled or parked again by reports.
+    pub settled: Vec<Job>,
+    /// Jobs leased (their readers wake).
+    pub leased: Vec<Uuid>,
+    /// Runners with named jobs they cannot run, and the jobs rejected for it.
+    pub unfit: Vec<Uuid>,
+    pub rejected: Vec<Uuid>,
+    /// Jobs to give back: leased for a call that went away (with its runner's token hash).
+    pub orphans: Vec<(Vec<u8>, Uuid, i64)>,
+    /// Runners that are gone.
+    pub gone: Vec<Uuid>,
+}
+
+/// One owner's runners that advertise the same: they read the same lanes.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct Class {
+    owner: String,
+    capabilities: Vec<String>,
+    exclusive: Vec<String>,
+    sources: Vec<String>,
+}
+
+impl Class {
+    fn of(me: &LeaseIdentity) -> Self {
+        Self {
+            owner: me.owner.clone(),
+            capabilities: me.capabilities.clone(),
+            exclusive: me.exclusive.clone(),
+            sources: me.sources.clone(),
+        }
+    }
+
+    /// The pool slots open to it, as claim.sql opens them.
+    fn slots(&self) -> Vec<Slot> {
+        let plain = self.exclusive.is_empty();
+        let constrained = !self.capabilities.is_empty() || !self.sources.is_empty();
+        let ws = self.owner.starts_with("ws:");
+        Slot::ALL
+            .into_iter()
+            .filter(|s| match s {
+                Slot::OwnPlain => plain,
+                Slot::OwnConstrained => constrained,
+                Slot::AnyPlain => ws && plain,
+                Slot::AnyConstrained => ws && constrained,
+            })
+            .collect()
+    }
+
+    fn reads(&self, workspace: &str, lane: &Lane) -> bool {
+        self.slots()
+            .into_iter()
+            .any(|s| &s.lane(workspace, &self.owner) == lane)
+    }
+}
+
+struct Waiter {
+    me: LeaseIdentity,
+    /// Its runner's class (what `me` advertises).
+    class: Class,
+    token_hash: Vec<u8>,
+    want: i32,
+    /// Reports not yet applied (a new waiter's).
+    reports: Vec<DoneReport>,
+    /// What its reports did, once applied.
+    done: Option<Vec<Fenced<Job>>>,
+    /// Not yet through a tick.
+    fresh: bool,
+    /// A job was parked in its named lane since its last tick.
+    named: bool,
+    /// Answer after its next tick, whatever it finds.
+    once: bool,
+    in_tick: bool,
+    /// Its call went away during a tick: what the tick leases for it is given back.
+    abandoned: bool,
+    reply: Option<oneshot::Sender<Result<Answer>>>,
+}
+
+#[derive(Default)]
+struct Workspace {
+    waiters: BTreeMap<u64, Waiter>,
+    /// How many of the waiters are of each class, and of each runner: what a park asks.
+    classes: HashMap<Class, usize>,
+    runners: HashMap<Uuid, usize>,
+    ticking: bool,
+    /// Lanes parked in since the last tick, and of those the ones parked by this replica.
+    dirty: HashSet<Lane>,
+    local: HashSet<Lane>,
+    /// When a lane first turned dirty since the last tick (the wake latency).
+    dirty_since: Option<Instant>,
+    /// Where each class's claim of each pool slot starts, and when it last read it from its head.
+    places: HashMap<(Class, Slot), (Place, Instant)>,
+}
+
+impl Workspace {
+    fn insert(&mut self, id: u64, w: Waiter) {
+        *self.classes.entry(w.class.clone()).or_default() += 1;
+        *self.runners.entry(w.me.id).or_default() += 1;
+        self.waiters.insert(id, w);
+    }
+
+    fn remove(&mut self, id: u64) -> Option<Waiter> {
+        let w = self.waiters.remove(&id)?;
+        fn forget<K: std::hash::Hash + Eq>(counts: &mut HashMap<K, usize>, key: &K) {
+            if let Some(n) = counts.get_mut(key) {
+                *n -= 1;
+                if *n == 0 {
+                    counts.remove(key);
+                }
+            }
+        }
+        forget(&mut self.classes, &w.class);
+        forget(&mut self.runners, &w.me.id);
+        Some(w)
+    }
+
+    /// A waiter's runner advertises otherwise now: it moves to its new class.
+    fn regroup(&mut self, id: u64, advertised: &(Vec<String>, Vec<String>, Vec<String>)) {
+        let Some(mut w) = self.remove(id) else {
+            return;
+        };
+        (w.me.capabilities, w.me.exclusive, w.me.sources) = advertised.clone();
+        w.class = Class::of(&w.me);
+        self.insert(id, w);
+    }
+
+    /// Whether a waiting runner here reads `lane`.
+    fn reads(&self, name: &str, lane: &Lane) -> bool {
+        match lane {
+            Lane::Named(id) => self.runners.contains_key(id),
+            lane => self.classes.keys().any(|c| c.reads(name, lane)),
+        }
+    }
+}
+
+#[derive(Default)]
+struct State {
+    next_id: u64,
+    workspaces: HashMap<String, Workspace>,
+    /// The workspace of each registered waiter.
+    index: HashMap<u64, String>,
+}
+
+/// The replica's dispatcher.
+pub struct Dispatcher {
+    store: Store,
+    notifier: Notifier,
+    hub: Weak<super::Hub>,
+    me: Weak<Self>,
+    lease_ttl_ms: i64,
+    full_walk: Duration,
+    state: Mutex<State>,
+    wake_latency: Histogram,
+    wakes: Counter,
+}
+
+/// A registered lease call; dropping it withdraws the call (jobs a tick leases for it then are
+/// given back).
+pub struct Ticket {
+    dispatcher: Arc<Dispatcher>,
+    id: u64,
+    answer: Option<oneshot::Receiver<Result<Answer>>>,
+}
+
+impl Ticket {
+    /// The answer, once the dispatcher has one.
+    ///
+    /// # Errors
+    /// The tick that carried this call's reports failed.
+    pub async fn answer(&mut self) -> Result<Answer> {
+        let Some(rx) = self.answer.as_mut() else {
+            return Err(StoreError::Unavailable("answered already".into()));
+        };
+        let got = rx
+            .await
+            .unwrap_or_else(|_| Err(StoreError::Unavailable("shutting down".into())));
+        self.answer = None;
+        got
+    }
+
+    /// End the wait now (its deadline, or shutdown): answered at once with nothing, unless a
+    /// tick holds it or its reports are not applied yet (then by that tick's end).
+    ///
+    /// # Errors
+    /// The tick that carried this call's reports failed.
+    pub async fn withdraw(&mut self) -> Result<Answer> {
+        if let Some(answer) = self.dispatcher.withdraw(self.id) {
+            self.answer = None;
+            return Ok(answer);
+        }
+        self.answer().await
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        if self.answer.is_some() {
+            self.dispatcher.abandon(self.id);
+        }
+    }
+}
+
+impl Dispatcher {
+    pub fn new(
+        store: Store,
+        notifier: Notifier,
+        hub: Weak<super::Hub>,
+        lease_ttl_ms: i64,
+        full_walk: Duration,
+        (wake_latency, wakes): (Histogram, Counter),
+    ) -> Arc<Self> {
+        Arc::new_cyclic(|me| Self {
+            store,
+            notifier,
+            hub,
+            me: me.clone(),
+            lease_ttl_ms,
+            full_walk,
+            state: Mutex::default(),
+            wake_latency,
+            wakes,
+        })
+    }
+
+    /// Register a lease call of runner `me` (authenticated by `token_hash`) that wants up to
+    /// `want` jobs and carries `reports`; `once`: answer after its first tick, whatever it finds.
+    pub fn register(
+        self: &Arc<Self>,
+        me: LeaseIdentity,
+        token_hash: Vec<u8>,
+        want: i32,
+        reports: Vec<DoneReport>,
+        once: bool,
+    ) -> Ticket {
+        let (tx, rx) = oneshot::channel();
+        let workspace = me.workspace.clone();
+        let id = {
+            let mut state = self.state.lock();
+            state.next_id += 1;
+            let id = state.next_id;
+            state.index.insert(id, workspace.clone());
+            let class = Class::of(&me);
+            state
+                .workspaces
+                .entry(workspace.clone())
+                .or_default()
+                .insert(
+                    id,
+                    Waiter {
+                        me,
+                        class,
+                        token_hash,
+                        want,
+                        reports,
+                        done: None,
+                        fresh: true,
+                        named: true,
+                        once,
+                        in_tick: false,
+                        abandoned: false,
+                        reply: Some(tx),
+                    },
+                );
+            id
+        };
+        self.poke(&workspace);
+        Ticket {
+            dispatcher: self.clone(),
+            id,
+            answer: Some(rx),
+        }
+    }
+
+    /// How many lease calls wait here.
+    pub fn len(&self) -> usize {
+        self.state.lock().index.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The runners waiting here now, in id order (the presence refresh marks them seen).
+    pub fn waiting_runners(&self) -> Vec<Uuid> {
+        let state = self.state.lock();
+        let mut runners: Vec<Uuid> = state
+            .workspaces
+            .values()
+            .flat_map(|ws| ws.runners.keys().copied())
+            .collect();
+        runners.sort();
+        runners
+    }
+
+    /// A job of `queue` was parked (by this replica when `local`; `id` the job's).
+    pub fn parked(&self, queue: &Queue, id: Uuid, local: bool) {
+        let place = queue.priority.map(|p| Place::of(p, id));
+        for lane in Lane::of(queue) {
+            self.parked_in(&queue.workspace, lane, place, local);
+        }
+    }
+
+    /// A job was parked in `lane` of `workspace`, at `place` when known.
+    pub fn parked_in(&self, workspace: &str, lane: Lane, place: Option<Place>, local: bool) {
+        let read = {
+            let mut state = self.state.lock();
+            match state.workspaces.get_mut(workspace) {
+                Some(ws) => {
+                    // A place this park lands before moves back to it (to the head when unknown).
+                    let to = place.unwrap_or(Place::HEAD);
+                    for ((class, slot), (at, _)) in &mut ws.places {
+                        if slot.lane(workspace, &class.owner) == lane && to < *at {
+                            *at = to;
+                        }
+                    }
+                    let read = ws.reads(workspace, &lane);
+                    if read {
+                        if let Lane::Named(id) = &lane {
+                            for w in ws.waiters.values_mut().filter(|w| w.me.id == *id) {
+                                w.named = true;
+                            }
+                        }
+                        ws.dirty.insert(lane.clone());
+                        ws.dirty_since.get_or_insert_with(Instant::now);
+                        if local {
+                            ws.local.insert(lane.clone());
+                        }
+                    }
+                    read
+                }
+                None => false,
+            }
+        };
+        if read {
+            self.wakes.inc();
+            self.poke(workspace);
+        } else if local {
+            self.notifier.send(Notice::Parked {
+                workspace: workspace.to_owned(),
+                lane,
+                place,
+            });
+        }
+    }
+
+    /// Every waiting runner looks again (the LISTEN connection reconnected: notifications were
+    /// lost), and every lane is read from its head once.
+    pub fn everyone_looks(&self) {
+        let workspaces: Vec<String> = {
+            let mut state = self.state.lock();
+            for ws in state.workspaces.values_mut() {
+                ws.places.clear();
+                for w in ws.waiters.values_mut() {
+                    w.named = true;
+                }
+                let lanes: Vec<Lane> = ws.waiters.values().flat_map(|w| lanes_of(&w.me)).collect();
+                ws.dirty.extend(lanes);
+            }
+            state.workspaces.keys().cloned().collect()
+        };
+        for w in workspaces {
+            self.poke(&w);
+        }
+    }
+
+    /// The lanes this replica's waiting runners read (for the safety net).
+    pub fn waited_lanes(&self) -> Vec<(String, Lane)> {
+        let state = self.state.lock();
+        let mut out: HashSet<(String, Lane)> = HashSet::new();
+        for (name, ws) in &state.workspaces {
+            for w in ws.waiters.values() {
+                out.extend(lanes_of(&w.me).into_iter().map(|l| (name.clone(), l)));
+            }
+        }
+        out.into_iter().collect()
+    }
+
+    /// Start a tick of `workspace` unless one runs; the running one loops while work is due.
+    fn poke(&self, workspace: &str) {
+        let start = {
+            let mut state = self.state.lock();
+            match state.workspaces.get_mut(workspace) {
+                Some(ws) if !ws.ticking => {
+                    ws.ticking = true;
+                    true
+                }
+                _ => false,
+            }
+        };
+        if start {
+            if let Some(me) = self.me.upgrade() {
+                tokio::spawn(me.ticks(workspace.to_owned()));
+            }
+        }
+    }
+
+    fn withdraw(&self, id: u64) -> Option<Answer> {
+        let mut state = self.state.lock();
+        let name = state.index.get(&id)?.clone();
+        let ws = state.workspaces.get_mut(&name)?;
+        let w = ws.waiters.get_mut(&id)?;
+        if w.in_tick || w.fresh {
+            w.once = true;
+            return None;
+        }
+        let w = ws.remove(id)?;
+        state.index.remove(&id);
+        Some(Answer {
+            done: w.done.unwrap_or_default(),
+            me: Some(w.me),
+            ..Answer::default()
+        })
+    }
+
+    fn abandon(&self, id: u64) {
+        let mut state = self.state.lock();
+        let Some(name) = state.index.get(&id).cloned() else {
+            return;
+        };
+        let Some(ws) = state.workspaces.get_mut(&name) else {
+            return;
+        };
+        match ws.waiters.get_mut(&id) {
+            Some(w) if w.in_tick => w.abandoned = true,
+            Some(_) => {
+                ws.remove(id);
+                state.index.remove(&id);
+            }
+            None => {}
+        }
+    }
+
+    /// Ticks of `workspace`, one after another, while a waiter is due.
+    async fn ticks(self: Arc<Self>, workspace: String) {
+        loop {
+            let mut untold = Vec::new();
+            let plan = self.plan(&workspace, &mut untold);
+            for lane in untold {
+                self.notifier.send(Notice::Parked {
+                    workspace: workspace.clone(),
+                    lane,
+                    place: None,
+                });
+            }
+            let Some(plan) = plan else {
+                return;
+            };
+            let out = self
+                .store
+                .tick(&plan.reports, &plan.claims, self.lease_ttl_ms)
+                .await;
+            let (answers, mut aftermath, forward) = self.settle(&workspace, &plan, out);
+            if !aftermath.unfit.is_empty() {
+                // Before the answers: a lease call that found its named jobs unfit answers
+                // once they are rejected.
+                match self.store.reject_unfit(&aftermath.unfit).await {
+                    Ok(rejected) => aftermath.rejected = rejected,
+                    Err(e) => tracing::warn!(error = %e,
+                        "rejecting named jobs their runner cannot run failed; its next claim asks again"),
+                }
+            }
+            for (reply, answer) in answers {
+                let _ = reply.send(answer);
+            }
+            for lane in forward {
+                self.notifier.send(Notice::Parked {
+                    workspace: workspace.clone(),
+                    lane,
+                    place: None,
+                });
+            }
+            if let Some(hub) = self.hub.upgrade() {
+                hub.after_tick(aftermath).await;
+            }
+        }
+    }
+
+    /// What the next tick of `workspace` does, its waiters marked in it; `None` (and the tick
+    /// loop ends) when no waiter is due. `untold`: the lanes this replica parked in that no
+    /// runner here reads any more (the other replicas are told).
+    fn plan(&self, name: &str, untold: &mut Vec<Lane>) -> Option<Plan> {
+        let horizon_old = self.store.horizon_is_old();
+        let mut state = self.state.lock();
+        let ws = state.workspaces.get_mut(name)?;
+        let dirty: HashSet<&Class> = ws
+            .classes
+            .keys()
+            .filter(|c| ws.dirty.iter().any(|lane| c.reads(name, lane)))
+            .collect();
+        let due: Vec<u64> = ws
+            .waiters
+            .iter()
+            .filter(|(_, w)| !w.in_tick && (w.fresh || w.named || dirty.contains(&w.class)))
+            .map(|(id, _)| *id)
+            .collect();
+        let local = std::mem::take(&mut ws.local);
+        if due.is_empty() {
+            // Parks here that no runner here is left to read: the other replicas may have one.
+            untold.extend(local);
+            ws.ticking = false;
+            ws.dirty.clear();
+            ws.dirty_since = None;
+            if ws.waiters.is_empty() {
+                state.workspaces.remove(name);
+            }
+            return None;
+        }
+        ws.dirty.clear();
+        let dirty_since = ws.dirty_since.take();
+        let mut plan = Plan {
+            waiters: due.clone(),
+            dirty_since,
+            ..Plan::default()
+        };
+        // Group by class; within a class, a runner once (its calls' wants summed), in the order
+        // its first call began to wait.
+        let mut classes: Vec<(Class, ClassClaim)> = Vec::new();
+        for id in &due {
+            let w = ws.waiters.get_mut(id).expect("a due waiter");
+            w.in_tick = true;
+            for done in w.reports.drain(..) {
+                plan.reports.push(ReportOf {
+                    token_hash: w.token_hash.clone(),
+                    done,
+                });
+                plan.reporters.push(*id);
+            }
+            let at = match classes.iter().position(|(c, _)| *c == w.class) {
+                Some(at) => at,
+                None => {
+                    classes.push((w.class.clone(), ClassClaim::default()));
+                    classes.len() - 1
+                }
+            };
+            let claim = &mut classes[at].1;
+            match claim.runners.iter().position(|r| *r == w.me.id) {
+                Some(i) => {
+                    claim.wants[i] += w.want;
+                    claim.named[i] |= w.fresh || w.named;
+                }
+                None => {
+                    claim.runners.push(w.me.id);
+                    claim.wants.push(w.want);
+                    claim.since.push(w.me.leases_since);
+                    claim.named.push(w.fresh || w.named);
+                }
+            }
+            w.named = false;
+        }
+        let now = Instant::now();
+        for (class, claim) in &mut classes {
+            claim.places = horizon_old;
+            for (i, slot) in Slot::ALL.into_iter().enumerate() {
+                let entry = ws
+                    .places
+                    .entry((class.clone(), slot))
+                    .or_insert((Place::HEAD, now));
+                if !horizon_old || now.duration_since(entry.1) >= self.full_walk {
+                    // From the head (always while the horizon is young, and at least every
+                    // full walk while it is old): where this claim ends is the place.
+                    *entry = (Place::HEAD, now);
+                }
+                claim.starts[i] = entry.0;
+            }
+            let lanes: Vec<Lane> = class
+                .slots()
+                .into_iter()
+                .map(|s| s.lane(name, &class.owner))
+                .collect();
+            plan.forward
+                .extend(local.iter().filter(|l| lanes.contains(l)).cloned());
+        }
+        plan.forward.sort();
+        plan.forward.dedup();
+
+        let (classes, claims): (Vec<Class>, Vec<ClassClaim>) = classes.into_iter().unzip();
+        plan.classes = classes;
+        plan.claims = claims;
+        let claimed_for: HashSet<Uuid> =
+            plan.claims.iter().flat_map(|c| c.runners.clone()).collect();
+        untold.extend(local.into_iter().filter(|l| match l {
+            Lane::Named(id) => !claimed_for.contains(id),
+            lane => !plan.forward.contains(lane),
+        }));
+        Some(plan)
+    }
+
+    /// Hand a tick's outcome to its waiters: the answers to send, what the hub owes, and the
+    /// lanes to tell the other replicas of.
+    #[allow(clippy::type_complexity)]
+    fn settle(
+        &self,
+        name: &str,
+        plan: &Plan,
+        out: Result<TickOutcome>,
+    ) -> (
+        Vec<(oneshot::Sender<Result<Answer>>, Result<Answer>)>,
+        Aftermath,
+        Vec<Lane>,
+    ) {
+        let mut answers = Vec::new();
+        let mut after = Aftermath::default();
+        let mut state = self.state.lock();
+        let State {
+            workspaces, index, ..
+        } = &mut *state;
+        let Some(ws) = workspaces.get_mut(name) else {
+            return (answers, after, Vec::new());
+        };
+        let out = match out {
+            Ok(out) => out,
+            Err(e) => {
+                // New waiters get the error (their reports were not applied); the others end
+                // their wait with what their reports did.
+                let message = e.to_string();
+                for id in &plan.waiters {
+                    let Some(mut w) = ws.remove(*id) else {
+                        continue;
+                    };
+                    index.remove(id);
+                    let answer = match w.done.take() {
+                        Some(done) => Ok(Answer {
+                            done,
+                            me: Some(w.me),
+                            ..Answer::default()
+                        }),
+                        None => Err(StoreError::Unavailable(message.clone())),
+                    };
+                    if let Some(reply) = w.reply.take() {
+                        answers.push((reply, answer));
+                    }
+                }
+                return (answers, after, Vec::new());
+            }
+        };
+        // The reports' outcomes, to their waiters.
+        let mut done: HashMap<u64, Vec<Fenced<Job>>> = HashMap::new();
+        for (id, d) in plan.reporters.iter().zip(out.done) {
+            if let Ok(job) = &d {
+                after.settled.push(job.clone());
+            }
+            done.entry(*id).or_default().push(d);
+        }
+        for id in &plan.waiters {
+            if let Some(w) = ws.waiters.get_mut(id) {
+                if w.done.is_none() {
+                    w.done = Some(done.remove(id).unwrap_or_default());
+                }
+            }
+        }
+        let mut forward = Vec::new();
+        let mut leased_any = false;
+        for ((class, claim), outcome) in plan.classes.iter().zip(&plan.claims).zip(out.claims) {
+            let (mut slots, mut taken) = (0i64, 0i64);
+            let mut live: HashSet<Uuid> = HashSet::new();
+            if claim.places {
+                Self::learn_places(ws, class, &outcome);
+            }
+            for rc in outcome.runners {
+                live.insert(rc.id);
+                let pool = rc.claimed.iter().filter(|c| !c.named).count() as i64;
+                let named = rc.claimed.len() as i64 - pool;
+                if rc.grouped {
+                    slots += (rc.free - named).max(0);
+                    taken += pool;
+                }
+                if rc.unfit_named {
+                    after.unfit.push(rc.id);
+                }
+                leased_any |= !rc.claimed.is_empty();
+                after.leased.extend(rc.claimed.iter().map(|c| c.id));
+                self.hand_out(ws, index, plan, rc, &mut answers, &mut after);
+            }
+            // A runner the claim did not answer for is gone.
+            for runner in claim.runners.iter().filter(|r| !live.contains(r)) {
+                after.gone.push(*runner);
+                let ids: Vec<u64> = plan
+                    .waiters
+                    .iter()
+                    .copied()
+                    .filter(|id| ws.waiters.get(id).is_some_and(|w| w.me.id == *runner))
+                    .collect();
+                for id in ids {
+                    if let Some(mut w) = ws.remove(id) {
+                        index.remove(&id);
+                        if let Some(reply) = w.reply.take() {
+                            answers.push((
+                                reply,
+                                Ok(Answer {
+                                    gone: true,
+                                    done: w.done.take().unwrap_or_default(),
+                                    ..Answer::default()
+                                }),
+                            ));
+                        }
+                    }
+                }
+            }
+            // Jobs may be left in the lanes a local park made dirty: the class filled every
+            // slot it had, or a lane is constrained (what this class skipped, another may take).
+            let full = slots > 0 && taken == slots;
+            for lane in &plan.forward {
+                if class.reads(name, lane)
+                    && (full
+                        || matches!(
+                            lane,
+                            Lane::Pool {
+                                constrained: true,
+                                ..
+                            } | Lane::Any {
+                                constrained: true,
+                                ..
+                            }
+                        ))
+                {
+                    forward.push(lane.clone());
+                }
+            }
+        }
+        if leased_any {
+            if let Some(since) = plan.dirty_since {
+                self.wake_latency.observe(since.elapsed().as_secs_f64());
+            }
+        }
+        forward.sort();
+        forward.dedup();
+        (answers, after, forward)
+    }
+
+    /// A class's places after its claim: each lane starts next at the first job the claim
+    /// reached there and did not take, or after the last one it took there.
+    fn learn_places(ws: &mut Workspace, class: &Class, outcome: &ClaimOutcome) {
+        let next = outcome.next_starts(class.owner.starts_with("ws:"));
+        for (slot, next) in Slot::ALL.into_iter().zip(next) {
+            if let (Some(next), Some((at, _))) = (next, ws.places.get_mut(&(class.clone(), slot))) {
+                *at = next;
+            }
+        }
+    }
+
+    /// A runner's claim, to its waiters in this tick (oldest first, each up to what it wanted).
+    fn hand_out(
+        &self,
+        ws: &mut Workspace,
+        index: &mut HashMap<u64, String>,
+        plan: &Plan,
+        rc: RunnerClaim,
+        answers: &mut Vec<(oneshot::Sender<Result<Answer>>, Result<Answer>)>,
+        after: &mut Aftermath,
+    ) {
+        let mut jobs = rc.claimed.into_iter();
+        let mut token = Vec::new();
+        let left = rc.free - jobs.len() as i64;
+        let ids: Vec<u64> = plan
+            .waiters
+            .iter()
+            .copied()
+            .filter(|id| ws.waiters.get(id).is_some_and(|w| w.me.id == rc.id))
+            .collect();
+        for id in ids {
+            if !rc.grouped {
+                // It advertises otherwise now: it looks again, with its class.
+                ws.regroup(id, &rc.advertised);
+            }
+            let Some(w) = ws.waiters.get_mut(&id) else {
+                continue;
+            };
+            w.me.leases_since = rc.leases_since;
+            token = w.token_hash.clone();
+            let mine: Vec<Claimed> = jobs
+                .by_ref()
+                .take(usize::try_from(w.want).unwrap_or(0))
+                .collect();
+            w.in_tick = false;
+            if w.abandoned {
+                after
+                    .orphans
+                    .extend(mine.iter().map(|c| (w.token_hash.clone(), c.id, c.epoch)));
+                ws.remove(id);
+                index.remove(&id);
+                continue;
+            }
+            let ends = !mine.is_empty() || (rc.grouped && (left <= 0 || w.once));
+            if !ends {
+                w.fresh = !rc.grouped;
+                continue;
+            }
+            let Some(mut w) = ws.remove(id) else {
+                continue;
+            };
+            index.remove(&id);
+            if let Some(reply) = w.reply.take() {
+                answers.push((
+                    reply,
+                    Ok(Answer {
+                        claimed: mine,
+                        gone: false,
+                        done: w.done.take().unwrap_or_default(),
+                        me: Some(w.me),
+                    }),
+                ));
+            }
+        }
+        // More than its waiters here wanted (it cannot happen: wants are summed): give back.
+        for c in jobs {
+            after.orphans.push((token.clone(), c.id, c.epoch));
+        }
+    }
+}
+
+/// The lanes a waiting runner reads: its named lane and its class's pool lanes.
+fn lanes_of(me: &LeaseIdentity) -> Vec<Lane> {
+    let class = Class::of(me);
+    let mut lanes = vec![Lane::Named(me.id)];
+    lanes.extend(
+        class
+            .slots()
+            .into_iter()
+            .map(|s| s.lane(&me.workspace, &class.owner)),
+    );
+    lanes
+}
+
+/// A tick's work, taken from the dispatcher's state.
+#[derive(Default)]
+struct Plan {
+    waiters: Vec<u64>,
+    reports: Vec<ReportOf>,
+    /// The waiter of each report, in step.
+    reporters: Vec<u64>,
+    classes: Vec<Class>,
+    claims: Vec<ClassClaim>,
+    /// Lanes a local park made dirty that this tick reads.
+    forward: Vec<Lane>,
+    dirty_since: Option<Instant>,
+}
