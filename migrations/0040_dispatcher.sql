@@ -51,16 +51,22 @@ $$;
 
 -- Ordered by (-priority, id), both ascending, so that where a claim starts (a place: the
 -- dispatcher's memory of the last job it took from the lane) is one row comparison the index
--- can start from: `ROW(-priority, id) >= ROW($p, $id)`.
+-- can start from: `ROW(-priority, id) >= ROW($p, $id)`. The predicate names the lane (never
+-- NULL) so that only a statement that reads a lane can use the index: replicas plan each
+-- statement once, generically, and a plan that walked this index for `state = 'parked'` alone
+-- would read every parked job (tests/it/plans.rs).
 CREATE INDEX jobs_claim
     ON jobs (job_lane(workspace, owner, runner_id, pool, needs_workspace_runner,
                       required_capabilities, source_key), (-priority), id)
-    WHERE state = 'parked';
+    WHERE state = 'parked'
+      AND job_lane(workspace, owner, runner_id, pool, needs_workspace_runner,
+                   required_capabilities, source_key) IS NOT NULL;
 
 DROP INDEX jobs_claim_any;
 CREATE INDEX jobs_claim_any
     ON jobs (job_any_lane(workspace, required_capabilities, source_key), (-priority), id)
-    WHERE state = 'parked' AND pool = 'any' AND NOT needs_workspace_runner;
+    WHERE state = 'parked' AND pool = 'any' AND NOT needs_workspace_runner
+      AND job_any_lane(workspace, required_capabilities, source_key) IS NOT NULL;
 
 -- Replaced by jobs_claim.
 DROP INDEX jobs_claim_pool;

@@ -45,12 +45,12 @@ named AS (
 ),
 -- Named jobs it cannot run (it dropped a capability since): lease_reject_unfit.sql's.
 unfit AS (
-    SELECT m.id FROM m WHERE m.named AND EXISTS (
-        SELECT 1 FROM jobs j WHERE j.state = 'parked'
+    SELECT m.id FROM m CROSS JOIN LATERAL (
+        SELECT 1 FROM jobs j WHERE m.named AND j.state = 'parked'
            AND job_lane(j.workspace, j.owner, j.runner_id, j.pool, j.needs_workspace_runner,
                         j.required_capabilities, j.source_key) = 'r/' || m.id
            AND NOT job_fits(j.required_capabilities, j.source_key, j.needs_workspace_runner,
-                            m.capabilities, m.exclusive, m.sources, (SELECT ws FROM g)))
+                            m.capabilities, m.exclusive, m.sources, (SELECT ws FROM g)) LIMIT 1) AS u
 ),
 -- Each runner's slots left, numbered round-robin: every runner's first, then every second.
 slots AS (
@@ -90,7 +90,8 @@ cand AS (
 pool AS (
     SELECT c.id, c.ord, row_number() OVER (ORDER BY c.ord) AS k FROM (
         SELECT c.* FROM cand c CROSS JOIN LATERAL (
-            SELECT 1 FROM jobs j WHERE j.id = c.id AND j.state = 'parked' FOR UPDATE SKIP LOCKED) AS l
+            SELECT 1 FROM jobs j WHERE j.id = c.id AND j.state IS NOT DISTINCT FROM 'parked'
+               FOR UPDATE SKIP LOCKED) AS l
          LIMIT (SELECT count(*) FROM slots)) AS c
 ),
 -- Where each lane's next claim starts (with $8): the first candidate up to one past the last

@@ -50,6 +50,11 @@ use crate::store::jobs::Fenced;
 use crate::store::records::{Claimed, Job, LeaseIdentity, Queue};
 use crate::store::{Result, Store, StoreError};
 
+/// How many ticks of one workspace may run at once on a replica: what arrives while they run
+/// waits for the next, and is claimed with everything else that arrived (group commit, without
+/// a timer).
+const TICKS_IN_FLIGHT: usize = 1;
+
 /// What a lease call's wait ended with.
 #[derive(Debug, Default)]
 pub struct Answer {
@@ -133,8 +138,9 @@ struct Waiter {
     done: Option<Vec<Fenced<Job>>>,
     /// Not yet through a tick.
     fresh: bool,
-    /// A job was parked in its named lane since its last tick.
-    named: bool,
+    /// The workspace's park count when its last tick began: a park since in a lane it reads
+    /// makes it due again.
+    seen: u64,
     /// Answer after its next tick, whatever it finds.
     once: bool,
     in_tick: bool,
@@ -149,11 +155,16 @@ struct Workspace {
     /// How many of the waiters are of each class, and of each runner: what a park asks.
     classes: HashMap<Class, usize>,
     runners: HashMap<Uuid, usize>,
-    ticking: bool,
-    /// Lanes parked in since the last tick, and of those the ones parked by this replica.
-    dirty: HashSet<Lane>,
+    /// Ticks running (at most [`TICKS_IN_FLIGHT`]).
+    ticking: usize,
+    /// Parks heard of here, counted; and the count at the last park in a lane each class
+    /// reads, and in each runner's named lane.
+    parks: u64,
+    class_parks: HashMap<Class, u64>,
+    runner_parks: HashMap<Uuid, u64>,
+    /// Lanes this replica parked in that no tick has read since.
     local: HashSet<Lane>,
-    /// When a lane first turned dirty since the last tick (the wake latency).
+    /// When the first park since the last tick was heard of (the wake latency).
     dirty_since: Option<Instant>,
     /// Where each class's claim of each pool slot starts, and when it last read it from its head.
     places: HashMap<(Class, Slot), (Place, Instant)>,
@@ -178,6 +189,12 @@ impl Workspace {
         }
         forget(&mut self.classes, &w.class);
         forget(&mut self.runners, &w.me.id);
+        if !self.classes.contains_key(&w.class) {
+            self.class_parks.remove(&w.class);
+        }
+        if !self.runners.contains_key(&w.me.id) {
+            self.runner_parks.remove(&w.me.id);
+        }
         Some(w)
     }
 
@@ -197,6 +214,45 @@ impl Workspace {
             Lane::Named(id) => self.runners.contains_key(id),
             lane => self.classes.keys().any(|c| c.reads(name, lane)),
         }
+    }
+
+    /// A park in `lane`: the waiters that read it are due (those in a tick, once it ends).
+    fn park(&mut self, name: &str, lane: &Lane) {
+        self.parks += 1;
+        let at = self.parks;
+        match lane {
+            Lane::Named(id) => {
+                self.runner_parks.insert(*id, at);
+            }
+            lane => {
+                let classes: Vec<Class> = self
+                    .classes
+                    .keys()
+                    .filter(|c| c.reads(name, lane))
+                    .cloned()
+                    .collect();
+                for class in classes {
+                    self.class_parks.insert(class, at);
+                }
+            }
+        }
+    }
+
+    /// A park in its named lane since its last tick began.
+    fn named_due(&self, w: &Waiter) -> bool {
+        self.runner_parks
+            .get(&w.me.id)
+            .is_some_and(|at| *at > w.seen)
+    }
+
+    fn due(&self, w: &Waiter) -> bool {
+        !w.in_tick
+            && (w.fresh
+                || self.named_due(w)
+                || self
+                    .class_parks
+                    .get(&w.class)
+                    .is_some_and(|at| *at > w.seen))
     }
 }
 
@@ -321,7 +377,7 @@ impl Dispatcher {
                         reports,
                         done: None,
                         fresh: true,
-                        named: true,
+                        seen: 0,
                         once,
                         in_tick: false,
                         abandoned: false,
@@ -382,12 +438,7 @@ impl Dispatcher {
                     }
                     let read = ws.reads(workspace, &lane);
                     if read {
-                        if let Lane::Named(id) = &lane {
-                            for w in ws.waiters.values_mut().filter(|w| w.me.id == *id) {
-                                w.named = true;
-                            }
-                        }
-                        ws.dirty.insert(lane.clone());
+                        ws.park(workspace, &lane);
                         ws.dirty_since.get_or_insert_with(Instant::now);
                         if local {
                             ws.local.insert(lane.clone());
@@ -417,11 +468,12 @@ impl Dispatcher {
             let mut state = self.state.lock();
             for ws in state.workspaces.values_mut() {
                 ws.places.clear();
-                for w in ws.waiters.values_mut() {
-                    w.named = true;
-                }
-                let lanes: Vec<Lane> = ws.waiters.values().flat_map(|w| lanes_of(&w.me)).collect();
-                ws.dirty.extend(lanes);
+                ws.parks += 1;
+                let at = ws.parks;
+                let classes: Vec<Class> = ws.classes.keys().cloned().collect();
+                let runners: Vec<Uuid> = ws.runners.keys().copied().collect();
+                ws.class_parks.extend(classes.into_iter().map(|c| (c, at)));
+                ws.runner_parks.extend(runners.into_iter().map(|r| (r, at)));
             }
             state.workspaces.keys().cloned().collect()
         };
@@ -442,13 +494,14 @@ impl Dispatcher {
         out.into_iter().collect()
     }
 
-    /// Start a tick of `workspace` unless one runs; the running one loops while work is due.
+    /// Start a tick of `workspace` unless [`TICKS_IN_FLIGHT`] run; each loops while work is
+    /// due, so what arrives while they run is claimed together by the next.
     fn poke(&self, workspace: &str) {
         let start = {
             let mut state = self.state.lock();
             match state.workspaces.get_mut(workspace) {
-                Some(ws) if !ws.ticking => {
-                    ws.ticking = true;
+                Some(ws) if ws.ticking < TICKS_IN_FLIGHT => {
+                    ws.ticking += 1;
                     true
                 }
                 _ => false,
@@ -549,31 +602,27 @@ impl Dispatcher {
         let horizon_old = self.store.horizon_is_old();
         let mut state = self.state.lock();
         let ws = state.workspaces.get_mut(name)?;
-        let dirty: HashSet<&Class> = ws
-            .classes
-            .keys()
-            .filter(|c| ws.dirty.iter().any(|lane| c.reads(name, lane)))
-            .collect();
         let due: Vec<u64> = ws
             .waiters
             .iter()
-            .filter(|(_, w)| !w.in_tick && (w.fresh || w.named || dirty.contains(&w.class)))
+            .filter(|(_, w)| ws.due(w))
             .map(|(id, _)| *id)
             .collect();
-        let local = std::mem::take(&mut ws.local);
         if due.is_empty() {
-            // Parks here that no runner here is left to read: the other replicas may have one.
-            untold.extend(local);
-            ws.ticking = false;
-            ws.dirty.clear();
-            ws.dirty_since = None;
-            if ws.waiters.is_empty() {
-                state.workspaces.remove(name);
+            ws.ticking -= 1;
+            if ws.ticking == 0 {
+                // Parks here that no runner here is left to read: another replica may have one.
+                untold.extend(std::mem::take(&mut ws.local));
+                ws.dirty_since = None;
+                if ws.waiters.is_empty() {
+                    state.workspaces.remove(name);
+                }
             }
             return None;
         }
-        ws.dirty.clear();
+        let local = std::mem::take(&mut ws.local);
         let dirty_since = ws.dirty_since.take();
+        let parks = ws.parks;
         let mut plan = Plan {
             waiters: due.clone(),
             dirty_since,
@@ -583,8 +632,13 @@ impl Dispatcher {
         // its first call began to wait.
         let mut classes: Vec<(Class, ClassClaim)> = Vec::new();
         for id in &due {
+            let named = {
+                let w = &ws.waiters[id];
+                w.fresh || ws.named_due(w)
+            };
             let w = ws.waiters.get_mut(id).expect("a due waiter");
             w.in_tick = true;
+            w.seen = parks;
             for done in w.reports.drain(..) {
                 plan.reports.push(ReportOf {
                     token_hash: w.token_hash.clone(),
@@ -603,16 +657,15 @@ impl Dispatcher {
             match claim.runners.iter().position(|r| *r == w.me.id) {
                 Some(i) => {
                     claim.wants[i] += w.want;
-                    claim.named[i] |= w.fresh || w.named;
+                    claim.named[i] |= named;
                 }
                 None => {
                     claim.runners.push(w.me.id);
                     claim.wants.push(w.want);
                     claim.since.push(w.me.leases_since);
-                    claim.named.push(w.fresh || w.named);
+                    claim.named.push(named);
                 }
             }
-            w.named = false;
         }
         let now = Instant::now();
         for (class, claim) in &mut classes {

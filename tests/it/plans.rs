@@ -47,6 +47,28 @@ pub async fn realistic_table(url: &str) {
     .expect("load a realistic table");
 }
 
+/// Every scan of a lane index in `plan` reaches its rows by the lane (`job_lane` for
+/// jobs_claim, `job_any_lane` for jobs_claim_any) as an index condition: a generic plan that
+/// walked one of them under a mere filter would read every parked job.
+pub fn assert_lanes_by_key(name: &str, plan: &str) {
+    let lines: Vec<&str> = plan.lines().collect();
+    for (i, line) in lines.iter().enumerate() {
+        for (index, key) in [
+            ("using jobs_claim on", "job_lane("),
+            ("using jobs_claim_any on", "job_any_lane("),
+        ] {
+            if !line.contains(index) {
+                continue;
+            }
+            let cond = lines[i + 1..]
+                .iter()
+                .take_while(|l| !l.contains("->"))
+                .any(|l| l.contains("Index Cond:") && l.contains(key));
+            assert!(cond, "{name} walks {index} without its lane:\n{plan}");
+        }
+    }
+}
+
 pub fn assert_plan(name: &str, plan: &str, must: &[&str], never: &[&str]) {
     for m in must {
         assert!(
@@ -175,6 +197,9 @@ async fn check_hot_plans(app: &TestApp) {
         let i = statements.iter().position(|(n, _, _)| *n == name).unwrap();
         plans[i].as_str()
     };
+    for (name, _, _) in &statements {
+        assert_lanes_by_key(name, plan(name));
+    }
     // The claim merges its lanes, each an ordered range of its index; it never reads or
     // sorts a whole queue.
     for name in ["claim", "claim_from"] {
@@ -340,6 +365,7 @@ async fn a_claim_behind_an_unfit_head_reads_none_of_it() {
             vec!["{}".to_owned()],
             "{name}: one runnable job leased:\n{plan}"
         );
+        assert_lanes_by_key(name, &plan);
         let removed: u64 = plan
             .lines()
             .filter_map(|l| l.trim().strip_prefix("Rows Removed by Filter: "))
