@@ -49,6 +49,15 @@ BEGIN
 END
 $$;
 
+-- What a runner offers a job with a source: `provider repository` of each repository target
+-- approved for it, sorted (what job_fits() compares a job's source_key with; a class of runners
+-- is also one set of these, claim.sql).
+CREATE FUNCTION runner_sources(runner uuid) RETURNS text[]
+LANGUAGE sql STABLE PARALLEL SAFE AS $$
+    SELECT ARRAY(SELECT t.provider || ' ' || t.repository FROM runner_repo_targets t
+                  WHERE t.runner_id = runner AND t.status = 'approved' ORDER BY 1)
+$$;
+
 -- Ordered by (-priority, id), both ascending, so that where a claim starts (a place: the
 -- dispatcher's memory of the last job it took from the lane) is one row comparison the index
 -- can start from: `ROW(-priority, id) >= ROW($p, $id)`. The predicate names the lane (never

@@ -1,20 +1,27 @@
--- The runner could not run the job at all; fenced and authenticated in one statement:
--- $1 id, $2 epoch, $3 sha256(runner token), $4 message, $5 how stale (ms) last_seen_at may get.
--- No row: the fence missed (the caller asks job_fence_miss why). When the job's retry policy
--- names runner_failed and allows another retry (job_retries_on, migration 0024), the job is
--- parked again instead: epoch + 1, retries + 1, attempts back to 0, leasable from not_before.
-WITH me AS (
-    SELECT r.id, r.owner, r.last_seen_at FROM runners r
-     WHERE r.token_hash = $3 AND r.revoked_at IS NULL
+-- The runner could not run the job at all; fenced and authenticated in one statement. Fails of
+-- several runners coalesced by the replica (store::combine), and those a dispatcher's tick
+-- carries, are one call: $1 ids, $2 epochs, $3 sha256(runner token)s, $4 messages, one element
+-- per report, in step; $5 how stale (ms) a runner's last_seen_at may get. A report's row carries
+-- its place in the arrays (`ord`, from 1); one with no row missed its fence (the caller asks
+-- job_fence_miss why); of two reports of one job one settles it, the other misses. When the job's
+-- retry policy names runner_failed and allows another retry (job_retries_on, migration 0024), the
+-- job is parked again instead: epoch + 1, retries + 1, attempts back to 0, leasable from
+-- not_before.
+WITH report AS (
+    SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::bytea[], $4::text[])
+                  WITH ORDINALITY AS x (id, epoch, token_hash, message, ord)
+),
+me AS (
+    SELECT x.ord, r.id, r.owner, r.last_seen_at
+      FROM report x JOIN runners r ON r.token_hash = x.token_hash
+     WHERE r.revoked_at IS NULL
        AND NOT (r.ephemeral AND runner_spent(r.ephemeral, r.ephemeral_job))
 ),
--- Whether this report retries the job. Read before the update, but the update re-checks the
+-- Whether each report retries its job. Read before the update, but the update re-checks the
 -- fence, and every change of retries bumps the epoch, so a stale answer can never apply.
 decided AS (
-    SELECT job_retries_on(j.retry, j.retries, 'runner_failed') AS again
-      FROM jobs j, me
-     WHERE j.id = $1 AND j.epoch = $2
-       AND j.leased_by IS NOT DISTINCT FROM me.id AND j.state IS NOT DISTINCT FROM 'leased'
+    SELECT x.ord, job_retries_on(j.retry, j.retries, 'runner_failed') AS again
+      FROM report x JOIN jobs j ON j.id = x.id
 ),
 settled AS (
     UPDATE jobs j
@@ -22,7 +29,7 @@ settled AS (
            finished_at = CASE WHEN d.again THEN NULL ELSE now() END,
            lease_expires_at = NULL,
            error = CASE WHEN NOT d.again THEN
-                       jsonb_build_object('reason', 'runner_failed', 'message', $4::text) END,
+                       jsonb_build_object('reason', 'runner_failed', 'message', x.message) END,
            provenance = CASE WHEN NOT d.again THEN
                             jsonb_build_object('ran_on', 'self-hosted', 'runner', me.id,
                                                'by', me.owner, 'epoch', j.epoch) END,
@@ -42,12 +49,12 @@ settled AS (
                    + (j.queue_deadline - j.created_at)
                ELSE j.queue_deadline END,
            event_seq = j.event_seq + 1
-      FROM me, decided d
-     WHERE j.id = $1 AND j.epoch = $2
+      FROM report x JOIN me ON me.ord = x.ord JOIN decided d ON d.ord = x.ord
+     WHERE j.id = x.id AND j.epoch = x.epoch
        -- Written so no partial index on leased rows can serve it: the row is reached by its
        -- primary key whatever the statistics say (docs/perf.md, "plans").
        AND j.leased_by IS NOT DISTINCT FROM me.id AND j.state IS NOT DISTINCT FROM 'leased'
-    RETURNING j.*, me.id AS reporter
+    RETURNING x.ord, j.*, me.id AS reporter
 ),
 seen AS (
     UPDATE runners r SET last_seen_at = now()

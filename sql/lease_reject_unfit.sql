@@ -13,10 +13,7 @@ WITH unfit AS (
                         j.required_capabilities, j.source_key) = 'r/' || r.id
            AND j.state = 'parked'
            AND NOT job_fits(j.required_capabilities, j.source_key, j.needs_workspace_runner,
-                            r.capabilities, r.exclusive,
-                            ARRAY(SELECT t.provider || ' ' || t.repository
-                                    FROM runner_repo_targets t
-                                   WHERE t.runner_id = r.id AND t.status = 'approved'),
+                            r.capabilities, r.exclusive, runner_sources(r.id),
                             r.owner LIKE 'ws:%')
          LIMIT 1000) AS j
      WHERE r.id = ANY ($1::uuid[]) AND r.revoked_at IS NULL

@@ -18,7 +18,7 @@ use serde_json::Value;
 use tokio_postgres::types::ToSql;
 use uuid::Uuid;
 
-use super::jobs::{FenceMiss, Fenced};
+use super::jobs::{Failure, FenceMiss, Fenced};
 use super::records::{Claimed, Job, LeaseIdentity, Queue};
 use super::{rows, sql, Result, Store};
 
@@ -360,18 +360,28 @@ impl Store {
         claims: &[ClassClaim],
         lease_ttl_ms: i64,
     ) -> Result<TickOutcome> {
-        // The reports: one statement for every complete (its arrays in step), one per fail.
+        // The reports: one statement for every complete, one for every fail (arrays in step).
+        let (mut complete_at, mut fail_at) = (Vec::new(), Vec::new());
         let mut completes = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         let mut fails = Vec::new();
         for (i, r) in reports.iter().enumerate() {
             match &r.done.report {
                 Reported::Complete(result) => {
+                    complete_at.push(i);
                     completes.0.push(r.done.id);
                     completes.1.push(r.done.epoch);
                     completes.2.push(r.token_hash.as_slice());
                     completes.3.push(result);
                 }
-                Reported::Fail(message) => fails.push((i, message)),
+                Reported::Fail(message) => {
+                    fail_at.push(i);
+                    fails.push(Failure {
+                        id: r.done.id,
+                        epoch: r.done.epoch,
+                        token_hash: r.token_hash.clone(),
+                        message: message.clone(),
+                    });
+                }
             }
         }
         let complete_args: [&(dyn ToSql + Sync); 5] = [
@@ -381,20 +391,14 @@ impl Store {
             &completes.3,
             &self.seen_refresh_ms,
         ];
-        let fail_args: Vec<[&(dyn ToSql + Sync); 5]> = fails
-            .iter()
-            .map(|(i, message)| {
-                let r = &reports[*i];
-                let args: [&(dyn ToSql + Sync); 5] = [
-                    &r.done.id,
-                    &r.done.epoch,
-                    &r.token_hash,
-                    *message,
-                    &self.seen_refresh_ms,
-                ];
-                args
-            })
-            .collect();
+        let fail_arrays = Failure::arrays(&fails);
+        let fail_args: [&(dyn ToSql + Sync); 5] = [
+            &fail_arrays.0,
+            &fail_arrays.1,
+            &fail_arrays.2,
+            &fail_arrays.3,
+            &self.seen_refresh_ms,
+        ];
         let mut locked: Vec<Uuid> = claims.iter().flat_map(|c| c.runners.clone()).collect();
         locked.sort();
         locked.dedup();
@@ -423,8 +427,8 @@ impl Store {
         if !completes.0.is_empty() {
             sets.push((sql::JOB_COMPLETE, &complete_args));
         }
-        for args in &fail_args {
-            sets.push((sql::JOB_FAIL, args));
+        if !fails.is_empty() {
+            sets.push((sql::JOB_FAIL, &fail_args));
         }
         if !claims.is_empty() {
             sets.push((sql::RUNNERS_LOCK_FOR_CLAIM, &lock_args));
@@ -435,24 +439,15 @@ impl Store {
         let mut rows = self.each_in_one_transaction(&sets).await?.into_iter();
 
         let mut done: Vec<Fenced<Job>> = reports.iter().map(|_| Err(FenceMiss::NotFound)).collect();
-        if !completes.0.is_empty() {
-            // `ord` counts the completes from 1; map it back to the report's place.
-            let at: Vec<usize> = (0..reports.len())
-                .filter(|&i| matches!(reports[i].done.report, Reported::Complete(_)))
-                .collect();
-            for row in rows.next().unwrap_or_default() {
-                let ord = usize::try_from(row.get::<_, i64>("ord") - 1).ok();
-                let i = ord.and_then(|o| at.get(o)).ok_or_else(|| {
-                    super::StoreError::Invalid(
-                        "job_complete.sql answered a report it was not sent".into(),
-                    )
-                })?;
-                done[*i] = Ok(rows::job(&row)?);
+        for (at, n) in [(&complete_at, completes.0.len()), (&fail_at, fails.len())] {
+            if n == 0 {
+                continue;
             }
-        }
-        for (i, _) in &fails {
-            if let Some(row) = rows.next().unwrap_or_default().first() {
-                done[*i] = Ok(rows::job(row)?);
+            let settled = rows::by_ord(n, &rows.next().unwrap_or_default(), rows::job)?;
+            for (i, job) in at.iter().zip(settled) {
+                if let Some(job) = job {
+                    done[*i] = Ok(job);
+                }
             }
         }
         // The lock's rows, then each claim's.
@@ -506,22 +501,23 @@ impl ClaimParams {
     }
 }
 
-/// A claim's rows (one per live runner and job it took, in runner order, then one per lane with
-/// a next start) as what it did.
+/// A claim's rows (one per live runner and job it took, in runner order, each with the lanes'
+/// next starts) as what it did.
 fn runner_claims(rows: Vec<tokio_postgres::Row>) -> ClaimOutcome {
     let mut out = ClaimOutcome::default();
-    for row in &rows {
-        let Some(id) = row.get::<_, Option<Uuid>>("runner") else {
-            let slot: i64 = row.get("next_slot");
-            let next = Place {
-                neg_priority: row.get("next_neg"),
-                id: row.get("next_id"),
-            };
+    if let Some(row) = rows.first() {
+        let slots: Option<Vec<i32>> = row.get("next_slots");
+        let negs: Option<Vec<i32>> = row.get("next_negs");
+        let ids: Option<Vec<Uuid>> = row.get("next_ids");
+        let next = slots.into_iter().flatten().zip(negs.into_iter().flatten());
+        for ((slot, neg_priority), id) in next.zip(ids.into_iter().flatten()) {
             if let Some(at) = usize::try_from(slot - 1).ok().filter(|s| *s < 4) {
-                out.next[at] = Some(next);
+                out.next[at] = Some(Place { neg_priority, id });
             }
-            continue;
-        };
+        }
+    }
+    for row in &rows {
+        let id: Uuid = row.get("runner");
         if out.runners.last().is_none_or(|r| r.id != id) {
             out.runners.push(RunnerClaim {
                 id,

@@ -34,6 +34,38 @@ pub struct Report {
     pub result: Value,
 }
 
+/// A runner's report that it could not run a job (`fail`).
+#[derive(Debug, Clone)]
+pub struct Failure {
+    pub id: Uuid,
+    pub epoch: i64,
+    /// SHA-256 of the reporting runner's token.
+    pub token_hash: Vec<u8>,
+    pub message: String,
+}
+
+impl Failure {
+    /// `job_fail.sql`'s arrays: ids, epochs, token hashes, messages, in step.
+    #[allow(clippy::type_complexity)]
+    pub fn arrays(fails: &[Failure]) -> (Vec<Uuid>, Vec<i64>, Vec<&[u8]>, Vec<&str>) {
+        (
+            fails.iter().map(|f| f.id).collect(),
+            fails.iter().map(|f| f.epoch).collect(),
+            fails.iter().map(|f| f.token_hash.as_slice()).collect(),
+            fails.iter().map(|f| f.message.as_str()).collect(),
+        )
+    }
+}
+
+/// A runner's heartbeat on a job it holds, extending the lease by `ttl_ms`.
+#[derive(Debug, Clone)]
+pub struct Beat {
+    pub id: Uuid,
+    pub epoch: i64,
+    pub token_hash: Vec<u8>,
+    pub ttl_ms: i64,
+}
+
 /// Why a fenced runner call matched no row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FenceMiss {
@@ -56,6 +88,8 @@ impl Store {
         Store {
             parker: std::sync::Arc::new(OnceLock::new()),
             reporter: std::sync::Arc::new(OnceLock::new()),
+            failer: std::sync::Arc::new(OnceLock::new()),
+            beater: std::sync::Arc::new(OnceLock::new()),
             ..self.clone()
         }
     }
@@ -242,7 +276,7 @@ impl Store {
         }
     }
 
-    /// Extend a lease; the new expiry.
+    /// Extend a lease, coalesced with other runners' concurrent heartbeats; the new expiry.
     pub async fn heartbeat_job(
         &self,
         id: Uuid,
@@ -250,13 +284,51 @@ impl Store {
         token_hash: &[u8],
         ttl_ms: i64,
     ) -> Result<Fenced<chrono::DateTime<chrono::Utc>>> {
-        let row = self
-            .query_opt(
+        let beater = self.beater.get_or_init(|| {
+            let store = self.for_combiner();
+            Combiner::start(COMBINE_BATCH, COMBINE_IN_FLIGHT, move |beats: Vec<Beat>| {
+                let store = store.clone();
+                async move { store.write_beats(&beats).await }
+            })
+        });
+        let beat = Beat {
+            id,
+            epoch,
+            token_hash: token_hash.to_vec(),
+            ttl_ms,
+        };
+        let done = traces::statement(|| "job_heartbeat", beater.submit(beat)).await?;
+        self.fenced(id, token_hash, done).await
+    }
+
+    /// Heartbeats in one statement, each matched alone; for each, in order, the new expiry or
+    /// `None` (fence missed).
+    ///
+    /// # Errors
+    /// The database failed; no lease was extended.
+    pub async fn extend_leases(
+        &self,
+        beats: &[Beat],
+    ) -> Result<Vec<Option<chrono::DateTime<chrono::Utc>>>> {
+        traces::statement(|| "job_heartbeat", self.write_beats(beats)).await
+    }
+
+    /// [`Self::extend_leases`] without a span (a combiner's batch; each caller holds one).
+    async fn write_beats(
+        &self,
+        beats: &[Beat],
+    ) -> Result<Vec<Option<chrono::DateTime<chrono::Utc>>>> {
+        let ids: Vec<Uuid> = beats.iter().map(|b| b.id).collect();
+        let epochs: Vec<i64> = beats.iter().map(|b| b.epoch).collect();
+        let tokens: Vec<&[u8]> = beats.iter().map(|b| b.token_hash.as_slice()).collect();
+        let ttl_ms = beats.first().map_or(0, |b| b.ttl_ms);
+        let rows = self
+            .query_untraced(
                 sql::JOB_HEARTBEAT,
-                &[&id, &epoch, &token_hash, &ttl_ms, &self.seen_refresh_ms],
+                &[&ids, &epochs, &tokens, &ttl_ms, &self.seen_refresh_ms],
             )
             .await?;
-        self.fenced(id, token_hash, row.map(|r| r.get(0))).await
+        rows::by_ord(beats.len(), &rows, |r| Ok(r.get("lease_expires_at")))
     }
 
     /// Settle reports in one statement, each matched alone; for each, in order, the completed
@@ -280,18 +352,7 @@ impl Store {
                 &[&ids, &epochs, &tokens, &results, &self.seen_refresh_ms],
             )
             .await?;
-        let mut settled: Vec<Option<Job>> = reports.iter().map(|_| None).collect();
-        for row in &rows {
-            // `ord` counts the arrays' elements from 1.
-            let at = usize::try_from(row.get::<_, i64>("ord") - 1).ok();
-            let slot = at.and_then(|i| settled.get_mut(i)).ok_or_else(|| {
-                super::StoreError::Invalid(
-                    "job_complete.sql answered a report it was not sent".into(),
-                )
-            })?;
-            *slot = Some(rows::job(row)?);
-        }
-        Ok(settled)
+        rows::by_ord(reports.len(), &rows, rows::job)
     }
 
     /// First terminal report wins: complete a job, coalesced with other runners' concurrent
@@ -313,6 +374,8 @@ impl Store {
         self.fenced(id, &token_hash, done).await
     }
 
+    /// A runner could not run a job: fail it (or park it again, by its retry policy), coalesced
+    /// with other runners' concurrent fails.
     pub async fn fail_job(
         &self,
         id: Uuid,
@@ -320,14 +383,46 @@ impl Store {
         token_hash: &[u8],
         message: &str,
     ) -> Result<Fenced<Job>> {
-        let row = self
-            .query_opt(
+        let failer = self.failer.get_or_init(|| {
+            let store = self.for_combiner();
+            Combiner::start(
+                COMBINE_BATCH,
+                COMBINE_IN_FLIGHT,
+                move |fails: Vec<Failure>| {
+                    let store = store.clone();
+                    async move { store.write_fails(&fails).await }
+                },
+            )
+        });
+        let failure = Failure {
+            id,
+            epoch,
+            token_hash: token_hash.to_vec(),
+            message: message.to_owned(),
+        };
+        let done = traces::statement(|| "job_fail", failer.submit(failure)).await?;
+        self.fenced(id, token_hash, done).await
+    }
+
+    /// Fails in one statement, each matched alone; for each, in order, the job it failed (or
+    /// parked again) or `None` (fence missed).
+    ///
+    /// # Errors
+    /// The database failed; nothing was failed.
+    pub async fn fail_jobs(&self, fails: &[Failure]) -> Result<Vec<Option<Job>>> {
+        traces::statement(|| "job_fail", self.write_fails(fails)).await
+    }
+
+    /// [`Self::fail_jobs`] without a span (a combiner's batch; each caller holds one).
+    async fn write_fails(&self, fails: &[Failure]) -> Result<Vec<Option<Job>>> {
+        let (ids, epochs, tokens, messages) = Failure::arrays(fails);
+        let rows = self
+            .query_untraced(
                 sql::JOB_FAIL,
-                &[&id, &epoch, &token_hash, &message, &self.seen_refresh_ms],
+                &[&ids, &epochs, &tokens, &messages, &self.seen_refresh_ms],
             )
             .await?;
-        let job = row.as_ref().map(rows::job).transpose()?;
-        self.fenced(id, token_hash, job).await
+        rows::by_ord(fails.len(), &rows, rows::job)
     }
 
     pub async fn release_job(

@@ -50,7 +50,7 @@ use tokio_postgres::{NoTls, Row};
 pub use conn::{Conn, Deadlines};
 pub use depth::JobDepth;
 pub use error::{At, StoreError};
-pub use jobs::{FenceMiss, Report};
+pub use jobs::{Beat, Failure, FenceMiss, Report};
 pub use placement::{AdvertisedTargets, LeaseCaller};
 pub use records::NewJob;
 pub use runners::NewRunner;
@@ -73,9 +73,12 @@ pub struct Store {
     seen_refresh_ms: i64,
     /// Statements sent to the database (BEGIN and COMMIT included), for `/metrics`.
     statements: Arc<AtomicU64>,
-    /// Dispatches and reports of concurrent callers, coalesced (started on first use).
+    /// Dispatches, reports, fails and heartbeats of concurrent callers, coalesced (each started
+    /// on first use).
     parker: Arc<OnceLock<combine::Combiner<NewJob, Option<Job>>>>,
     reporter: Arc<OnceLock<combine::Combiner<Report, Option<Job>>>>,
+    failer: Arc<OnceLock<combine::Combiner<jobs::Failure, Option<Job>>>>,
+    beater: Arc<OnceLock<combine::Combiner<jobs::Beat, Option<chrono::DateTime<chrono::Utc>>>>>,
     /// How long one operation and one checkout may take.
     deadlines: Deadlines,
     /// Whether an old snapshot is held (see [`horizon`]).
@@ -141,6 +144,8 @@ impl Store {
             statements: Arc::new(AtomicU64::new(0)),
             parker: Arc::new(OnceLock::new()),
             reporter: Arc::new(OnceLock::new()),
+            failer: Arc::new(OnceLock::new()),
+            beater: Arc::new(OnceLock::new()),
             deadlines: Deadlines::default(),
             horizon: Arc::default(),
             stale_plans_seen: Arc::default(),

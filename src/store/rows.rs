@@ -65,9 +65,9 @@ pub const MAPPED: &[(&str, &[&str])] = &[
             "free",
             "leases_since",
             "unfit_named",
-            "next_slot",
-            "next_neg",
-            "next_id",
+            "next_slots",
+            "next_negs",
+            "next_ids",
         ],
     ),
     ("lease_reject_unfit.sql", &["id"]),
@@ -88,6 +88,31 @@ pub const MAPPED: &[(&str, &[&str])] = &[
 
 use super::Result;
 use crate::store::records::{Job, Moved, Queue};
+
+/// The rows of a statement over arrays in step (`job_complete.sql`, `job_fail.sql`,
+/// `job_heartbeat.sql`), each carrying its element's place (`ord`, from 1), as one answer per
+/// element of `n`, in order: `None` where no row answered (a fence missed).
+///
+/// # Errors
+/// A row named an element that was not sent, or did not map.
+pub fn by_ord<T>(
+    n: usize,
+    rows: &[Row],
+    map: impl Fn(&Row) -> Result<T>,
+) -> Result<Vec<Option<T>>> {
+    let mut out: Vec<Option<T>> = (0..n).map(|_| None).collect();
+    for row in rows {
+        let at = usize::try_from(row.get::<_, i64>("ord") - 1).ok();
+        let slot = at.and_then(|i| out.get_mut(i)).ok_or_else(|| {
+            super::StoreError::Invalid(format!(
+                "{} answered an element it was not sent",
+                row.columns().first().map_or("a statement", |c| c.name())
+            ))
+        })?;
+        *slot = Some(map(row)?);
+    }
+    Ok(out)
+}
 
 pub fn jobs(rows: &[Row]) -> Result<Vec<Job>> {
     rows.iter().map(job).collect()

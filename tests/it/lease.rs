@@ -10,7 +10,7 @@ use leasehold::client::Client;
 use leasehold::domain::credentials::{self, Kind};
 use leasehold::hub::sweeper::sweep_once;
 use leasehold::store::claim::ClassClaim;
-use leasehold::store::Report;
+use leasehold::store::{Beat, Failure, Report};
 use leasehold::wire::{self, Tier};
 use serde_json::json;
 
@@ -210,6 +210,78 @@ async fn coalesced_reports_are_each_fenced_alone() {
     // The losers' fences are reported as the single calls would report them.
     assert_eq!(
         code(r1.complete(j1.id, l1.epoch, json!("late")).await),
+        "job_terminal"
+    );
+}
+
+/// Fails and heartbeats coalesced by a replica (issue 48) are one statement each, every
+/// element matched alone as its own call would be: only the lease its runner holds at that
+/// epoch, answers in order, and of two fails of one job exactly one settles it.
+#[tokio::test]
+async fn coalesced_fails_and_heartbeats_are_each_fenced_alone() {
+    let app = TestApp::spawn().await;
+    let alice = app.operator("acme", "alice", false).await;
+    let (_, r1) = pair(&alice, Tier::Personal, &[], 1).await;
+    let (_, r2) = pair(&alice, Tier::Personal, &[], 1).await;
+    let j1 = dispatch(&alice, personal(), json!(1)).await;
+    let l1 = lease(&r1, 1000, 1).await.remove(0);
+    let j2 = dispatch(&alice, personal(), json!(2)).await;
+    let l2 = lease(&r2, 1000, 1).await.remove(0);
+    assert_eq!((l1.id, l2.id), (j1.id, j2.id));
+    let hash = |c: &leasehold::client::Client| {
+        credentials::parse(Kind::Runner, c.token().unwrap()).unwrap()
+    };
+    let beat = |id, epoch, runner: &leasehold::client::Client| Beat {
+        id,
+        epoch,
+        token_hash: hash(runner),
+        ttl_ms: 600_000,
+    };
+    let beats = app
+        .store
+        .extend_leases(&[
+            beat(j1.id, l1.epoch, &r2),
+            beat(j2.id, l2.epoch, &r2),
+            beat(j1.id, l1.epoch + 1, &r1),
+            beat(j1.id, l1.epoch, &r1),
+        ])
+        .await
+        .unwrap();
+    let extended: Vec<bool> = beats.iter().map(Option::is_some).collect();
+    assert_eq!(extended, [false, true, false, true]);
+    assert!(beats[1].unwrap() > l2.lease_expires_at, "ten minutes now");
+
+    let fail = |id, epoch, runner: &leasehold::client::Client, message: &str| Failure {
+        id,
+        epoch,
+        token_hash: hash(runner),
+        message: message.into(),
+    };
+    let answers = app
+        .store
+        .fail_jobs(&[
+            fail(j2.id, l2.epoch, &r1, "not r1's lease"),
+            fail(j2.id, l2.epoch, &r2, "two"),
+            fail(j1.id, l1.epoch, &r1, "one"),
+            fail(j1.id, l1.epoch, &r1, "one again"),
+        ])
+        .await
+        .unwrap();
+    let failed: Vec<Option<uuid::Uuid>> =
+        answers.iter().map(|a| a.as_ref().map(|j| j.id)).collect();
+    assert_eq!(&failed[..2], &[None, Some(j2.id)]);
+    assert!(
+        matches!(&failed[2..], [Some(a), None] | [None, Some(a)] if *a == j1.id),
+        "exactly one of the two fails of one job settles it: {failed:?}"
+    );
+    for job in [j1.id, j2.id] {
+        let now = alice.job(job).await.unwrap();
+        assert_eq!(now.state, "failed");
+        assert_eq!(now.error.unwrap()["reason"], "runner_failed");
+    }
+    // A lost fence answers as the single call would.
+    assert_eq!(
+        code(r2.heartbeat_job(j2.id, l2.epoch).await),
         "job_terminal"
     );
 }
