@@ -275,6 +275,7 @@ pub struct Dispatcher {
     state: Mutex<State>,
     wake_latency: Histogram,
     wakes: Counter,
+    ticks: Counter,
 }
 
 /// A registered lease call; dropping it withdraws the call (jobs a tick leases for it then are
@@ -330,7 +331,7 @@ impl Dispatcher {
         hub: Weak<super::Hub>,
         lease_ttl_ms: i64,
         full_walk: Duration,
-        (wake_latency, wakes): (Histogram, Counter),
+        (wake_latency, wakes, ticks): (Histogram, Counter, Counter),
     ) -> Arc<Self> {
         Arc::new_cyclic(|me| Self {
             store,
@@ -342,6 +343,7 @@ impl Dispatcher {
             state: Mutex::default(),
             wake_latency,
             wakes,
+            ticks,
         })
     }
 
@@ -565,10 +567,13 @@ impl Dispatcher {
             let Some(plan) = plan else {
                 return;
             };
-            let out = self
-                .store
-                .tick(&plan.reports, &plan.claims, self.lease_ttl_ms)
-                .await;
+            self.ticks.inc();
+            let out = crate::telemetry::traces::statement(
+                || "dispatcher tick",
+                self.store
+                    .tick(&plan.reports, &plan.claims, self.lease_ttl_ms),
+            )
+            .await;
             let (answers, mut aftermath, forward) = self.settle(&workspace, &plan, out);
             if !aftermath.unfit.is_empty() {
                 // Before the answers: a lease call that found its named jobs unfit answers

@@ -82,7 +82,11 @@ impl Hub {
                 hub.clone(),
                 config.lease_ttl_ms as i64,
                 config.claim_full_walk(),
-                (metrics.wake_latency.clone(), metrics.wakes.clone()),
+                (
+                    metrics.wake_latency.clone(),
+                    metrics.wakes.clone(),
+                    metrics.ticks.clone(),
+                ),
             );
             Self {
                 store,

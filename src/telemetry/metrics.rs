@@ -113,6 +113,7 @@ pub struct Metrics {
     pub sweep_duration: Histogram,
     pub notifications_heard: Counter,
     pub wakes: Counter,
+    pub ticks: Counter,
     pub rechecks: Counter,
     pub long_polls: Gauge,
     /// The database's snapshot horizon age, in transactions, as last read.
@@ -197,8 +198,14 @@ impl Metrics {
         let wakes = Counter::default();
         r.register(
             "leasehold_wakes",
-            "Waiters woken for a parked job.",
+            "Parks that made waiting runners due for a claim.",
             wakes.clone(),
+        );
+        let ticks = Counter::default();
+        r.register(
+            "leasehold_dispatcher_ticks",
+            "Dispatcher ticks: transactions that applied lease calls' reports and claimed for their runners.",
+            ticks.clone(),
         );
         let rechecks = Counter::default();
         r.register(
@@ -254,6 +261,7 @@ impl Metrics {
             sweep_duration,
             notifications_heard,
             wakes,
+            ticks,
             rechecks,
             long_polls,
             horizon_age,

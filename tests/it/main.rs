@@ -15,6 +15,7 @@ mod deadlines;
 mod deploy;
 mod dev;
 mod dispatch;
+mod dispatcher;
 mod enrolment;
 mod errors;
 mod failover;
