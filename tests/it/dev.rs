@@ -1,6 +1,10 @@
 //! `leasehold dev`'s banner (issue 35 row 11): the commands it prints run as printed, pasted
 //! into a fresh shell with no `leasehold` on `PATH` and no environment of ours; it names the
 //! `/ui` page; on a taken port it names the address and `--listen`.
+//!
+//! `dev` owns its data directory (issue 47 item 1): a second `dev` on the same directory leaves
+//! the first (and its PostgreSQL) running and says where it is; a PostgreSQL `dev` did not
+//! start is never stopped by it; a stale `postmaster.pid` (no live process) is recovered.
 
 use std::process::Stdio;
 
@@ -26,53 +30,218 @@ fn dev(data: &std::path::Path, listen: &str, stderr: &std::path::Path) -> tokio:
         .unwrap()
 }
 
+/// A running `leasehold dev` and what it printed up to its admin key.
+struct Dev {
+    child: tokio::process::Child,
+    printed: Vec<String>,
+    log: std::path::PathBuf,
+}
+
+impl Dev {
+    /// Start `dev` and read its banner; `None` (with what it printed) when it exits first.
+    async fn start(
+        data: &std::path::Path,
+        listen: &str,
+        log: std::path::PathBuf,
+    ) -> Result<Dev, (std::process::ExitStatus, Vec<String>, String)> {
+        let mut child = dev(data, listen, &log);
+        let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        let mut printed = Vec::new();
+        let done = tokio::time::timeout(LONG, async {
+            while let Some(line) = lines.next_line().await.unwrap() {
+                let key = line.starts_with("ak_");
+                printed.push(line);
+                if key {
+                    return true;
+                }
+            }
+            false
+        })
+        .await
+        .expect("dev prints its banner or exits");
+        if !done {
+            let status = tokio::time::timeout(LONG, child.wait())
+                .await
+                .expect("dev exits once its output ends")
+                .unwrap();
+            return Err((status, printed, std::fs::read_to_string(&log).unwrap()));
+        }
+        Ok(Dev {
+            child,
+            printed,
+            log,
+        })
+    }
+
+    /// The base URL of its banner's first line.
+    fn base(&self) -> String {
+        self.printed[0]
+            .split_whitespace()
+            .find(|w| w.starts_with("http"))
+            .unwrap_or_else(|| panic!("names its URL: {:#?}", self.printed))
+            .to_owned()
+    }
+
+    /// Where its PostgreSQL keeps its data, as printed.
+    fn pg_data(&self) -> std::path::PathBuf {
+        let line = self
+            .printed
+            .iter()
+            .find_map(|l| l.strip_prefix("PostgreSQL data: "))
+            .unwrap_or_else(|| panic!("names its data: {:#?}", self.printed));
+        line.split(" (").next().unwrap().into()
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id().unwrap()
+    }
+
+    /// The pasted submit command of its banner, run in a fresh shell: what it printed.
+    async fn submit_hello(&self) -> std::process::Output {
+        let submit = self
+            .printed
+            .iter()
+            .map(|l| l.trim())
+            .find(|l| l.contains(" job submit --wait -- echo hello"))
+            .unwrap_or_else(|| panic!("prints a submit command: {:#?}", self.printed))
+            .to_owned();
+        tokio::time::timeout(
+            LONG,
+            tokio::process::Command::new("sh")
+                .args(["-c", &submit])
+                .env_clear()
+                .env("PATH", "/usr/bin:/bin")
+                .stdin(Stdio::null())
+                .kill_on_drop(true)
+                .output(),
+        )
+        .await
+        .expect("the submit command finishes")
+        .unwrap()
+    }
+
+    async fn stop(mut self) {
+        kill(
+            Pid::from_raw(i32::try_from(self.pid()).unwrap()),
+            Signal::SIGTERM,
+        )
+        .unwrap();
+        let status = tokio::time::timeout(LONG, self.child.wait())
+            .await
+            .expect("dev stops on SIGTERM")
+            .unwrap();
+        assert!(
+            status.success(),
+            "{status}: {:?}",
+            std::fs::read_to_string(&self.log)
+        );
+    }
+}
+
+async fn ready(base: &str) -> u16 {
+    reqwest::get(format!("{base}/readyz"))
+        .await
+        .map_or(0, |r| r.status().as_u16())
+}
+
+#[tokio::test]
+async fn a_second_dev_on_one_data_directory_leaves_the_first_running() {
+    let dir = TempDir::new("dev-twice");
+    let data = dir.join("state/dev-pg");
+    let first = Dev::start(&data, "127.0.0.1:0", dir.join("first.log"))
+        .await
+        .unwrap_or_else(|e| panic!("the first dev starts: {e:?}"));
+    let base = first.base();
+    assert_eq!(ready(&base).await, 200);
+
+    // A second dev on the same directory (another port, so only the directory is shared).
+    match Dev::start(&data, "127.0.0.1:0", dir.join("second.log")).await {
+        Ok(second) => panic!(
+            "a second dev started on the first's data directory: {:#?}; the first's /readyz: {}",
+            second.printed,
+            ready(&base).await
+        ),
+        Err((status, printed, err)) => {
+            assert!(!status.success(), "{status}: {printed:?} {err}");
+            let said = format!("{}\n{err}", printed.join("\n"));
+            assert!(
+                said.contains(&base) && said.contains(&first.pid().to_string()),
+                "names where the first runs ({base}, pid {}): {said}",
+                first.pid()
+            );
+            assert!(
+                said.contains("LEASEHOLD_SERVER="),
+                "says how to reach it: {said}"
+            );
+        }
+    }
+    // The first is untouched: its database answers and it runs a job.
+    assert_eq!(
+        ready(&base).await,
+        200,
+        "{:?}",
+        std::fs::read_to_string(&first.log)
+    );
+    let out = first.submit_hello().await;
+    assert!(
+        out.status.success() && out.stdout == b"hello\n",
+        "{out:?}\n{:?}",
+        std::fs::read_to_string(&first.log)
+    );
+    let pg_data = first.pg_data();
+    first.stop().await;
+
+    // A PostgreSQL someone else started on that directory is left running.
+    let mut theirs = leasehold::tooling::private_pg::PrivatePg::start(&pg_data, false, false)
+        .expect("start a server of our own on the directory");
+    let refused = Dev::start(&data, "127.0.0.1:0", dir.join("third.log")).await;
+    let Err((status, printed, err)) = refused else {
+        panic!("dev started over a PostgreSQL it did not start");
+    };
+    assert!(!status.success(), "{printed:?} {err}");
+    assert!(
+        err.contains("postmaster.pid") || err.contains("PostgreSQL"),
+        "says why: {err}"
+    );
+    let db = crate::support::connect(&theirs.url("postgres")).await;
+    db.simple_query("SELECT 1")
+        .await
+        .expect("the foreign server still answers");
+    drop(db);
+    theirs.stop();
+    drop(theirs);
+
+    // A postmaster.pid whose process is gone (a crash) is recovered.
+    let mut gone = std::process::Command::new("true").spawn().unwrap();
+    let dead = gone.id();
+    gone.wait().unwrap();
+    std::fs::write(
+        pg_data.join("postmaster.pid"),
+        format!("{dead}\n{}\n0\n5432\n", pg_data.display()),
+    )
+    .unwrap();
+    let again = Dev::start(&data, "127.0.0.1:0", dir.join("fourth.log"))
+        .await
+        .unwrap_or_else(|e| panic!("dev recovers a stale postmaster.pid: {e:?}"));
+    assert_eq!(ready(&again.base()).await, 200);
+    again.stop().await;
+}
+
 #[tokio::test]
 async fn the_dev_banner_commands_run_as_printed_and_a_taken_port_names_listen() {
     let dir = TempDir::new("dev-banner");
     let data = dir.join("state/dev-pg");
-    let log = dir.join("dev.log");
-    let mut child = dev(&data, "127.0.0.1:0", &log);
-    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
-    let mut printed = Vec::new();
-    tokio::time::timeout(LONG, async {
-        while let Some(line) = lines.next_line().await.unwrap() {
-            let key = line.starts_with("ak_");
-            printed.push(line);
-            if key {
-                return;
-            }
-        }
-        panic!(
-            "dev exited: {printed:?} {:?}",
-            std::fs::read_to_string(&log)
-        );
-    })
-    .await
-    .expect("dev prints its admin key");
+    let child = Dev::start(&data, "127.0.0.1:0", dir.join("dev.log"))
+        .await
+        .unwrap_or_else(|e| panic!("dev starts: {e:?}"));
+    let printed = child.printed.clone();
+    let log = child.log.clone();
 
     // The submit command, pasted as printed into a shell without our environment or PATH.
-    let submit = printed
-        .iter()
-        .map(|l| l.trim())
-        .find(|l| l.contains(" job submit --wait -- echo hello"))
-        .unwrap_or_else(|| panic!("prints a submit command: {printed:#?}"))
-        .to_owned();
-    let out = tokio::time::timeout(
-        LONG,
-        tokio::process::Command::new("sh")
-            .args(["-c", &submit])
-            .env_clear()
-            .env("PATH", "/usr/bin:/bin")
-            .stdin(Stdio::null())
-            .kill_on_drop(true)
-            .output(),
-    )
-    .await
-    .expect("the submit command finishes")
-    .unwrap();
+    let out = child.submit_hello().await;
     assert!(
         out.status.success() && out.stdout == b"hello\n",
-        "`{submit}`: {out:?}\n{printed:#?}\n{:?}",
+        "{out:?}\n{printed:#?}\n{:?}",
         std::fs::read_to_string(&log)
     );
 
@@ -90,15 +259,7 @@ async fn the_dev_banner_commands_run_as_printed_and_a_taken_port_names_listen() 
         "{body}"
     );
 
-    kill(
-        Pid::from_raw(i32::try_from(child.id().unwrap()).unwrap()),
-        Signal::SIGTERM,
-    )
-    .unwrap();
-    tokio::time::timeout(LONG, child.wait())
-        .await
-        .expect("dev stops on SIGTERM")
-        .unwrap();
+    child.stop().await;
 
     // A port someone else holds: dev says which address and how to choose another.
     let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
