@@ -17,6 +17,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 
+use crate::cli::shell_word;
 use crate::client::{Client, Trust};
 use crate::commands::admin::create_key;
 use crate::commands::serve::stop_on_signal_then;
@@ -294,20 +295,6 @@ async fn already_running(data_dir: &std::path::Path, first: Running) -> anyhow::
         first.pid
     ));
     anyhow::anyhow!(text)
-}
-
-/// `word` as one shell word: as is when it holds only characters no shell treats specially,
-/// else in single quotes.
-fn shell_word(word: &str) -> String {
-    let plain = !word.is_empty()
-        && word
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "/._-+:@%,=".contains(c));
-    if plain {
-        word.to_owned()
-    } else {
-        format!("'{}'", word.replace('\'', r"'\''"))
-    }
 }
 
 /// As root: `nobody`, and a work directory it can reach: `<state>/work` when every directory

@@ -34,6 +34,14 @@ pub struct Report {
     pub result: Value,
 }
 
+/// What `GET /v1/jobs` filters on: a state and an outcome (`job_outcome()` in SQL), each
+/// `None` for any.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct JobFilter<'a> {
+    pub state: Option<&'a str>,
+    pub outcome: Option<&'a str>,
+}
+
 /// Why a fenced runner call matched no row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FenceMiss {
@@ -155,7 +163,7 @@ impl Store {
     pub async fn jobs(
         &self,
         workspace: &str,
-        state: Option<&str>,
+        filter: JobFilter<'_>,
         after: Option<Uuid>,
         limit: i64,
         descending: bool,
@@ -167,8 +175,12 @@ impl Store {
             sql::JOBS_LIST
         };
         let budget = budget as i64;
+        let JobFilter { state, outcome } = filter;
         let rows = self
-            .query(statement, &[&workspace, &state, &after, &limit, &budget])
+            .query(
+                statement,
+                &[&workspace, &state, &after, &limit, &budget, &outcome],
+            )
             .await?;
         let scanned: i64 = rows.first().map_or(0, |r| r.get("scanned"));
         Ok((rows::jobs(&rows)?, scanned > rows.len() as i64))

@@ -5,7 +5,7 @@
 
 use uuid::Uuid;
 
-use super::render::{note, print_event, Show};
+use super::render::{note, outcome_text, print_event, Show};
 use crate::client::Client;
 use crate::wire::{Event, Job};
 
@@ -62,23 +62,11 @@ pub(super) async fn follow_job(client: &Client, id: Uuid, mode: Show) -> anyhow:
     finish(job, mode)
 }
 
+/// The follow's last line (`submit --wait`): how the job ended, in words.
 fn finish(job: Job, mode: Show) -> anyhow::Result<Job> {
     if mode == Show::Everything {
-        if let Some(err) = &job.error {
-            note(
-                job.id,
-                &format!(
-                    "{}: {}",
-                    err["reason"].as_str().unwrap_or("?"),
-                    err["message"].as_str().unwrap_or("")
-                ),
-            );
-        } else if let Some(r) = &job.result {
-            if r["timed_out"].as_bool() == Some(true) {
-                note(job.id, "the command timed out and was killed");
-            } else if let Some(sig) = r["signal"].as_i64() {
-                note(job.id, &format!("the command was killed by signal {sig}"));
-            }
+        if let Some(text) = outcome_text(&job) {
+            note(job.id, &text);
         }
     }
     Ok(job)

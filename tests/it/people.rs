@@ -1,0 +1,113 @@
+//! What a person sees at the terminal (issue 47): a failed job reads as failed (`job list`
+//! newest first with its outcome, exit code, command and age, and `--state` / `--outcome`
+//! filters; `submit --wait` ends with `succeeded`, `failed (exit N)` or `cancelled` and exits
+//! with the command's status).
+
+use crate::procs::{cli, RunnerRig, LONG};
+use crate::support::{eventually, TestApp};
+
+/// The last line of what `--wait` wrote on stderr.
+fn last_line(stderr: &str) -> &str {
+    stderr.trim_end().lines().last().unwrap_or("")
+}
+
+#[tokio::test]
+async fn a_failed_job_reads_as_failed_in_the_wait_and_the_list() {
+    let rig = RunnerRig::new(TestApp::spawn().await, "people-outcome").await;
+    let (_, runner) = rig
+        .start_runner(&["--capacity", "2"], &["--unconfined"])
+        .await;
+
+    let ok = rig.sh("echo fine").await;
+    assert_eq!(ok.code, Some(0), "{ok:?}");
+    assert_eq!(last_line(&ok.stderr), "leasehold: succeeded", "{ok:?}");
+    let bad = rig.sh("echo broken >&2; exit 3").await;
+    assert_eq!(bad.code, Some(3), "{bad:?}");
+    assert_eq!(
+        last_line(&bad.stderr),
+        "leasehold: failed (exit 3)",
+        "{bad:?}"
+    );
+
+    // Cancelled while --wait follows it.
+    let url = rig.url();
+    let key = rig.key.clone();
+    let waiting = tokio::spawn(async move {
+        cli(
+            &url,
+            &key,
+            &["job", "submit", "--wait", "--", "sleep", "60"],
+            LONG,
+        )
+        .await
+    });
+    let alice = rig.alice.clone();
+    let sleeper = eventually(LONG, "the sleeper is leased", || async {
+        let page = alice.jobs(Some("leased"), None, None).await.ok()?;
+        page.jobs.first().map(|j| j.id)
+    })
+    .await;
+    rig.alice.cancel(sleeper).await.unwrap();
+    let cancelled = tokio::time::timeout(LONG, waiting).await.unwrap().unwrap();
+    assert_eq!(cancelled.code, Some(1), "{cancelled:?}");
+    assert_eq!(
+        last_line(&cancelled.stderr),
+        "leasehold: cancelled",
+        "{cancelled:?}"
+    );
+
+    // The list: newest first, with how each ended.
+    let list = cli(&rig.url(), &rig.key, &["job", "list"], LONG).await;
+    assert_eq!(list.code, Some(0), "{list:?}");
+    let lines: Vec<&str> = list.stdout.lines().collect();
+    let header: Vec<&str> = lines[0].split_whitespace().collect();
+    for column in ["ID", "STATE", "OUTCOME", "EXIT", "AGE", "COMMAND"] {
+        assert!(header.contains(&column), "{column}: {}", list.stdout);
+    }
+    let rows: Vec<Vec<&str>> = lines[1..]
+        .iter()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(rows.len(), 3, "{}", list.stdout);
+    let at = |name: &str| header.iter().position(|c| *c == name).unwrap();
+    assert_eq!(
+        rows[0][at("STATE")],
+        "cancelled",
+        "newest first: {}",
+        list.stdout
+    );
+    assert_eq!(rows[0][at("OUTCOME")], "cancelled");
+    assert_eq!(rows[1][at("STATE")], "completed");
+    assert_eq!(rows[1][at("OUTCOME")], "failed", "{}", list.stdout);
+    assert_eq!(rows[1][at("EXIT")], "3", "{}", list.stdout);
+    assert!(
+        lines[2].contains("sh -c 'echo broken >&2; exit 3'"),
+        "{}",
+        list.stdout
+    );
+    assert_eq!(rows[2][at("OUTCOME")], "succeeded");
+    assert_eq!(rows[2][at("EXIT")], "0");
+    assert!(
+        rows[2][at("AGE")].ends_with('s') || rows[2][at("AGE")].ends_with('m'),
+        "{}",
+        list.stdout
+    );
+
+    // The filters.
+    let list = |filter: &'static str, value: &'static str| {
+        let (url, key) = (rig.url(), rig.key.clone());
+        async move { cli(&url, &key, &["job", "list", filter, value], LONG).await }
+    };
+    let failed = list("--outcome", "failed").await;
+    assert_eq!(failed.stdout.lines().count(), 2, "{failed:?}");
+    assert!(failed.stdout.contains("exit 3"), "{failed:?}");
+    let completed = list("--state", "completed").await;
+    assert_eq!(completed.stdout.lines().count(), 3, "{completed:?}");
+    let none = list("--state", "failed").await;
+    assert_eq!(none.code, Some(0), "{none:?}");
+    assert!(none.stdout.lines().count() <= 1, "{none:?}");
+    let wrong = list("--outcome", "green").await;
+    assert_eq!(wrong.code, Some(2), "clap refuses it: {wrong:?}");
+    assert!(wrong.stderr.contains("succeeded"), "{wrong:?}");
+    drop(runner);
+}
