@@ -111,3 +111,49 @@ async fn a_failed_job_reads_as_failed_in_the_wait_and_the_list() {
     assert!(wrong.stderr.contains("succeeded"), "{wrong:?}");
     drop(runner);
 }
+
+/// A mistyped option before `--` is an error naming it, with clap's suggestion, and nothing
+/// is dispatched; `submit -- CMD ARGS` and `submit CMD ARGS` (whose ARGS may start with `-`)
+/// run CMD with ARGS.
+#[tokio::test]
+async fn an_unknown_option_before_the_command_is_refused_not_run() {
+    let rig = RunnerRig::new(TestApp::spawn().await, "people-typo").await;
+    let submit = |args: &'static [&'static str]| {
+        let (url, key) = (rig.url(), rig.key.clone());
+        async move { cli(&url, &key, &[&["job", "submit"], args].concat(), LONG).await }
+    };
+    let typo = submit(&["--wiat", "--", "echo", "hi"]).await;
+    assert_eq!(typo.code, Some(2), "{typo:?}");
+    assert!(typo.stderr.contains("'--wiat'"), "{typo:?}");
+    assert!(
+        typo.stderr.contains("a similar argument exists: '--wait'"),
+        "{typo:?}"
+    );
+    assert!(typo.stdout.is_empty(), "{typo:?}");
+    let typo = submit(&["--wait", "--pririty", "3", "echo", "hi"]).await;
+    assert_eq!(typo.code, Some(2), "{typo:?}");
+    assert!(typo.stderr.contains("'--pririty'"), "{typo:?}");
+    let listed = rig.alice.jobs(None, None, None).await.unwrap();
+    assert!(listed.jobs.is_empty(), "nothing dispatched: {listed:?}");
+
+    for (args, argv) in [
+        (&["--", "echo", "-n", "hi"][..], ["echo", "-n", "hi"]),
+        (&["echo", "-n", "hi"][..], ["echo", "-n", "hi"]),
+        (
+            &["--priority", "3", "--", "ls", "--wait"][..],
+            ["ls", "--wait", ""],
+        ),
+    ] {
+        let out = cli(
+            &rig.url(),
+            &rig.key,
+            &[&["job", "submit"], args].concat(),
+            LONG,
+        )
+        .await;
+        let id = crate::procs::job_id(&out);
+        let job = rig.alice.job(id).await.unwrap();
+        let want: Vec<&str> = argv.iter().copied().filter(|a| !a.is_empty()).collect();
+        assert_eq!(job.payload["argv"], serde_json::json!(want), "{args:?}");
+    }
+}

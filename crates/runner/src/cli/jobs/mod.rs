@@ -129,13 +129,10 @@ pub struct SubmitArgs {
     /// command).
     #[arg(long, value_name = "NAME", requires = "source")]
     pub source_credential: Option<String>,
-    /// The command and its arguments, after `--`.
-    #[arg(
-        required = true,
-        trailing_var_arg = true,
-        allow_hyphen_values = true,
-        value_name = "ARGV"
-    )]
+    /// The command and its arguments, after `--` (or from the first word that is not an
+    /// option of `submit`: everything after it is the command's). An unknown option before
+    /// the command is an error, never the command (issue 47: `--wiat` once ran as one).
+    #[arg(required = true, trailing_var_arg = true, value_name = "ARGV")]
     pub argv: Vec<String>,
 }
 
