@@ -467,6 +467,10 @@ impl PrivatePg {
             std::env::temp_dir().join(format!("leasehold-pg-{}.log", self.port)),
         )?;
         cmd.stdout(Stdio::null()).stderr(log);
+        // Its own process group: Ctrl-C in the terminal of `leasehold dev` (SIGINT to the
+        // foreground group) must reach dev alone, which gives its runner's leases back through
+        // this server before it stops it (issue 47 item 4).
+        std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
         self.server = Some(cmd.spawn().context("starting postgres")?);
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
@@ -721,8 +725,10 @@ pub fn postgres_owner() -> anyhow::Result<(u32, u32)> {
 /// # Errors
 /// `sh` could not be started.
 pub fn spawn_watchdog(script: &str) -> std::io::Result<Child> {
-    Command::new("sh")
-        .arg("-c")
+    let mut cmd = Command::new("sh");
+    // Out of the terminal's foreground group, like the server it watches.
+    std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+    cmd.arg("-c")
         .arg(script)
         .stdin(Stdio::null())
         .stdout(Stdio::null())

@@ -5,16 +5,25 @@
 //! `dev` owns its data directory (issue 47 item 1): a second `dev` on the same directory leaves
 //! the first (and its PostgreSQL) running and says where it is; a PostgreSQL `dev` did not
 //! start is never stopped by it; a stale `postmaster.pid` (no live process) is recovered.
+//!
+//! Ctrl-C in `dev`'s terminal (SIGINT to its whole process group) gives the local runner's
+//! jobs back before anything stops, so the next `dev` runs them at once, and `job logs` shows
+//! where each lease's output starts (issue 47 item 4).
 
 use std::process::Stdio;
 
-use nix::sys::signal::{kill, Signal};
+use std::time::Duration;
+
+use leasehold::client::Client;
+use nix::sys::signal::{kill, killpg, Signal};
 use nix::unistd::Pid;
 use tokio::io::AsyncBufReadExt;
 
-use crate::procs::{TempDir, BIN, LONG};
+use crate::procs::{cli, TempDir, BIN, LONG};
+use crate::support::eventually;
 
-/// `leasehold dev --listen LISTEN --data-dir DATA` with none of our LEASEHOLD_* variables.
+/// `leasehold dev --listen LISTEN --data-dir DATA` with none of our LEASEHOLD_* variables, in
+/// a process group of its own, as a shell starts a foreground command.
 fn dev(data: &std::path::Path, listen: &str, stderr: &std::path::Path) -> tokio::process::Child {
     tokio::process::Command::new(BIN)
         .args(["dev", "--listen", listen, "--data-dir"])
@@ -26,6 +35,7 @@ fn dev(data: &std::path::Path, listen: &str, stderr: &std::path::Path) -> tokio:
         .stdout(Stdio::piped())
         .stderr(std::fs::File::create(stderr).unwrap())
         .kill_on_drop(true)
+        .process_group(0)
         .spawn()
         .unwrap()
 }
@@ -94,6 +104,16 @@ impl Dev {
 
     fn pid(&self) -> u32 {
         self.child.id().unwrap()
+    }
+
+    /// The value of `export NAME=...` in its banner.
+    fn exported(&self, name: &str) -> String {
+        let prefix = format!("export {name}=");
+        self.printed
+            .iter()
+            .find_map(|l| l.trim().strip_prefix(&prefix))
+            .unwrap_or_else(|| panic!("exports {name}: {:#?}", self.printed))
+            .to_owned()
     }
 
     /// The pasted submit command of its banner, run in a fresh shell: what it printed.
@@ -225,6 +245,81 @@ async fn a_second_dev_on_one_data_directory_leaves_the_first_running() {
         .unwrap_or_else(|e| panic!("dev recovers a stale postmaster.pid: {e:?}"));
     assert_eq!(ready(&again.base()).await, 200);
     again.stop().await;
+}
+
+/// The job's events once it has shipped `n` chunks of output.
+async fn outputs(client: &Client, id: uuid::Uuid, n: usize) -> Option<Vec<leasehold::wire::Event>> {
+    let events = client.events(id, 0, 0).await.ok()?.events;
+    let outputs = events.iter().filter(|e| e.kind == "stdout").count();
+    (outputs >= n).then_some(events)
+}
+
+#[tokio::test]
+async fn ctrl_c_on_dev_gives_the_running_job_back_and_the_logs_tell_its_leases_apart() {
+    let dir = TempDir::new("dev-ctrl-c");
+    let data = dir.join("state/dev-pg");
+    let first = Dev::start(&data, "127.0.0.1:0", dir.join("first.log"))
+        .await
+        .unwrap_or_else(|e| panic!("dev starts: {e:?}"));
+    let (url, key) = (
+        first.exported("LEASEHOLD_SERVER"),
+        first.exported("LEASEHOLD_API_KEY"),
+    );
+    let submitted = cli(
+        &url,
+        &key,
+        &["job", "submit", "--", "sh", "-c", "echo started; sleep 60"],
+        LONG,
+    )
+    .await;
+    let id = crate::procs::job_id(&submitted);
+    let client = Client::new(&url, Some(key.clone()));
+    eventually(LONG, "the job runs", || outputs(&client, id, 1)).await;
+
+    // Ctrl-C: the terminal signals the whole foreground process group.
+    killpg(Pid::from_raw(first.pid() as i32), Signal::SIGINT).unwrap();
+    let mut child = first.child;
+    let status = tokio::time::timeout(LONG, child.wait())
+        .await
+        .expect("dev stops on Ctrl-C")
+        .unwrap();
+    assert!(
+        status.success(),
+        "{status}: {:?}",
+        std::fs::read_to_string(&first.log)
+    );
+
+    // The next dev's runner runs it again at once: its lease was given back.
+    let second = Dev::start(&data, "127.0.0.1:0", dir.join("second.log"))
+        .await
+        .unwrap_or_else(|e| panic!("dev starts again: {e:?}"));
+    let (url, key) = (
+        second.exported("LEASEHOLD_SERVER"),
+        second.exported("LEASEHOLD_API_KEY"),
+    );
+    let client = Client::new(&url, Some(key.clone()));
+    let events = eventually(
+        Duration::from_secs(30),
+        "the job runs again within 30 s",
+        || outputs(&client, id, 2),
+    )
+    .await;
+    let given_back = events.iter().any(|e| {
+        e.kind == "state" && e.data["state"] == "parked" && e.data["reason"] == "released"
+    });
+    assert!(given_back, "{events:#?}");
+
+    // Its logs: the first lease's output, a line saying where the second starts, its output.
+    let logs = cli(&url, &key, &["job", "logs", &id.to_string()], LONG).await;
+    let lines: Vec<&str> = logs.stdout.lines().collect();
+    assert_eq!(lines.len(), 3, "{logs:?}");
+    assert_eq!(lines[0], "started");
+    assert!(
+        lines[1].starts_with("--- attempt 1, lease 2") && lines[1].contains("released"),
+        "{logs:?}"
+    );
+    assert_eq!(lines[2], "started");
+    second.stop().await;
 }
 
 #[tokio::test]

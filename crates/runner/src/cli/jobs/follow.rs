@@ -5,7 +5,7 @@
 
 use uuid::Uuid;
 
-use super::render::{note, outcome_text, print_event, Show};
+use super::render::{note, outcome_text, Printer, Show};
 use crate::client::Client;
 use crate::wire::{Event, Job};
 
@@ -21,6 +21,7 @@ fn is_terminal_state(e: &Event) -> bool {
 pub(super) async fn follow_job(client: &Client, id: Uuid, mode: Show) -> anyhow::Result<Job> {
     let mut after = 0i64;
     let mut failures = 0u32;
+    let mut printer = Printer::new(mode, id);
     loop {
         let page = match client.events(id, after, 30_000).await {
             Ok(p) => {
@@ -39,7 +40,7 @@ pub(super) async fn follow_job(client: &Client, id: Uuid, mode: Show) -> anyhow:
         };
         let mut ended = false;
         for e in &page.events {
-            print_event(e, mode, id);
+            printer.print(e);
             ended |= is_terminal_state(e);
         }
         after = page.next;
@@ -52,7 +53,7 @@ pub(super) async fn follow_job(client: &Client, id: Uuid, mode: Show) -> anyhow:
             if job.is_terminal() {
                 let rest = client.events(id, after, 0).await?;
                 for e in &rest.events {
-                    print_event(e, mode, id);
+                    printer.print(e);
                 }
                 return finish(job, mode);
             }

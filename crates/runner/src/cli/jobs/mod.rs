@@ -14,7 +14,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use self::follow::follow_job;
-use self::render::{age, command_text, describe, exit_text, print_event, Show};
+use self::render::{age, command_text, describe, exit_text, Printer, Show};
 use super::{print_json, print_table, Conn};
 use crate::client::{Client, JobQuery};
 use crate::wire::command::{self, CommandSpec};
@@ -246,13 +246,14 @@ pub async fn run(conn: &Conn, command: JobCommand) -> anyhow::Result<i32> {
                 follow_job(&client, id, mode).await?;
             } else {
                 let mut after = 0;
+                let mut printer = Printer::new(mode, id);
                 loop {
                     let page = client.events(id, after, 0).await?;
                     if page.events.is_empty() {
                         break;
                     }
                     for e in &page.events {
-                        print_event(e, mode, id);
+                        printer.print(e);
                     }
                     after = page.next;
                 }

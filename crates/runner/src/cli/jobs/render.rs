@@ -27,11 +27,96 @@ pub(super) fn note(_id: Uuid, text: &str) {
     eprintln!("leasehold: {text}");
 }
 
-fn state_note(id: Uuid, data: &Value) -> Option<String> {
+/// Which run of a job its events are about, numbered as people read them everywhere
+/// (`submit --wait`, `job logs`, `job get`, the page): attempt N is the job's N-th try, its
+/// `retries` + 1 (a retry, by the policy or `job retry`, starts the next; the re-park's event
+/// says which attempt ended, `"attempt": N`), and each try's leases are counted within it, as
+/// the contract's `attempts` counts them (a lease released or lapsed is re-delivered as lease
+/// 2 of the same attempt).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attempts {
+    pub attempt: i64,
+    /// Leases of this attempt so far (0 before its first).
+    pub lease: i64,
+    /// What ended the last lease, until the next one starts.
+    ended: Option<String>,
+}
+
+impl Default for Attempts {
+    fn default() -> Self {
+        Self {
+            attempt: 1,
+            lease: 0,
+            ended: None,
+        }
+    }
+}
+
+/// A lease that started: where its output begins.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseStart {
+    pub attempt: i64,
+    pub lease: i64,
+    pub runner: String,
+    pub epoch: i64,
+    /// What ended the lease before it (`released`, `lease_lapsed`, a retry's reason).
+    pub after: Option<String>,
+}
+
+impl LeaseStart {
+    /// `attempt 2` or `attempt 1, lease 2`.
+    pub fn name(&self) -> String {
+        if self.lease > 1 {
+            format!("attempt {}, lease {}", self.attempt, self.lease)
+        } else {
+            format!("attempt {}", self.attempt)
+        }
+    }
+
+    /// The first lease of the job: nothing came before it.
+    pub fn is_first(&self) -> bool {
+        self.attempt == 1 && self.lease == 1
+    }
+}
+
+impl Attempts {
+    /// Take a `state` event's data; a lease that starts is returned.
+    pub fn on_state(&mut self, data: &Value) -> Option<LeaseStart> {
+        match (data["state"].as_str(), data["reason"].as_str()) {
+            (Some("parked"), Some("retry")) => {
+                let ended = data["attempt"].as_i64().unwrap_or(self.attempt);
+                self.attempt = ended + 1;
+                self.lease = 0;
+                self.ended = Some(format!(
+                    "attempt {ended} ended: {}",
+                    data["after"].as_str().unwrap_or("retry")
+                ));
+                None
+            }
+            (Some("parked"), Some("dispatched") | None) => None,
+            (Some("parked"), Some(reason)) => {
+                self.ended = Some(reason.to_owned());
+                None
+            }
+            (Some("leased"), _) => {
+                self.lease += 1;
+                Some(LeaseStart {
+                    attempt: self.attempt,
+                    lease: self.lease,
+                    runner: data["runner"].as_str().unwrap_or("?").to_owned(),
+                    epoch: data["epoch"].as_i64().unwrap_or(0),
+                    after: self.ended.take(),
+                })
+            }
+            _ => None,
+        }
+    }
+}
+
+fn state_note(id: Uuid, data: &Value, lease: Option<&LeaseStart>) -> Option<String> {
     let state = data["state"].as_str().unwrap_or("?");
     let reason = data["reason"].as_str();
     let runner = data["runner"].as_str().unwrap_or("?");
-    let epoch = data["epoch"].as_i64().unwrap_or(0);
     Some(match (state, reason) {
         ("parked", Some("dispatched")) | ("parked", None) => {
             format!("job {id} parked, waiting for a runner")
@@ -42,11 +127,19 @@ fn state_note(id: Uuid, data: &Value) -> Option<String> {
         ("parked", Some("released")) => {
             format!("runner {runner} released it (draining); parked again")
         }
+        ("parked", Some("retry")) => format!(
+            "attempt {} ended ({}); parked again for a retry",
+            data["attempt"],
+            data["after"].as_str().unwrap_or("?")
+        ),
         ("parked", Some(r)) => format!("parked again ({r})"),
-        ("leased", _) if epoch > 1 => {
-            format!("re-delivered: leased by runner {runner} (attempt {epoch})")
-        }
-        ("leased", _) => format!("leased by runner {runner}"),
+        ("leased", _) => match lease {
+            Some(l) if l.lease > 1 => {
+                format!("re-delivered: leased by runner {runner} ({})", l.name())
+            }
+            Some(l) if !l.is_first() => format!("leased by runner {runner} ({})", l.name()),
+            _ => format!("leased by runner {runner}"),
+        },
         ("completed", _) => format!("finished on runner {runner}"),
         // Another end: the follow's last line says how the job ended, and why.
         (s, _) if crate::wire::JobState::parse(s).is_some_and(|s| s.is_terminal()) => return None,
@@ -55,48 +148,90 @@ fn state_note(id: Uuid, data: &Value) -> Option<String> {
     })
 }
 
-pub(super) fn print_event(e: &Event, mode: Show, id: Uuid) {
-    if mode == Show::Json {
-        println!("{}", serde_json::to_string(e).expect("events serialise"));
-        return;
-    }
-    if mode == Show::Quiet {
-        return;
-    }
-    // A chunk (`text`, many lines, exactly as written) or, from older runners, one `line`.
-    let text = match (e.data["text"].as_str(), e.data["line"].as_str()) {
-        (Some(t), _) => Some(std::borrow::Cow::Borrowed(t)),
-        (None, Some(l)) => Some(std::borrow::Cow::Owned(format!("{l}\n"))),
-        (None, None) => None,
-    };
-    match (e.kind.as_str(), text) {
-        ("stdout", Some(t)) => {
-            let mut out = std::io::stdout().lock();
-            let _ = out.write_all(t.as_bytes());
-            let _ = out.flush();
-        }
-        ("stderr", Some(t)) => {
-            let mut err = std::io::stderr().lock();
-            let _ = err.write_all(t.as_bytes());
-            let _ = err.flush();
-        }
-        ("state", _) if mode == Show::Everything => {
-            if let Some(text) = state_note(id, &e.data) {
-                note(id, &text);
-            }
-        }
-        ("output.dropped", _) => note(
+/// Prints a job's events in order, knowing which attempt and lease each belongs to.
+pub(super) struct Printer {
+    mode: Show,
+    id: Uuid,
+    attempts: Attempts,
+    /// Standard output ended with a newline (or nothing was written yet).
+    at_line_start: bool,
+}
+
+impl Printer {
+    pub(super) fn new(mode: Show, id: Uuid) -> Self {
+        Self {
+            mode,
             id,
-            &match e.data["lines"].as_u64() {
-                Some(lines) => format!("{lines} lines of output were dropped"),
-                None => format!(
-                    "{} bytes of output were dropped (a job streams at most {} bytes, and a \
-                     batch no replica took within a minute is dropped)",
-                    e.data["bytes"], e.data["limit_bytes"]
-                ),
-            },
-        ),
-        _ => {}
+            attempts: Attempts::default(),
+            at_line_start: true,
+        }
+    }
+
+    pub(super) fn print(&mut self, e: &Event) {
+        let (mode, id) = (self.mode, self.id);
+        if mode == Show::Json {
+            println!("{}", serde_json::to_string(e).expect("events serialise"));
+            return;
+        }
+        if mode == Show::Quiet {
+            return;
+        }
+        // A chunk (`text`, many lines, exactly as written) or, from older runners, one `line`.
+        let text = match (e.data["text"].as_str(), e.data["line"].as_str()) {
+            (Some(t), _) => Some(std::borrow::Cow::Borrowed(t)),
+            (None, Some(l)) => Some(std::borrow::Cow::Owned(format!("{l}\n"))),
+            (None, None) => None,
+        };
+        match (e.kind.as_str(), text) {
+            ("stdout", Some(t)) => {
+                let mut out = std::io::stdout().lock();
+                let _ = out.write_all(t.as_bytes());
+                let _ = out.flush();
+                if !t.is_empty() {
+                    self.at_line_start = t.ends_with('\n');
+                }
+            }
+            ("stderr", Some(t)) => {
+                let mut err = std::io::stderr().lock();
+                let _ = err.write_all(t.as_bytes());
+                let _ = err.flush();
+            }
+            ("state", _) => {
+                let lease = self.attempts.on_state(&e.data);
+                if mode == Show::Everything {
+                    if let Some(text) = state_note(id, &e.data, lease.as_ref()) {
+                        note(id, &text);
+                    }
+                } else if let Some(l) = lease.filter(|l| !l.is_first()) {
+                    // `job logs`: where this lease's output starts, between the outputs.
+                    let mut out = std::io::stdout().lock();
+                    let newline = if self.at_line_start { "" } else { "\n" };
+                    let after = l.after.as_deref().map(|a| format!(" (after: {a})"));
+                    let _ = writeln!(
+                        out,
+                        "{newline}--- {}: runner {}, epoch {}{} ---",
+                        l.name(),
+                        l.runner,
+                        l.epoch,
+                        after.unwrap_or_default()
+                    );
+                    let _ = out.flush();
+                    self.at_line_start = true;
+                }
+            }
+            ("output.dropped", _) => note(
+                id,
+                &match e.data["lines"].as_u64() {
+                    Some(lines) => format!("{lines} lines of output were dropped"),
+                    None => format!(
+                        "{} bytes of output were dropped (a job streams at most {} bytes, and \
+                         a batch no replica took within a minute is dropped)",
+                        e.data["bytes"], e.data["limit_bytes"]
+                    ),
+                },
+            ),
+            _ => {}
+        }
     }
 }
 
