@@ -918,3 +918,71 @@ async fn a_pinned_payload_never_goes_over_http_in_any_case_and_echoes_are_escape
         out.stderr
     );
 }
+
+/// Issue 47 item 6: a runner enrolled over http whose server now answers HTTPS on that address
+/// (`leasehold dev` restarted with `--tls`), or the reverse, says so in words and prints the
+/// command that enrols it again, instead of logging a bare transport error forever.
+#[tokio::test]
+async fn a_runner_whose_server_changed_scheme_says_so_and_how_to_enrol_again() {
+    let dir = TempDir::new("tls-scheme");
+    let pair = Pair::self_signed(dir.path(), "server");
+    let db = fresh_database().await;
+    let plain = crate::support::start_replica(test_config(&db)).await;
+    let plain_url = format!("http://{}", plain.addr);
+    let (_tls, tls_url) = tls_replica(&db, &pair, false).await;
+    let key = key_in(&db, "acme", "alice", false).await;
+    let alice = Client::new(&plain_url, Some(key.clone()));
+    let ca = pair.cert.to_str().unwrap();
+
+    // Enrolled over http, then the address answers HTTPS.
+    let config = crate::procs::enrol(&alice, &[&plain_url], dir.path(), false, &[]).await;
+    let tls_addr = tls_url.strip_prefix("https://").unwrap();
+    let mut saved_config = saved(&config);
+    saved_config["servers"] = serde_json::json!([format!("http://{tls_addr}")]);
+    std::fs::write(&config, saved_config.to_string()).unwrap();
+    let r = runner(&config, &dir.join("work"), &["--unconfined"], &[]);
+    eventually(LONG, "the runner says its server answers HTTPS", || async {
+        let log = r.log();
+        (log.contains("answers HTTPS") && log.contains("enrolled over http")).then_some(())
+    })
+    .await;
+    let log = r.log();
+    assert!(
+        log.contains("leasehold join-code create")
+            && log.contains("leasehold runner connect")
+            && log.contains(&format!("--server {tls_url}"))
+            && log.contains(&format!("--config {}", config.display())),
+        "{log}"
+    );
+    drop(r);
+
+    // Enrolled over https, then the address answers plain HTTP.
+    let config = crate::procs::enrol(
+        &alice,
+        &[&tls_url],
+        &dir.join("second"),
+        false,
+        &["--ca-cert", ca],
+    )
+    .await;
+    let plain_addr = plain_url.strip_prefix("http://").unwrap();
+    let mut saved_config = saved(&config);
+    saved_config["servers"] = serde_json::json!([format!("https://{plain_addr}")]);
+    std::fs::write(&config, saved_config.to_string()).unwrap();
+    let r = runner(&config, &dir.join("work2"), &["--unconfined"], &[]);
+    eventually(
+        LONG,
+        "the runner says its server answers plain HTTP",
+        || async {
+            let log = r.log();
+            (log.contains("answers plain HTTP") && log.contains("enrolled over https"))
+                .then_some(())
+        },
+    )
+    .await;
+    let log = r.log();
+    assert!(
+        log.contains(&format!("--server {plain_url}")) && log.contains("leasehold runner connect"),
+        "{log}"
+    );
+}

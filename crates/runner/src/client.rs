@@ -13,6 +13,7 @@ use serde::Serialize;
 use uuid::Uuid;
 
 mod artifacts;
+pub mod scheme;
 
 pub use crate::tls::{Pin, Trust};
 use crate::wire::{self, ErrorBody};

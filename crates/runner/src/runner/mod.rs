@@ -322,11 +322,15 @@ pub async fn run(opts: Options, stopper: Stopper) -> anyhow::Result<Summary> {
     let config = &opts.config;
     let capacity = opts.capacity.unwrap_or(config.capacity).clamp(1, 256);
     let once = opts.once || config.ephemeral;
-    let servers = Arc::new(Servers::new(
-        &config.servers,
-        Some(&config.token),
-        &config.trust,
-    )?);
+    let servers = Arc::new(
+        Servers::new(&config.servers, Some(&config.token), &config.trust)?.for_runner(
+            servers::Identity {
+                config_path: opts.config_path.clone(),
+                runner_id: config.runner_id,
+                ca_cert: config.trust.ca_cert.clone(),
+            },
+        ),
+    );
 
     let confined = startup::confine(&opts, capacity).await?;
     // After the probes: the reaper leaves alone only the children spawned by the executor.
