@@ -157,3 +157,74 @@ async fn an_unknown_option_before_the_command_is_refused_not_run() {
         assert_eq!(job.payload["argv"], serde_json::json!(want), "{args:?}");
     }
 }
+
+/// Attempt numbers agree (issue 47 item 7): a job retried twice on its exit code ran three
+/// times; `--wait` numbers its leases attempt 1, 2, 3 (never the epoch), `job get` says
+/// attempt 3 of 3 with its retries, the re-park events name the attempt that ended, and `job
+/// logs` heads each attempt's output.
+#[tokio::test]
+async fn attempt_numbers_agree_between_wait_get_events_and_logs() {
+    let rig = RunnerRig::new(TestApp::spawn().await, "people-attempts").await;
+    let (_, _runner) = rig.start_runner(&[], &["--unconfined"]).await;
+    let out = rig
+        .submit_wait(&[
+            "--retry",
+            "2",
+            "--retry-on",
+            "exit_code",
+            "--",
+            "sh",
+            "-c",
+            "echo run; exit 3",
+        ])
+        .await;
+    assert_eq!(out.code, Some(3), "{out:?}");
+    let leased: Vec<&str> = out
+        .stderr
+        .lines()
+        .filter(|l| l.contains("leased by runner"))
+        .collect();
+    assert_eq!(leased.len(), 3, "{}", out.stderr);
+    assert!(!leased[0].contains("attempt"), "{}", out.stderr);
+    assert!(leased[1].ends_with("(attempt 2)"), "{}", out.stderr);
+    assert!(leased[2].ends_with("(attempt 3)"), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("attempt 1 ended (exit_code)"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(last_line(&out.stderr), "leasehold: failed (exit 3)");
+
+    let id = rig.alice.jobs(None, None, None).await.unwrap().jobs[0].id;
+    let get = cli(&rig.url(), &rig.key, &["job", "get", &id.to_string()], LONG).await;
+    let row = |name: &str| {
+        get.stdout
+            .lines()
+            .find(|l| l.split("  ").next() == Some(name))
+            .unwrap_or_else(|| panic!("a row {name}: {}", get.stdout))
+            .to_owned()
+    };
+    assert!(row("attempt").ends_with(" 3 of 3"), "{}", get.stdout);
+    assert!(row("retries").contains("2 of 2"), "{}", get.stdout);
+
+    let events = rig.alice.events(id, 0, 0).await.unwrap().events;
+    let ended: Vec<i64> = events
+        .iter()
+        .filter(|e| e.kind == "state" && e.data["reason"] == "retry")
+        .map(|e| e.data["attempt"].as_i64().unwrap())
+        .collect();
+    assert_eq!(ended, [1, 2], "the re-parks name the attempt that ended");
+
+    let logs = cli(
+        &rig.url(),
+        &rig.key,
+        &["job", "logs", &id.to_string()],
+        LONG,
+    )
+    .await;
+    let lines: Vec<&str> = logs.stdout.lines().collect();
+    assert_eq!(lines.len(), 5, "{}", logs.stdout);
+    assert_eq!(lines[0], "run");
+    assert!(lines[1].starts_with("--- attempt 2: "), "{}", logs.stdout);
+    assert!(lines[3].starts_with("--- attempt 3: "), "{}", logs.stdout);
+}

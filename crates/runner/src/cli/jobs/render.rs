@@ -287,6 +287,16 @@ pub(super) fn age(now: chrono::DateTime<chrono::Utc>, t: chrono::DateTime<chrono
     }
 }
 
+/// Which attempt the job is on, as [`Attempts`] numbers them (its retries + 1), `of` the most
+/// its retry policy allows: `3 of 3`, or `2` without a policy.
+pub(super) fn attempt_text(job: &Job) -> String {
+    let n = i64::from(job.retries) + 1;
+    match &job.retry {
+        Some(p) if n <= p.limit + 1 => format!("{n} of {}", p.limit + 1),
+        _ => n.to_string(),
+    }
+}
+
 /// How a settled job ended, in words: `succeeded`, `failed (exit 3)`, `failed (killed by
 /// SIGKILL)`, `failed (timed out)`, `failed (lease_lost: ...)`, `cancelled`, `rejected
 /// (no_runner: ...)`; `None` while it is live.
@@ -411,9 +421,13 @@ pub(super) fn describe(job: &Job) {
         rows.push(("requires", job.required_capabilities.join(", ")));
     }
     rows.push(("priority", job.priority.to_string()));
+    rows.push(("attempt", attempt_text(job)));
     rows.push((
-        "attempts",
-        format!("{} of {}", job.attempts, job.max_attempts),
+        "leases",
+        format!(
+            "{} of {} (of this attempt; max_attempts)",
+            job.attempts, job.max_attempts
+        ),
     ));
     match &job.retry {
         Some(p) => rows.push((
