@@ -164,8 +164,8 @@ pub fn table() -> Vec<Route> {
         route(M::GET, "/readyz", get(ops::readyz), Doc::new("Readiness: 200 while the database answers and LISTEN is up, else 503", Open).media("application/json")),
         route(M::GET, "/metrics", get(ops::metrics), Doc::new("Prometheus metrics (OpenMetrics text); see docs/operations.md", Open).media("application/openmetrics-text")),
         route(M::GET, "/openapi.json", get(ops::openapi), Doc::new("This document", Open).media("application/json")),
-        route(M::GET, "/ui", get(ui::index), Doc::new("The runners page", Open).media("text/html")),
-        route(M::GET, "/ui/{file}", get(ui::asset), Doc::new("A static file of the runners page", Open).media("text/css, text/javascript, image/svg+xml")),
+        route(M::GET, "/ui", get(ui::index), Doc::new("The page: jobs, a job's log and timeline, runners, the pool", Open).media("text/html")),
+        route(M::GET, "/ui/{file}", get(ui::asset), Doc::new("A static file of the page", Open).media("text/css, text/javascript, image/svg+xml")),
         // ---- operators and dispatchers
         route(M::POST, "/v1/runners", post(operators::create_personal_runner), Doc::new("Pair a personal runner (owner = caller's subject); the token is shown once", Member).body::<wire::CreateRunner>().answer::<wire::RunnerWithToken>(201)),
         route(M::GET, "/v1/runners", get(operators::list_personal_runners), Doc::new("The caller's personal runners in this workspace", Member).answer::<wire::RunnerList>(200)),

@@ -41,15 +41,15 @@ fn dev(data: &std::path::Path, listen: &str, stderr: &std::path::Path) -> tokio:
 }
 
 /// A running `leasehold dev` and what it printed up to its admin key.
-struct Dev {
-    child: tokio::process::Child,
-    printed: Vec<String>,
-    log: std::path::PathBuf,
+pub struct Dev {
+    pub child: tokio::process::Child,
+    pub printed: Vec<String>,
+    pub log: std::path::PathBuf,
 }
 
 impl Dev {
     /// Start `dev` and read its banner; `None` (with what it printed) when it exits first.
-    async fn start(
+    pub async fn start(
         data: &std::path::Path,
         listen: &str,
         log: std::path::PathBuf,
@@ -107,7 +107,7 @@ impl Dev {
     }
 
     /// The value of `export NAME=...` in its banner.
-    fn exported(&self, name: &str) -> String {
+    pub fn exported(&self, name: &str) -> String {
         let prefix = format!("export {name}=");
         self.printed
             .iter()

@@ -15,6 +15,7 @@ mod deadlines;
 mod deploy;
 mod dev;
 mod dispatch;
+mod docs;
 mod enrolment;
 mod errors;
 mod failover;
