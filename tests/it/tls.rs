@@ -985,4 +985,29 @@ async fn a_runner_whose_server_changed_scheme_says_so_and_how_to_enrol_again() {
         log.contains(&format!("--server {plain_url}")) && log.contains("leasehold runner connect"),
         "{log}"
     );
+    drop(r);
+
+    // The walk's case: the server is down a moment (dev stopped), then comes back on the same
+    // address in HTTPS: the runner names it at once, not a probe interval later.
+    let config = crate::procs::enrol(&alice, &[&plain_url], &dir.join("third"), false, &[]).await;
+    let port = free_port();
+    let mut saved_config = saved(&config);
+    saved_config["servers"] = serde_json::json!([format!("http://127.0.0.1:{port}")]);
+    std::fs::write(&config, saved_config.to_string()).unwrap();
+    let r = runner(&config, &dir.join("work3"), &["--unconfined"], &[]);
+    eventually(LONG, "the runner finds no server", || async {
+        r.log().contains("server did not answer").then_some(())
+    })
+    .await;
+    let listener = TcpListener::bind(("127.0.0.1", port)).await.unwrap();
+    let mut config3 = test_config(&db);
+    config3.tls_cert = Some(pair.cert.clone());
+    config3.tls_key = Some(pair.key.clone());
+    let _back = replica::start(config3, listener).await.unwrap();
+    eventually(
+        Duration::from_secs(20),
+        "the runner names the server back in HTTPS within 20 s (the probe interval is 30 s)",
+        || async { r.log().contains("answers HTTPS").then_some(()) },
+    )
+    .await;
 }

@@ -37,19 +37,31 @@ impl Mismatch {
     }
 }
 
-/// Probe `base`'s address; `None` when it speaks what its URL says, or does not answer at all.
-pub async fn probe(base: &str) -> Option<Mismatch> {
-    let url = reqwest::Url::parse(base).ok()?;
-    let host = url
-        .host_str()?
-        .trim_start_matches('[')
-        .trim_end_matches(']');
-    let port = url.port_or_known_default()?;
-    let stream = tokio::time::timeout(PROBE, TcpStream::connect((host, port)))
-        .await
-        .ok()?
-        .ok()?;
-    let probe = async {
+/// What a probe found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Probe {
+    /// Nothing accepted the connection (the server is down, or is not there).
+    NoAnswer,
+    /// Something answers, and not in the other scheme.
+    Answers,
+    /// It answers in the other scheme.
+    Other(Mismatch),
+}
+
+/// Probe `base`'s address.
+pub async fn probe(base: &str) -> Probe {
+    let Ok(url) = reqwest::Url::parse(base) else {
+        return Probe::NoAnswer;
+    };
+    let (Some(host), Some(port)) = (url.host_str(), url.port_or_known_default()) else {
+        return Probe::NoAnswer;
+    };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let stream = match tokio::time::timeout(PROBE, TcpStream::connect((host, port))).await {
+        Ok(Ok(stream)) => stream,
+        _ => return Probe::NoAnswer,
+    };
+    let other = async {
         match url.scheme() {
             "http" => answers_tls(stream, host)
                 .await
@@ -60,7 +72,10 @@ pub async fn probe(base: &str) -> Option<Mismatch> {
             _ => None,
         }
     };
-    tokio::time::timeout(PROBE, probe).await.ok().flatten()
+    match tokio::time::timeout(PROBE, other).await {
+        Ok(Some(m)) => Probe::Other(m),
+        _ => Probe::Answers,
+    }
 }
 
 /// A TLS handshake trusting no certificate: the server speaks TLS when it sends a certificate

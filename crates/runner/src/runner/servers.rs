@@ -17,7 +17,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use uuid::Uuid;
 
-use crate::client::scheme::{self, Mismatch};
+use crate::client::scheme::{self, Mismatch, Probe};
 use crate::client::{backoff, Client, ClientError, Trust};
 
 /// How often a server that does not answer is probed for the other scheme.
@@ -71,8 +71,10 @@ impl Servers {
     }
 
     /// A server gave no answer (or no TLS answer): when its address speaks the other scheme
-    /// than its URL, say so in words with the command that enrols the runner again. At most
-    /// once per [`SCHEME_PROBE_EVERY`].
+    /// than its URL, say so in words with the command that enrols the runner again. An address
+    /// that answered the probe is probed again only after [`SCHEME_PROBE_EVERY`]; one that
+    /// accepted no connection (down, restarting) on the next failure, so a server that comes
+    /// back in the other scheme is named at once.
     async fn explain(&self, idx: usize, e: &ClientError) {
         let Some(identity) = &self.identity else {
             return;
@@ -80,15 +82,20 @@ impl Servers {
         if matches!(e, ClientError::Api { .. }) {
             return;
         }
-        {
-            let mut last = self.probed.lock().expect("not poisoned");
-            if last.is_some_and(|t| t.elapsed() < SCHEME_PROBE_EVERY) {
-                return;
-            }
-            *last = Some(Instant::now());
+        let recent = self
+            .probed
+            .lock()
+            .expect("not poisoned")
+            .is_some_and(|t| t.elapsed() < SCHEME_PROBE_EVERY);
+        if recent {
+            return;
         }
         let base = self.clients[idx].base();
-        if let Some(mismatch) = scheme::probe(base).await {
+        let found = scheme::probe(base).await;
+        if found != Probe::NoAnswer {
+            *self.probed.lock().expect("not poisoned") = Some(Instant::now());
+        }
+        if let Probe::Other(mismatch) = found {
             tracing::error!("{}", wrong_scheme(base, mismatch, identity));
         }
     }
