@@ -106,6 +106,10 @@ async fn a_failed_job_reads_as_failed_in_the_wait_and_the_list() {
     let none = list("--state", "failed").await;
     assert_eq!(none.code, Some(0), "{none:?}");
     assert!(none.stdout.lines().count() <= 1, "{none:?}");
+    assert!(
+        none.stderr.contains("--outcome failed"),
+        "an empty --state failed points at the outcome: {none:?}"
+    );
     let wrong = list("--outcome", "green").await;
     assert_eq!(wrong.code, Some(2), "clap refuses it: {wrong:?}");
     assert!(wrong.stderr.contains("succeeded"), "{wrong:?}");

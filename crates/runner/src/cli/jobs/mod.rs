@@ -295,6 +295,14 @@ pub async fn run(conn: &Conn, command: JobCommand) -> anyhow::Result<i32> {
                 })
                 .collect();
             print_table(&["ID", "STATE", "OUTCOME", "EXIT", "AGE", "COMMAND"], &rows);
+            if page.jobs.is_empty() && state.as_deref() == Some("failed") && outcome.is_none() {
+                // State `failed` is a job the runner could not run; a command that exited
+                // non-zero completed, and its outcome is `failed`.
+                eprintln!(
+                    "no job in state failed; a command that exited non-zero is completed with \
+                     outcome failed: leasehold job list --outcome failed"
+                );
+            }
             if let Some(next) = page.next {
                 let mut again = format!("leasehold job list --after {next}");
                 for (flag, value) in [("--state", &state), ("--outcome", &outcome)] {
