@@ -466,11 +466,14 @@ async fn lease_until_stopped(
             ) => r,
         };
         // Each carried report learns its entry; one not answered (the call failed) is dropped
-        // here, and its job sends it alone.
+        // here, at once (not after the pause a refusal leads to below), and its job sends it
+        // alone.
         if let Ok(answer) = &leased {
             for (tx, status) in receipts.into_iter().zip(answer.done.iter()) {
                 let _ = tx.send(status.clone());
             }
+        } else {
+            drop(receipts);
         }
         match leased.map(|l| l.jobs) {
             Ok(list) => {
