@@ -1,5 +1,6 @@
 -- A page of a workspace's jobs by ascending id: $1 workspace, $2 state or NULL,
--- $3 exclusive lower bound id or NULL, $4 page size, $5 byte budget. The page also ends before
+-- $3 exclusive lower bound id or NULL, $4 page size, $5 byte budget, $6 outcome or NULL (v1.3:
+-- `job_outcome()`, migration 0037). The page also ends before
 -- the first job that would start past $5 bytes of payload, result and error (as JSON text)
 -- counted over the jobs before it, so it always holds at least one job, and a replica never
 -- reads a page much larger than the budget (docs/contract-notes.md, "Memory per request is
@@ -16,6 +17,7 @@ WITH page AS (
      WHERE j.workspace = $1
        AND ($2::text IS NULL OR j.state = $2)
        AND ($3::uuid IS NULL OR j.id > $3)
+       AND ($6::text IS NULL OR job_outcome(j.state, j.result) = $6)
      ORDER BY j.id
      LIMIT $4
 )

@@ -1,6 +1,6 @@
 -- A page of a workspace's jobs by descending id (v1.1 `order=desc`): $1 workspace, $2 state or
--- NULL, $3 exclusive upper bound id or NULL, $4 page size, $5 byte budget: the page ends as in
--- jobs_list.sql, counted in this order.
+-- NULL, $3 exclusive upper bound id or NULL, $4 page size, $5 byte budget, $6 outcome or NULL:
+-- the page ends as in jobs_list.sql, counted in this order.
 WITH page AS (
     SELECT j.*,
            COALESCE(sum(octet_length(j.payload::text) + COALESCE(octet_length(j.result::text), 0)
@@ -11,6 +11,7 @@ WITH page AS (
      WHERE j.workspace = $1
        AND ($2::text IS NULL OR j.state = $2)
        AND ($3::uuid IS NULL OR j.id < $3)
+       AND ($6::text IS NULL OR job_outcome(j.state, j.result) = $6)
      ORDER BY j.id DESC
      LIMIT $4
 )

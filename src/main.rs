@@ -38,7 +38,11 @@ enum Command {
         command: admin::AdminCommand,
     },
     /// Print the OpenAPI 3.1 document of the HTTP API (the same as GET /openapi.json).
-    Openapi,
+    Openapi {
+        /// The same as a Markdown reference for people (docs/api-reference.md).
+        #[arg(long)]
+        markdown: bool,
+    },
     /// Serve the operator tools to a local MCP client over stdio, calling LEASEHOLD_SERVER
     /// with LEASEHOLD_API_KEY.
     Mcp(leasehold::commands::mcp::McpArgs),
@@ -112,7 +116,7 @@ async fn run(command: Command) -> anyhow::Result<i32> {
         Command::Serve(config) => serve::run(*config).await.map(|()| 0),
         Command::Dev(args) => dev::run(args).await.map(|()| 0),
         Command::Bench(args) => leasehold::commands::bench::run(args).await.map(|()| 0),
-        Command::Openapi => leasehold::commands::openapi::run().map(|()| 0),
+        Command::Openapi { markdown } => leasehold::commands::openapi::run(markdown).map(|()| 0),
         Command::Drill(args) => leasehold::commands::drill::run(args).await,
         Command::DrillWorker(args) => leasehold::commands::drill::worker::run(args).await,
         Command::Admin { command } => admin::run(command).await,

@@ -17,9 +17,10 @@ use super::operators::resolve_target;
 use super::validate;
 use super::views;
 use super::AppState;
-use crate::domain::state::JobState;
+use crate::domain::state::{JobState, Outcome};
 use crate::domain::{capabilities, owner};
 use crate::store::records::{ApiKey, Job, Runner};
+use crate::store::JobFilter;
 use crate::store::{NewJob, SecretScope};
 use crate::wire;
 
@@ -114,6 +115,7 @@ fn check(st: &AppState, req: wire::Dispatch, at: &str) -> ApiResult<Checked> {
 /// A job as the API answers it: the record shaped for the wire. Beside [`check`], so the API's
 /// two ends of a job field (what a dispatch may set, what a reader sees) are one file.
 pub(super) fn view(j: Job) -> wire::Job {
+    let outcome = crate::domain::state::outcome(j.state, j.result.as_ref()).map(views::outcome);
     wire::Job {
         id: j.id,
         workspace: j.workspace,
@@ -141,6 +143,7 @@ pub(super) fn view(j: Job) -> wire::Job {
         source: j.source.and_then(views::source),
         retries: j.retries,
         retry: j.retry.and_then(retry_policy),
+        outcome,
         not_before: j.not_before,
     }
 }
@@ -523,6 +526,16 @@ pub async fn list(
                 .as_str(),
         ),
     };
+    let outcome = match query.get("outcome") {
+        None => None,
+        Some(o) => Some(
+            Outcome::parse(o)
+                .ok_or_else(|| {
+                    ApiError::bad("outcome: must be one of succeeded, failed, cancelled, rejected")
+                })?
+                .as_str(),
+        ),
+    };
     let limit = query.int("limit", 1, 500)?.unwrap_or(100);
     let after = match query.get("after") {
         None => None,
@@ -537,7 +550,7 @@ pub async fn list(
         .hub
         .jobs(
             &key.workspace,
-            state,
+            JobFilter { state, outcome },
             after,
             limit,
             descending,

@@ -19,6 +19,7 @@ mod operators;
 mod ops;
 mod placement;
 pub mod poll_limit;
+pub mod reference;
 pub mod routes;
 mod runner;
 mod secrets;

@@ -1,5 +1,5 @@
-//! The runners page at `/ui`: static files compiled into the binary, no build step and no
-//! external request. The page signs in with an API key the user gives it (kept in the tab's
+//! The page at `/ui` (jobs, a job's log and timeline, runners, the pool): static files compiled
+//! into the binary, no build step and no external request. The page signs in with an API key the user gives it (kept in the tab's
 //! session storage) and reads the public API only, so it shows exactly what that key may see.
 
 use axum::extract::Path;

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use crate::domain::state::JobState;
+use crate::domain::state::{JobState, Outcome};
 use crate::store::records::{Claimed, Event, RepoTarget, Runner, SecretInfo};
 use crate::wire;
 
@@ -22,6 +22,16 @@ pub fn job_state(s: JobState) -> wire::JobState {
         JobState::Failed => wire::JobState::Failed,
         JobState::Cancelled => wire::JobState::Cancelled,
         JobState::Rejected => wire::JobState::Rejected,
+    }
+}
+
+/// The wire's name of a domain outcome.
+pub fn outcome(o: Outcome) -> wire::Outcome {
+    match o {
+        Outcome::Succeeded => wire::Outcome::Succeeded,
+        Outcome::Failed => wire::Outcome::Failed,
+        Outcome::Cancelled => wire::Outcome::Cancelled,
+        Outcome::Rejected => wire::Outcome::Rejected,
     }
 }
 
@@ -187,6 +197,13 @@ mod tests {
             ]
         );
         assert_eq!(strings(wire::Presence::ALL), ["online", "dormant", "never"]);
+        assert_eq!(
+            strings(wire::Outcome::ALL),
+            Outcome::ALL.map(|o| o.as_str().to_owned())
+        );
+        for o in Outcome::ALL {
+            assert_eq!(outcome(o).as_str(), o.as_str());
+        }
         assert_eq!(
             strings(wire::TargetStatus::ALL),
             ["pending", "approved", "revoked"]

@@ -17,6 +17,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 
+use crate::cli::shell_word;
 use crate::client::{Client, Trust};
 use crate::commands::admin::create_key;
 use crate::commands::serve::stop_on_signal_then;
@@ -24,6 +25,7 @@ use crate::config::Config;
 use crate::domain::sealing::SealKey;
 use crate::replica;
 use crate::runner::{self, Stopper};
+use crate::tooling::dev_lock::{DevLock, Running};
 use crate::tooling::private_pg::PrivatePg;
 use crate::wire;
 
@@ -64,8 +66,14 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         .map_or_else(|| PathBuf::from("."), PathBuf::from);
     let work_dir = state_dir.join("work");
     let runner_config = state_dir.join("dev-runner.json");
-    let pg =
-        tokio::task::spawn_blocking(move || PrivatePg::start(&data_dir, true, false)).await??;
+    // One dev per data directory: a second one says where the first runs and leaves it be.
+    let mut lock = match DevLock::take(&data_dir)? {
+        Ok(lock) => lock,
+        Err(running) => return Err(already_running(&data_dir, running).await),
+    };
+    let orphan = lock.previous().and_then(|p| p.postgres_pid);
+    let pg = tokio::task::spawn_blocking(move || PrivatePg::start_reclaiming(&data_dir, orphan))
+        .await??;
     let url = pg.url("postgres");
     let mut config = Config::new(&url);
     config.listen = listen;
@@ -211,6 +219,15 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     }
     println!("Admin key for workspace '{workspace}' (shown once):");
     println!("{key}");
+    lock.record(&Running {
+        pid: std::process::id(),
+        url: Some(base.clone()),
+        ca_cert: ca.clone(),
+        workspace: Some(workspace.clone()),
+        postgres_pid: pg.postmaster_pid(),
+        postgres_port: Some(pg.port),
+        pg_data: Some(pg.data_dir().to_owned()),
+    })?;
 
     let token = replica.shutdown_token();
     tokio::spawn(async move {
@@ -227,21 +244,57 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     });
     replica.stop_after_shutdown(Duration::from_secs(9)).await;
     drop(pg);
+    drop(lock);
     Ok(())
 }
 
-/// `word` as one shell word: as is when it holds only characters no shell treats specially,
-/// else in single quotes.
-fn shell_word(word: &str) -> String {
-    let plain = !word.is_empty()
-        && word
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "/._-+:@%,=".contains(c));
-    if plain {
-        word.to_owned()
-    } else {
-        format!("'{}'", word.replace('\'', r"'\''"))
+/// The error a second `dev` on a data directory ends with: where the first one runs, and the
+/// lines that reach it (with a fresh admin key minted in its database, when it can be).
+async fn already_running(data_dir: &std::path::Path, first: Running) -> anyhow::Error {
+    let Some(url) = &first.url else {
+        return anyhow::anyhow!(
+            "another `leasehold dev` (pid {}) is starting on {}; wait for its banner, or pass \
+             --data-dir DIR for a second one",
+            first.pid,
+            data_dir.display()
+        );
+    };
+    let mut text = format!(
+        "another `leasehold dev` (pid {1}) is running on {0} at {url}; it was left untouched.\n\
+         Reach it with:\n  export LEASEHOLD_SERVER={url}\n",
+        data_dir.display(),
+        first.pid
+    );
+    if let Some(ca) = &first.ca_cert {
+        text.push_str(&format!("  export LEASEHOLD_CA_CERT={}\n", ca.display()));
     }
+    let minted = match (&first.pg_data, first.postgres_port, &first.workspace) {
+        (Some(pg_data), Some(port), Some(workspace)) => {
+            match std::fs::read_to_string(pg_data.join("leasehold.password")) {
+                Ok(password) => {
+                    let url = format!(
+                        "postgres://postgres:{}@127.0.0.1:{port}/postgres",
+                        password.trim()
+                    );
+                    create_key(&url, workspace, "admin", true).await.ok()
+                }
+                Err(_) => None,
+            }
+        }
+        _ => None,
+    };
+    match minted {
+        Some(key) => text.push_str(&format!(
+            "  export LEASEHOLD_API_KEY={key}    # a new admin key, shown once\n"
+        )),
+        None => text.push_str("  export LEASEHOLD_API_KEY=...    # the key its banner printed\n"),
+    }
+    text.push_str(&format!(
+        "Its page: {url}/ui. Stop it with Ctrl-C in its terminal (or kill {}); for a second \
+         one beside it pass --data-dir DIR --listen 127.0.0.1:0.",
+        first.pid
+    ));
+    anyhow::anyhow!(text)
 }
 
 /// As root: `nobody`, and a work directory it can reach: `<state>/work` when every directory

@@ -41,3 +41,55 @@ impl JobState {
         !matches!(self, JobState::Parked | JobState::Leased)
     }
 }
+
+/// How a settled job ended (v1.3, "Outcome"): what people filter on and colour by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Succeeded,
+    Failed,
+    Cancelled,
+    Rejected,
+}
+
+impl Outcome {
+    pub const ALL: [Outcome; 4] = [
+        Outcome::Succeeded,
+        Outcome::Failed,
+        Outcome::Cancelled,
+        Outcome::Rejected,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Succeeded => "succeeded",
+            Outcome::Failed => "failed",
+            Outcome::Cancelled => "cancelled",
+            Outcome::Rejected => "rejected",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|o| o.as_str() == s)
+    }
+}
+
+/// A job's outcome: `None` while it is live; a completed job `succeeded` unless its result
+/// names an `exit_code` other than 0 (any other value, `null` included: a command killed by a
+/// signal has none), then `failed`, as a job in state `failed` is. SQL's `job_outcome()`
+/// (migration 0037) is the same rule, for the list's filter.
+pub fn outcome(state: JobState, result: Option<&serde_json::Value>) -> Option<Outcome> {
+    match state {
+        JobState::Parked | JobState::Leased => None,
+        JobState::Completed => {
+            let code = result.and_then(|r| r.as_object()?.get("exit_code"));
+            match code {
+                None => Some(Outcome::Succeeded),
+                Some(c) if c.as_f64() == Some(0.0) => Some(Outcome::Succeeded),
+                Some(_) => Some(Outcome::Failed),
+            }
+        }
+        JobState::Failed => Some(Outcome::Failed),
+        JobState::Cancelled => Some(Outcome::Cancelled),
+        JobState::Rejected => Some(Outcome::Rejected),
+    }
+}

@@ -6,7 +6,7 @@ use uuid::Uuid;
 
 use super::Hub;
 use crate::store::records::{Event, Job};
-use crate::store::Result;
+use crate::store::{JobFilter, Result};
 
 impl Hub {
     /// A job of `workspace`.
@@ -25,14 +25,14 @@ impl Hub {
     pub async fn jobs(
         &self,
         workspace: &str,
-        state: Option<&str>,
+        filter: JobFilter<'_>,
         after: Option<Uuid>,
         limit: i64,
         descending: bool,
         budget: usize,
     ) -> Result<(Vec<Job>, bool)> {
         self.store
-            .jobs(workspace, state, after, limit, descending, budget)
+            .jobs(workspace, filter, after, limit, descending, budget)
             .await
     }
 

@@ -66,6 +66,14 @@ pub struct Beat {
     pub ttl_ms: i64,
 }
 
+/// What `GET /v1/jobs` filters on: a state and an outcome (`job_outcome()` in SQL), each
+/// `None` for any.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct JobFilter<'a> {
+    pub state: Option<&'a str>,
+    pub outcome: Option<&'a str>,
+}
+
 /// Why a fenced runner call matched no row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FenceMiss {
@@ -189,7 +197,7 @@ impl Store {
     pub async fn jobs(
         &self,
         workspace: &str,
-        state: Option<&str>,
+        filter: JobFilter<'_>,
         after: Option<Uuid>,
         limit: i64,
         descending: bool,
@@ -201,8 +209,12 @@ impl Store {
             sql::JOBS_LIST
         };
         let budget = budget as i64;
+        let JobFilter { state, outcome } = filter;
         let rows = self
-            .query(statement, &[&workspace, &state, &after, &limit, &budget])
+            .query(
+                statement,
+                &[&workspace, &state, &after, &limit, &budget, &outcome],
+            )
             .await?;
         let scanned: i64 = rows.first().map_or(0, |r| r.get("scanned"));
         Ok((rows::jobs(&rows)?, scanned > rows.len() as i64))

@@ -50,7 +50,7 @@ use tokio_postgres::{NoTls, Row};
 pub use conn::{Conn, Deadlines};
 pub use depth::JobDepth;
 pub use error::{At, StoreError};
-pub use jobs::{Beat, Failure, FenceMiss, Report};
+pub use jobs::{Beat, Failure, FenceMiss, JobFilter, Report};
 pub use placement::{AdvertisedTargets, LeaseCaller};
 pub use records::NewJob;
 pub use runners::NewRunner;

@@ -202,6 +202,26 @@ impl PrivatePg {
         temporary: bool,
         extra: &[&str],
     ) -> anyhow::Result<Self> {
+        Self::start_inner(dir, durable, temporary, extra, None)
+    }
+
+    /// [`PrivatePg::start`] of a kept (durable) directory whose last server may have been left
+    /// running by a process that crashed: a live postmaster whose pid is `orphan` (what that
+    /// process recorded) is stopped first (fast shutdown); any other live one is left alone.
+    ///
+    /// # Errors
+    /// Another server runs on the directory, or initdb or the server failed to start.
+    pub fn start_reclaiming(dir: &Path, orphan: Option<u32>) -> anyhow::Result<Self> {
+        Self::start_inner(dir, true, false, &[], orphan)
+    }
+
+    fn start_inner(
+        dir: &Path,
+        durable: bool,
+        temporary: bool,
+        extra: &[&str],
+        orphan: Option<u32>,
+    ) -> anyhow::Result<Self> {
         let mut pg = Self::prepare(dir, durable, temporary, extra)?;
         let password_file = pg.dir.join(PASSWORD_FILE);
         if !pg.dir.join("PG_VERSION").exists() {
@@ -241,16 +261,7 @@ impl PrivatePg {
                 std::os::unix::fs::chown(&password_file, Some(uid), Some(gid))?;
             }
         }
-        // A server left over from a crashed run of this same directory.
-        let stale = pg.dir.join("postmaster.pid");
-        if stale.exists() {
-            let _ = pg
-                .command("pg_ctl")
-                .args(["stop", "-m", "immediate", "-D"])
-                .arg(&pg.dir)
-                .output();
-            let _ = std::fs::remove_file(&stale);
-        }
+        pg.clear_pid_file(orphan)?;
         pg.password = match std::fs::read_to_string(&password_file) {
             Ok(p) => p.trim().to_owned(),
             Err(_) => pg.set_password(&password_file)?,
@@ -258,6 +269,50 @@ impl PrivatePg {
         pg.start_server()?;
         pg.start_watchdog(temporary)?;
         Ok(pg)
+    }
+
+    /// Make way for this server in a directory that has a `postmaster.pid`: a stale one (its
+    /// process is gone, or is no PostgreSQL) is removed; a live postmaster is stopped only when
+    /// it is `orphan`, else this fails naming it. A server someone else started is never
+    /// stopped (issue 47: a second `leasehold dev` once killed the first one's database here).
+    fn clear_pid_file(&self, orphan: Option<u32>) -> anyhow::Result<()> {
+        let file = self.dir.join("postmaster.pid");
+        let Ok(text) = std::fs::read_to_string(&file) else {
+            return Ok(());
+        };
+        let mut lines = text.lines();
+        let pid = lines.next().and_then(|l| l.trim().parse::<u32>().ok());
+        let port = lines.nth(2).map(str::trim).unwrap_or("?").to_owned();
+        let Some(pid) = pid.filter(|&p| postmaster_alive(p)) else {
+            tracing::info!(file = %file.display(), "removing a stale postmaster.pid");
+            let _ = std::fs::remove_file(&file);
+            return Ok(());
+        };
+        if orphan != Some(pid) {
+            bail!(
+                "a PostgreSQL (pid {pid}, port {port}) is already running on {} (its \
+                 postmaster.pid); it was not started by this process, so it is left running: \
+                 stop it, or use another data directory",
+                self.dir.display()
+            );
+        }
+        tracing::warn!(pid, "stopping the PostgreSQL a crashed run left behind");
+        let target = nix::unistd::Pid::from_raw(pid as i32);
+        let _ = nix::sys::signal::kill(target, nix::sys::signal::Signal::SIGINT);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while postmaster_alive(pid) {
+            if Instant::now() > deadline {
+                bail!("the PostgreSQL a crashed run left behind (pid {pid}) did not stop");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = std::fs::remove_file(&file);
+        Ok(())
+    }
+
+    /// The postmaster's pid, from its pid file.
+    pub fn postmaster_pid(&self) -> Option<u32> {
+        postmaster_pid_in(&self.dir)
     }
 
     /// A streaming hot standby of `primary` in `dir` (which must not hold a cluster yet): a
@@ -412,6 +467,10 @@ impl PrivatePg {
             std::env::temp_dir().join(format!("leasehold-pg-{}.log", self.port)),
         )?;
         cmd.stdout(Stdio::null()).stderr(log);
+        // Its own process group: Ctrl-C in the terminal of `leasehold dev` (SIGINT to the
+        // foreground group) must reach dev alone, which gives its runner's leases back through
+        // this server before it stops it (issue 47 item 4).
+        std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
         self.server = Some(cmd.spawn().context("starting postgres")?);
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
@@ -615,6 +674,43 @@ impl Drop for PrivatePg {
     }
 }
 
+/// The pid a data directory's `postmaster.pid` names (its first line), if it has one.
+pub fn postmaster_pid_in(data_dir: &Path) -> Option<u32> {
+    std::fs::read_to_string(data_dir.join("postmaster.pid"))
+        .ok()?
+        .lines()
+        .next()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// `pid` is a live PostgreSQL process (a pid a crash left in a pid file may since belong to
+/// anything else; where `/proc` cannot say, any live process counts).
+fn postmaster_alive(pid: u32) -> bool {
+    let Ok(raw) = i32::try_from(pid) else {
+        return false;
+    };
+    let alive = match nix::sys::signal::kill(nix::unistd::Pid::from_raw(raw), None) {
+        Ok(()) | Err(nix::errno::Errno::EPERM) => true,
+        Err(_) => false,
+    };
+    if !alive {
+        return false;
+    }
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // `pid (comm) state ...`: a zombie is gone for our purpose.
+        Ok(stat) => {
+            let comm = stat
+                .split_once('(')
+                .and_then(|(_, rest)| rest.rsplit_once(')'))
+                .map(|(c, rest)| (c.to_owned(), rest.trim_start().chars().next()));
+            matches!(comm, Some((c, state)) if c.starts_with("postgres") && state != Some('Z'))
+        }
+        Err(_) => !Path::new("/proc/self").exists(),
+    }
+}
+
 /// The `postgres` OS user's uid and gid (servers run as it when we are root).
 ///
 /// # Errors
@@ -629,8 +725,10 @@ pub fn postgres_owner() -> anyhow::Result<(u32, u32)> {
 /// # Errors
 /// `sh` could not be started.
 pub fn spawn_watchdog(script: &str) -> std::io::Result<Child> {
-    Command::new("sh")
-        .arg("-c")
+    let mut cmd = Command::new("sh");
+    // Out of the terminal's foreground group, like the server it watches.
+    std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+    cmd.arg("-c")
         .arg(script)
         .stdin(Stdio::null())
         .stdout(Stdio::null())

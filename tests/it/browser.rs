@@ -1,7 +1,12 @@
-//! The runners page in a real headless Chromium, driven over the DevTools protocol: a person
-//! signs in with an API key using the keyboard alone, sees a runner come online, and watches a
-//! job dispatched through the API complete, with its events; the page stays readable at phone
-//! width. Screenshots are saved under `target/ui-screenshots/` and their paths printed.
+//! The page in a real headless Chromium, driven over the DevTools protocol: a person signs in
+//! with an API key using the keyboard alone, sees a runner come online, and watches a job
+//! dispatched through the API complete, with its events; the page stays readable at phone
+//! width. A failed job reads as one (issue 47 item 5): a red badge with its exit code in the
+//! list and on its page, the command, its log as text per attempt, its attempts as a timeline,
+//! its artifacts, Retry and Cancel that work, state and outcome filters on the list, runners
+//! named by label and short id, and no runner shown online while the server cannot be
+//! reached. Screenshots are saved under `target/ui-screenshots/` and their paths printed
+//! (`docs/ui-failed-job.png` is one of them).
 //!
 //! Skips, saying why, only where no Chromium can be started (`LEASEHOLD_CHROMIUM` names
 //! another binary).
@@ -125,6 +130,19 @@ impl Browser {
         })
     }
 
+    /// [`Browser::start`], or `None` once the skip of `test` is recorded (under `CI=true` a
+    /// missing Chromium fails instead).
+    async fn or_skip(test: &str) -> Option<Self> {
+        match Self::start().await {
+            Ok(b) => Some(b),
+            Err(why) => {
+                let why = format!("Chromium cannot start: {why}");
+                assert!(!crate::support::require(test, Some(why)));
+                None
+            }
+        }
+    }
+
     /// Attach to the first page target.
     async fn page(&self) -> Page {
         let targets: Vec<Value> = reqwest::get(format!("http://127.0.0.1:{}/json/list", self.port))
@@ -218,6 +236,16 @@ impl Page {
         }
     }
 
+    /// Choose the jobs list's state and outcome filters, as a person does.
+    async fn filter(&mut self, state: &str, outcome: &str) {
+        self.eval(&format!(
+            "{{ const s = document.getElementById('filter-state'); s.value = '{state}'; \
+             const o = document.getElementById('filter-outcome'); o.value = '{outcome}'; \
+             o.dispatchEvent(new Event('change')); }} true"
+        ))
+        .await;
+    }
+
     async fn screenshot(&mut self, name: &str) -> PathBuf {
         let shot = self
             .call(
@@ -239,13 +267,8 @@ impl Page {
 
 #[tokio::test]
 async fn runners_page_signs_in_and_follows_a_job_to_completion() {
-    let browser = match Browser::start().await {
-        Ok(b) => b,
-        Err(why) => {
-            let why = format!("Chromium cannot start: {why}");
-            assert!(!crate::support::require("runners_page", Some(why)));
-            return;
-        }
+    let Some(browser) = Browser::or_skip("runners_page").await else {
+        return;
     };
     let app = TestApp::spawn().await;
     let url = app.url(0);
@@ -411,3 +434,278 @@ async fn runners_page_signs_in_and_follows_a_job_to_completion() {
         .await;
     assert_eq!(foreign, json!([]), "requests outside the replica");
 }
+
+/// The CSS colour `--bad` resolves to in the light scheme.
+const RED: &str = "rgb(179, 38, 30)";
+
+#[tokio::test]
+async fn a_failed_jobs_page_reads_as_a_failure_and_can_be_retried() {
+    let Some(browser) = Browser::or_skip("failed_job_page").await else {
+        return;
+    };
+    let mut app = TestApp::spawn().await;
+    let url = app.url(0);
+    let key = app.key("acme", "alice", false).await;
+    let operator = leasehold::client::Client::new(url.clone(), Some(key.clone()));
+    let (runner, rc) = pair_as(
+        &operator,
+        wire::Tier::Personal,
+        &wire::CreateRunner {
+            label: "build-box".into(),
+            capacity: Some(2),
+            ..Default::default()
+        },
+    )
+    .await;
+
+    // A job that fails twice (one retry on exit_code), printing to stdout and stderr, with an
+    // artifact; and one that succeeds.
+    let mut req = wire::Dispatch::new(
+        personal(),
+        json!({"argv": ["sh", "-c", "make test"], "artifacts": ["report.xml"]}),
+    );
+    req.retry = Some(json!({"limit": 1, "on": ["exit_code"]}));
+    let failed = operator.dispatch(&req).await.unwrap();
+    for (attempt, line) in [(1, "compiling\n"), (2, "compiling again\n")] {
+        let leased = lease(&rc, 5_000, 1).await;
+        assert_eq!(leased[0].id, failed.id, "attempt {attempt}");
+        let epoch = leased[0].epoch;
+        let out = |kind: &str, text: &str| wire::NewEvent {
+            kind: kind.into(),
+            data: Some(json!({ "text": text })),
+        };
+        rc.append_events(
+            failed.id,
+            epoch,
+            vec![
+                out("stdout", line),
+                out("stderr", "error: 2 tests failed\n"),
+                out("stdout", "make: *** [test] Error 3\n"),
+            ],
+        )
+        .await
+        .unwrap();
+        let report = format!("<testsuite failures=\"2\" attempt=\"{attempt}\"/>").into_bytes();
+        let len = report.len() as u64;
+        let path = format!("report-{attempt}.xml");
+        rc.upload_artifact(failed.id, epoch, &path, report.into(), Some(len))
+            .await
+            .unwrap();
+        rc.complete(failed.id, epoch, json!({"exit_code": 3}))
+            .await
+            .unwrap();
+    }
+    let passed = dispatch(&operator, personal(), json!({"argv": ["true"]})).await;
+    let leased = lease(&rc, 5_000, 1).await;
+    rc.complete(passed.id, leased[0].epoch, json!({"exit_code": 0}))
+        .await
+        .unwrap();
+    assert_eq!(operator.job(failed.id).await.unwrap().state, "completed");
+
+    let mut page = browser.page().await;
+    page.call("Page.navigate", json!({"url": format!("{url}/ui")}))
+        .await;
+    page.until("document.readyState === 'complete'", "the page")
+        .await;
+    page.eval(&format!(
+        "sessionStorage.setItem('leasehold.key', '{key}'); location.reload(); true"
+    ))
+    .await;
+    page.until(
+        "document.body !== null && document.body.dataset.ready === 'true'",
+        "the board",
+    )
+    .await;
+
+    // Runners by label and a short id.
+    let runner_row = format!(
+        "document.querySelector('tr[data-runner=\"{}\"]')",
+        runner.id
+    );
+    page.until(&format!("{runner_row} !== null"), "the runner")
+        .await;
+    let short = &runner.id.to_string()[28..];
+    assert_eq!(
+        page.eval(&format!(
+            "{runner_row}.querySelector('th').textContent.includes('build-box') && \
+             {runner_row}.querySelector('th').textContent.includes('{short}')"
+        ))
+        .await,
+        json!(true),
+        "the runner's label and short id"
+    );
+
+    // The list: the failure is a red badge with its exit code, beside the command.
+    let row = format!("document.querySelector('tr[data-job=\"{}\"]')", failed.id);
+    page.until(&format!("{row} !== null"), "the failed job")
+        .await;
+    let badge = format!("{row}.querySelector('.badge')");
+    assert_eq!(
+        page.eval(&format!("{badge}.textContent")).await,
+        json!("failed · exit 3")
+    );
+    assert_eq!(
+        page.eval(&format!("getComputedStyle({badge}).backgroundColor"))
+            .await,
+        json!(RED)
+    );
+    assert_eq!(
+        page.eval(&format!(
+            "{row}.textContent.includes(\"sh -c 'make test'\")"
+        ))
+        .await,
+        json!(true)
+    );
+    let passed_row = format!("document.querySelector('tr[data-job=\"{}\"]')", passed.id);
+    assert_eq!(
+        page.eval(&format!("{passed_row}.dataset.outcome")).await,
+        json!("succeeded")
+    );
+
+    // The outcome filter keeps the failure and drops the success; the state filter too.
+    page.filter("", "failed").await;
+    page.until(
+        &format!("{passed_row} === null && {row} !== null"),
+        "only the failed job",
+    )
+    .await;
+    page.filter("failed", "").await;
+    page.until(
+        &format!("{row} === null && !document.getElementById('jobs-empty').hidden"),
+        "no job in state failed (a failed command is completed)",
+    )
+    .await;
+    page.filter("", "").await;
+    page.until(&format!("{row} !== null"), "the list unfiltered")
+        .await;
+
+    // The job's page.
+    page.eval(&format!("{row}.querySelector('button').click(); true"))
+        .await;
+    page.until(
+        "!document.getElementById('job').hidden && \
+         document.getElementById('job-facts').dataset.outcome === 'failed' && \
+         document.querySelectorAll('#log .log-block').length === 2",
+        "the failed job's page",
+    )
+    .await;
+    let text = |id: &str| format!("document.getElementById('{id}').textContent");
+    assert_eq!(
+        page.eval(&text("job-badge")).await,
+        json!("failed · exit 3")
+    );
+    assert_eq!(
+        page.eval(&text("job-command")).await,
+        json!("sh -c 'make test'")
+    );
+    // The log: text per attempt, stderr marked, no event JSON.
+    let log = page.eval(&text("log")).await;
+    let log = log.as_str().unwrap();
+    assert!(
+        log.contains("Attempt 1") && log.contains("Attempt 2"),
+        "{log}"
+    );
+    assert!(
+        log.contains("compiling again") && !log.contains("{\"text\""),
+        "{log}"
+    );
+    assert_eq!(
+        page.eval(
+            "[...document.querySelectorAll('#log .log-block')].map(b => \
+             [...b.querySelectorAll('.line')].map(l => l.classList.contains('stderr') ? 'E ' + l.textContent : l.textContent))"
+        )
+        .await,
+        json!([
+            ["compiling", "E error: 2 tests failed", "make: *** [test] Error 3"],
+            ["compiling again", "E error: 2 tests failed", "make: *** [test] Error 3"]
+        ])
+    );
+    assert_eq!(
+        page.eval(
+            "getComputedStyle(document.querySelector('#log pre')).fontFamily.includes('monospace')"
+        )
+        .await,
+        json!(true)
+    );
+    // Attempts agree with the command line: attempt 2 of 2, its first lease.
+    let facts = page.eval(&text("job-facts")).await;
+    assert!(facts.as_str().unwrap().contains("Attempt2 of 2"), "{facts}");
+    let timeline = page.eval(&text("timeline")).await;
+    let timeline = timeline.as_str().unwrap();
+    assert!(
+        timeline.contains("Attempt 1 ended: exit_code") && timeline.contains("Attempt 2: started"),
+        "{timeline}"
+    );
+    // Its artifacts, each attempt's, with download links.
+    let link = "document.querySelector('#artifacts a[data-path=\"report-2.xml\"]')";
+    page.until(
+        &format!("{link} !== null && document.querySelectorAll('#artifacts a').length === 2"),
+        "both attempts' artifacts",
+    )
+    .await;
+    assert_eq!(
+        page.eval(&format!(
+            "fetch({link}.href, {{headers: {{Authorization: \
+             'Bearer ' + sessionStorage.getItem('leasehold.key')}}}}).then(r => r.text())"
+        ))
+        .await,
+        json!("<testsuite failures=\"2\" attempt=\"2\"/>")
+    );
+    assert_eq!(
+        page.eval(
+            "!document.getElementById('job-retry').hidden && document.getElementById('job-cancel').hidden"
+        )
+        .await,
+        json!(true),
+        "a settled job can be retried, not cancelled"
+    );
+    let shot = page.screenshot("ui-failed-job.png").await;
+    assert!(shot.exists());
+
+    // Retry, then Cancel, from the page.
+    page.eval("document.getElementById('job-retry').click(); true")
+        .await;
+    eventually(LONG_UI, "the retry", || async {
+        let j = operator.job(failed.id).await.ok()?;
+        (j.state == "parked" && j.retries == 2).then_some(())
+    })
+    .await;
+    page.until(
+        "!document.getElementById('job-cancel').hidden",
+        "Cancel offered for the parked job",
+    )
+    .await;
+    page.eval("document.getElementById('job-cancel').click(); true")
+        .await;
+    eventually(LONG_UI, "the cancel", || async {
+        let j = operator.job(failed.id).await.ok()?;
+        (j.state == "cancelled").then_some(())
+    })
+    .await;
+    page.until(
+        "document.getElementById('job-facts').dataset.outcome === 'cancelled'",
+        "the cancelled job",
+    )
+    .await;
+
+    // The server goes away: no runner is shown online, and the page says why.
+    rc.runner_heartbeat(&wire::RunnerHeartbeat::default())
+        .await
+        .unwrap();
+    page.until(
+        &format!("{runner_row}.dataset.presence === 'online'"),
+        "the runner online",
+    )
+    .await;
+    app.replicas.pop().unwrap().stop(LONG_UI).await;
+    page.until(
+        &format!(
+            "{runner_row}.dataset.presence !== 'online' && \
+             !document.getElementById('offline').hidden"
+        ),
+        "no presence claimed while the server is unreachable",
+    )
+    .await;
+}
+
+const LONG_UI: Duration = Duration::from_secs(20);

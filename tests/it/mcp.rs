@@ -377,6 +377,34 @@ async fn a_bare_json_rpc_call_needs_no_session_waits_past_the_request_deadline_a
     );
     assert_eq!(body["result"]["structuredContent"]["state"], "parked");
 
+    // list_jobs takes the list's filters, the outcome too (v1.3): its schema comes from the
+    // route table.
+    let tools = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/list"});
+    let body: Value = rpc(&url, &key, tools).await.json().await.unwrap();
+    let list_jobs = body["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "list_jobs")
+        .unwrap();
+    assert!(
+        list_jobs["inputSchema"]["properties"]["outcome"].is_object(),
+        "{list_jobs}"
+    );
+    alice.cancel(job.id).await.unwrap();
+    for (outcome, want) in [("cancelled", vec![json!(job.id)]), ("failed", vec![])] {
+        let call = json!({"jsonrpc": "2.0", "id": 10, "method": "tools/call", "params": {
+            "name": "list_jobs", "arguments": {"outcome": outcome}}});
+        let body: Value = rpc(&url, &key, call).await.json().await.unwrap();
+        let ids: Vec<Value> = body["result"]["structuredContent"]["jobs"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{body}"))
+            .iter()
+            .map(|j| j["id"].clone())
+            .collect();
+        assert_eq!(ids, want, "{outcome}: {body}");
+    }
+
     // An unknown tool is a JSON-RPC error, not a tool result.
     let unknown = json!({"jsonrpc": "2.0", "id": 8, "method": "tools/call", "params": {
         "name": "lease", "arguments": {}}});

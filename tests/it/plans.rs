@@ -182,6 +182,17 @@ async fn check_hot_plans(app: &TestApp) {
             sql::JOB_FENCE_MISS,
             format!("{job}, {token}"),
         ),
+        // The jobs list, filtered by state and outcome (v1.3) or not.
+        (
+            "jobs_list",
+            sql::JOBS_LIST,
+            "'acme', 'completed', NULL, 100, 4194304, 'failed'".into(),
+        ),
+        (
+            "jobs_list_desc",
+            sql::JOBS_LIST_DESC,
+            format!("'acme', NULL, {job}, 100, 4194304, 'failed'"),
+        ),
     ];
     let plans = app
         .store
@@ -293,6 +304,16 @@ async fn check_hot_plans(app: &TestApp) {
         &["runners_token_hash_key", "id = $1)"],
         &["Seq Scan"],
     );
+    // A page of the list walks the workspace's jobs in id order and stops at its limit,
+    // whatever it filters on; it sorts only the page it returns, never the jobs it walks.
+    for name in ["jobs_list", "jobs_list_desc"] {
+        assert_plan(
+            name,
+            plan(name),
+            &["Index Scan", "using jobs_by_workspace", "Limit"],
+            &["Seq Scan", "Sort Key: j."],
+        );
+    }
 }
 
 /// Issue 19: a head of pool jobs the runner cannot run costs it nothing. 5,000 parked jobs

@@ -918,3 +918,96 @@ async fn a_pinned_payload_never_goes_over_http_in_any_case_and_echoes_are_escape
         out.stderr
     );
 }
+
+/// Issue 47 item 6: a runner enrolled over http whose server now answers HTTPS on that address
+/// (`leasehold dev` restarted with `--tls`), or the reverse, says so in words and prints the
+/// command that enrols it again, instead of logging a bare transport error forever.
+#[tokio::test]
+async fn a_runner_whose_server_changed_scheme_says_so_and_how_to_enrol_again() {
+    let dir = TempDir::new("tls-scheme");
+    let pair = Pair::self_signed(dir.path(), "server");
+    let db = fresh_database().await;
+    let plain = crate::support::start_replica(test_config(&db)).await;
+    let plain_url = format!("http://{}", plain.addr);
+    let (_tls, tls_url) = tls_replica(&db, &pair, false).await;
+    let key = key_in(&db, "acme", "alice", false).await;
+    let alice = Client::new(&plain_url, Some(key.clone()));
+    let ca = pair.cert.to_str().unwrap();
+
+    // Enrolled over http, then the address answers HTTPS.
+    let config = crate::procs::enrol(&alice, &[&plain_url], dir.path(), false, &[]).await;
+    let tls_addr = tls_url.strip_prefix("https://").unwrap();
+    let mut saved_config = saved(&config);
+    saved_config["servers"] = serde_json::json!([format!("http://{tls_addr}")]);
+    std::fs::write(&config, saved_config.to_string()).unwrap();
+    let r = runner(&config, &dir.join("work"), &["--unconfined"], &[]);
+    eventually(LONG, "the runner says its server answers HTTPS", || async {
+        let log = r.log();
+        (log.contains("answers HTTPS") && log.contains("enrolled over http")).then_some(())
+    })
+    .await;
+    let log = r.log();
+    assert!(
+        log.contains("leasehold join-code create")
+            && log.contains("leasehold runner connect")
+            && log.contains(&format!("--server {tls_url}"))
+            && log.contains(&format!("--config {}", config.display())),
+        "{log}"
+    );
+    drop(r);
+
+    // Enrolled over https, then the address answers plain HTTP.
+    let config = crate::procs::enrol(
+        &alice,
+        &[&tls_url],
+        &dir.join("second"),
+        false,
+        &["--ca-cert", ca],
+    )
+    .await;
+    let plain_addr = plain_url.strip_prefix("http://").unwrap();
+    let mut saved_config = saved(&config);
+    saved_config["servers"] = serde_json::json!([format!("https://{plain_addr}")]);
+    std::fs::write(&config, saved_config.to_string()).unwrap();
+    let r = runner(&config, &dir.join("work2"), &["--unconfined"], &[]);
+    eventually(
+        LONG,
+        "the runner says its server answers plain HTTP",
+        || async {
+            let log = r.log();
+            (log.contains("answers plain HTTP") && log.contains("enrolled over https"))
+                .then_some(())
+        },
+    )
+    .await;
+    let log = r.log();
+    assert!(
+        log.contains(&format!("--server {plain_url}")) && log.contains("leasehold runner connect"),
+        "{log}"
+    );
+    drop(r);
+
+    // The walk's case: the server is down a moment (dev stopped), then comes back on the same
+    // address in HTTPS: the runner names it at once, not a probe interval later.
+    let config = crate::procs::enrol(&alice, &[&plain_url], &dir.join("third"), false, &[]).await;
+    let port = free_port();
+    let mut saved_config = saved(&config);
+    saved_config["servers"] = serde_json::json!([format!("http://127.0.0.1:{port}")]);
+    std::fs::write(&config, saved_config.to_string()).unwrap();
+    let r = runner(&config, &dir.join("work3"), &["--unconfined"], &[]);
+    eventually(LONG, "the runner finds no server", || async {
+        r.log().contains("server did not answer").then_some(())
+    })
+    .await;
+    let listener = TcpListener::bind(("127.0.0.1", port)).await.unwrap();
+    let mut config3 = test_config(&db);
+    config3.tls_cert = Some(pair.cert.clone());
+    config3.tls_key = Some(pair.key.clone());
+    let _back = replica::start(config3, listener).await.unwrap();
+    eventually(
+        Duration::from_secs(20),
+        "the runner names the server back in HTTPS within 20 s (the probe interval is 30 s)",
+        || async { r.log().contains("answers HTTPS").then_some(()) },
+    )
+    .await;
+}

@@ -13,6 +13,7 @@ use serde::Serialize;
 use uuid::Uuid;
 
 mod artifacts;
+pub mod scheme;
 
 pub use crate::tls::{Pin, Trust};
 use crate::wire::{self, ErrorBody};
@@ -101,6 +102,34 @@ fn api_error(status: StatusCode, bytes: &[u8]) -> ClientError {
         message,
         state,
     }
+}
+
+/// What `GET /v1/jobs` asks for: filters (each `None` for any), a page size, where the page
+/// starts, and the order.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct JobQuery<'a> {
+    pub state: Option<&'a str>,
+    /// v1.3: `succeeded`, `failed`, `cancelled` or `rejected`.
+    pub outcome: Option<&'a str>,
+    pub limit: Option<u32>,
+    /// The `next` of the previous page.
+    pub after: Option<Uuid>,
+    /// `order=desc` (v1.1): newest first, `after` then meaning older than it.
+    pub newest_first: bool,
+}
+
+/// `text` as a query string value: unreserved characters as they are, every other byte
+/// `%XX`.
+fn percent_encoded(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for b in text.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
 }
 
 /// One server (or load balancer) and one credential.
@@ -325,21 +354,38 @@ impl Client {
         self.get(&format!("/v1/jobs/{id}?wait_ms={wait_ms}")).await
     }
 
+    /// A page of the workspace's jobs, oldest first: [`Client::list_jobs`] without an outcome.
     pub async fn jobs(
         &self,
         state: Option<&str>,
         limit: Option<u32>,
         after: Option<Uuid>,
     ) -> Result<wire::JobList> {
+        self.list_jobs(&JobQuery {
+            state,
+            limit,
+            after,
+            ..JobQuery::default()
+        })
+        .await
+    }
+
+    /// `GET /v1/jobs` with `query`.
+    pub async fn list_jobs(&self, query: &JobQuery<'_>) -> Result<wire::JobList> {
         let mut q = Vec::new();
-        if let Some(s) = state {
-            q.push(format!("state={s}"));
+        for (name, value) in [("state", query.state), ("outcome", query.outcome)] {
+            if let Some(v) = value {
+                q.push(format!("{name}={}", percent_encoded(v)));
+            }
         }
-        if let Some(l) = limit {
+        if let Some(l) = query.limit {
             q.push(format!("limit={l}"));
         }
-        if let Some(a) = after {
+        if let Some(a) = query.after {
             q.push(format!("after={a}"));
+        }
+        if query.newest_first {
+            q.push("order=desc".into());
         }
         self.get(&format!("/v1/jobs?{}", q.join("&"))).await
     }

@@ -97,6 +97,18 @@ impl JobState {
 }
 
 vocabulary! {
+    /// How a settled job ended (`Job.outcome`, v1.3): `succeeded` (completed, its result with
+    /// no `exit_code` or 0), `failed` (state failed, or completed with any other `exit_code`),
+    /// `cancelled`, `rejected`; null while the job is live.
+    Outcome {
+        Succeeded => "succeeded",
+        Failed => "failed",
+        Cancelled => "cancelled",
+        Rejected => "rejected",
+    }
+}
+
+vocabulary! {
     /// A runner's presence (`Runner.presence`): `online` (seen within the presence window),
     /// `dormant` (seen before that), `never` (paired, never seen). A closed vocabulary of the
     /// contract, deserialised strictly.
@@ -281,6 +293,9 @@ pub struct Job {
     /// While it waits out a retry's delay: when it may be leased again; else null (v1.2).
     #[serde(default)]
     pub not_before: Option<DateTime<Utc>>,
+    /// How it ended; null until it is terminal (v1.3).
+    #[serde(default)]
+    pub outcome: Option<Outcome>,
 }
 
 /// A dispatch's retry policy (v1.2): up to `limit` re-parks, for the reasons in `on`, each

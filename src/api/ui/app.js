@@ -1,14 +1,23 @@
-// The runners page. Reads the public API with the API key kept in this tab's session storage;
+// The leasehold page. Reads the public API with the API key kept in this tab's session storage;
 // every value from the server reaches the page through textContent, never as markup.
+//
+// What it shows is held to Buildkite's job page and River's UI: a job's status is its outcome
+// (a failed command is red, with its exit code), its log reads as text per attempt, its
+// attempts and retries are a timeline, and a member may retry or cancel it. Attempts are
+// numbered as the command line numbers them (crates/runner/src/cli/jobs/render.rs, `Attempts`):
+// attempt N is the job's N-th try (its retries + 1), and a try's leases are counted within it.
 "use strict";
 
 const KEY = "leasehold.key";
 const REFRESH_MS = 2000;
 const RECENT = 25;
+const EVENT_PAGES = 20; // at most 20 pages of 1000 events are read for one job
 
 const $ = (id) => document.getElementById(id);
 let timer = null;
-let selected = null; // id of the job whose events are shown
+let selected = null; // id of the job shown
+let lastRoster = null; // the last runners the server listed
+let lastGood = null; // when the server last answered
 const labels = new Map(); // runner id -> label, from the last roster
 
 function key() {
@@ -17,11 +26,17 @@ function key() {
 
 class Unauthorized extends Error {}
 
-async function api(path) {
-  const res = await fetch(path, {
+async function api(path, method) {
+  const init = {
+    method: method || "GET",
     headers: { Authorization: "Bearer " + key(), Accept: "application/json" },
     cache: "no-store",
-  });
+  };
+  if (method === "POST") {
+    init.headers["Content-Type"] = "application/json";
+    init.body = "{}";
+  }
+  const res = await fetch(path, init);
   if (res.status === 401) throw new Unauthorized();
   const body = await res.json().catch(() => null);
   if (!res.ok) {
@@ -51,11 +66,121 @@ function ago(iso) {
   return Math.round(s / 86400) + " d ago";
 }
 
+function clock(iso) {
+  return iso ? new Date(iso).toLocaleTimeString() : "–";
+}
+
+function duration(from, to) {
+  if (!from || !to) return null;
+  const ms = Math.max(0, Date.parse(to) - Date.parse(from));
+  if (ms < 1000) return ms + " ms";
+  const s = Math.round(ms / 1000);
+  if (s < 120) return s + " s";
+  return Math.floor(s / 60) + " min " + (s % 60) + " s";
+}
+
+// The last 8 hex digits of an id: its random part (UUIDv7s made in one millisecond share their
+// first 12).
+const short = (id) => (id ? String(id).slice(-8) : "?");
+
+// A runner as people name it: its label and a short id (labels repeat: every dev runner is
+// named after its host).
+function runnerName(id) {
+  if (!id) return "?";
+  return labels.has(id) ? labels.get(id) + " · " + short(id) : short(id);
+}
+
+// ---- what a job is --------------------------------------------------------------------------
+
+const SIGNALS = { 1: "SIGHUP", 2: "SIGINT", 3: "SIGQUIT", 6: "SIGABRT", 9: "SIGKILL", 11: "SIGSEGV", 13: "SIGPIPE", 15: "SIGTERM" };
+
+function exitText(j) {
+  const r = j.result;
+  if (!r || typeof r !== "object") return null;
+  if (Number.isInteger(r.exit_code)) return "exit " + r.exit_code;
+  if (r.timed_out === true) return "timed out";
+  if (Number.isInteger(r.signal)) return "killed by " + (SIGNALS[r.signal] || "signal " + r.signal);
+  return null;
+}
+
+// The badge a job wears: its outcome once settled (red for failed, with the exit code), else
+// where it is.
+function status(j) {
+  if (j.outcome) {
+    const why = j.outcome === "failed" ? exitText(j) || (j.error && j.error.reason) : j.outcome === "rejected" && j.error ? j.error.reason : null;
+    return { text: why ? j.outcome + " · " + why : j.outcome, cls: "outcome-" + j.outcome };
+  }
+  if (j.state === "parked" && j.not_before) return { text: "waiting to retry", cls: "state-parked" };
+  return { text: j.state === "leased" ? "running" : j.state, cls: "state-" + j.state };
+}
+
+function shellWord(w) {
+  return /^[A-Za-z0-9\/._+:@%,=-]+$/.test(w) ? w : "'" + w.replace(/'/g, "'\\''") + "'";
+}
+
+function commandText(j) {
+  if (j.kind === "command" && j.payload && Array.isArray(j.payload.argv)) {
+    return j.payload.argv.map((a) => shellWord(String(a))).join(" ");
+  }
+  return "(" + j.kind + ")";
+}
+
+function target(j) {
+  if (j.runner_id && j.runner_id !== "*") return "runner " + runnerName(j.runner_id);
+  if (j.pool) return j.pool + " pool";
+  return j.owner.startsWith("ws:") ? "workspace pool" : "personal pool";
+}
+
+// Attempt N of M: M is 1 + the retry policy's limit; a job without a policy has attempts
+// only when it is retried by hand.
+function attemptText(j) {
+  const n = j.retries + 1;
+  const of = j.retry && n <= j.retry.limit + 1 ? " of " + (j.retry.limit + 1) : "";
+  return n + of;
+}
+
+// Which attempt and lease each event belongs to (the command line's `Attempts`).
+class Attempts {
+  constructor() {
+    this.attempt = 1;
+    this.lease = 0;
+    this.ended = null;
+  }
+  // A state event's data; returns the lease that starts, if one does.
+  onState(d) {
+    if (d.state === "parked" && d.reason === "retry") {
+      const ended = Number.isInteger(d.attempt) ? d.attempt : this.attempt;
+      this.attempt = ended + 1;
+      this.lease = 0;
+      this.ended = "attempt " + ended + " ended: " + (d.after || "retry");
+      return null;
+    }
+    if (d.state === "parked") {
+      if (d.reason && d.reason !== "dispatched") this.ended = d.reason;
+      return null;
+    }
+    if (d.state === "leased") {
+      this.lease += 1;
+      const after = this.ended;
+      this.ended = null;
+      return { attempt: this.attempt, lease: this.lease, runner: d.runner, epoch: d.epoch, after };
+    }
+    return null;
+  }
+}
+
+function leaseName(l) {
+  return "Attempt " + l.attempt + (l.lease > 1 ? ", lease " + l.lease : "");
+}
+
+// ---- drawing --------------------------------------------------------------------------------
+
 function showSignIn(message) {
   stop();
   $("board").hidden = true;
   $("sign-out").hidden = true;
   $("who").hidden = true;
+  $("offline").hidden = true;
   $("sign-in").hidden = false;
   $("sign-in-error").textContent = message || "";
   $("key").focus();
@@ -65,6 +190,8 @@ function showBoard() {
   $("sign-in").hidden = true;
   $("board").hidden = false;
   $("sign-out").hidden = false;
+  const wanted = location.hash.match(/^#job=([0-9a-f-]{36})$/);
+  if (wanted) select(wanted[1]);
   refresh();
   timer = setInterval(() => {
     if (!document.hidden) refresh();
@@ -85,22 +212,29 @@ function renderPool(p) {
   $("pool-leased").textContent = p.jobs.leased;
 }
 
-function renderRunners(runners) {
+// `stale`: the server cannot be reached, so no presence is known: each runner shows
+// `unknown` with the presence the server last gave, never a stale `online`.
+function renderRunners(runners, stale) {
   labels.clear();
   for (const r of runners) labels.set(r.id, r.label);
   const body = $("runners").tBodies[0];
   const rows = runners.map((r) => {
     const tr = el("tr");
     tr.dataset.runner = r.id;
-    tr.dataset.presence = r.presence;
+    const presence = stale ? "unknown" : r.presence;
+    tr.dataset.presence = presence;
     const name = el("th");
     name.scope = "row";
-    name.append(el("span", r.label, "label"), el("span", r.os || "", "sub"));
+    const title = el("span", null, "label");
+    title.append(el("span", r.label), " ", el("code", short(r.id), "id"));
+    title.title = r.id;
+    name.append(title, el("span", r.os || "", "sub"));
     tr.append(name);
-    const presence = el("td");
-    presence.append(badge(r.presence, "presence-" + r.presence));
-    presence.append(el("span", "seen " + ago(r.last_seen_at), "sub"));
-    tr.append(presence);
+    const cell = el("td");
+    cell.append(badge(presence, "presence-" + presence));
+    const seen = "seen " + ago(r.last_seen_at);
+    cell.append(el("span", stale ? "last known " + r.presence + ", " + seen : seen, "sub"));
+    tr.append(cell);
     const version = el("td", r.version || "unknown");
     if (r.outdated === true) version.append(" ", badge("outdated", "warn"));
     tr.append(version);
@@ -127,89 +261,192 @@ function renderRunners(runners) {
   $("runners-empty").hidden = runners.length > 0;
 }
 
-function target(j) {
-  if (j.runner_id && j.runner_id !== "*") return "runner " + j.runner_id.slice(0, 8);
-  if (j.pool) return j.pool + " pool";
-  return j.owner.startsWith("ws:") ? "workspace pool" : "personal pool";
-}
-
 function renderJobs(jobs) {
   const body = $("jobs").tBodies[0];
   const rows = jobs.map((j) => {
     const tr = el("tr");
     tr.dataset.job = j.id;
     tr.dataset.state = j.state;
+    tr.dataset.outcome = j.outcome || "";
     const cell = el("th");
     cell.scope = "row";
-    const open = el("button", j.id.slice(0, 8) + "…" + j.id.slice(-4), "link");
+    const open = el("button", short(j.id), "link");
     open.type = "button";
     open.setAttribute("aria-label", "Show job " + j.id);
     open.addEventListener("click", () => select(j.id));
     cell.append(open);
     tr.append(cell);
-    const state = el("td");
-    state.append(badge(j.state, "state-" + j.state));
-    if (j.error && j.error.reason) state.append(el("span", j.error.reason, "sub"));
-    tr.append(state);
-    tr.append(el("td", j.kind), el("td", target(j)));
-    tr.append(el("td", j.attempts + " / " + j.max_attempts));
-    tr.append(el("td", ago(j.created_at)));
+    const s = status(j);
+    const st = el("td");
+    st.append(badge(s.text, s.cls));
+    tr.append(st);
+    const cmd = el("td", commandText(j), "command-cell");
+    cmd.title = commandText(j);
+    tr.append(cmd, el("td", target(j)), el("td", attemptText(j)), el("td", ago(j.created_at)));
     if (j.id === selected) tr.classList.add("selected");
     return tr;
   });
   body.replaceChildren(...rows);
+  const filtered = $("filter-state").value || $("filter-outcome").value;
+  $("jobs-empty").textContent = filtered ? "No jobs match these filters." : "No jobs yet.";
   $("jobs-empty").hidden = jobs.length > 0;
 }
 
-// The newest jobs. `order=desc` is the contract's (v1.1); a server without it answers in
-// ascending order, and then the page walks forward to the last page instead.
 async function recentJobs() {
-  const first = await api("/v1/jobs?order=desc&limit=" + RECENT);
-  const jobs = first.jobs;
-  const ascending = jobs.length > 1 && jobs[0].id < jobs[jobs.length - 1].id;
-  if (!ascending) return jobs;
-  let all = jobs;
-  let next = first.next;
-  for (let i = 0; next && i < 10; i++) {
-    const page = await api("/v1/jobs?limit=500&after=" + encodeURIComponent(next));
-    all = all.concat(page.jobs);
-    next = page.next;
+  let q = "/v1/jobs?order=desc&limit=" + RECENT;
+  for (const [name, id] of [["state", "filter-state"], ["outcome", "filter-outcome"]]) {
+    if ($(id).value) q += "&" + name + "=" + encodeURIComponent($(id).value);
   }
-  return all.slice(-RECENT).reverse();
+  return (await api(q)).jobs;
+}
+
+async function allEvents(id) {
+  let events = [];
+  let after = 0;
+  for (let i = 0; i < EVENT_PAGES; i++) {
+    const page = await api("/v1/jobs/" + id + "/events?after=" + after);
+    events = events.concat(page.events);
+    if (page.events.length === 0 || page.next === after) break;
+    after = page.next;
+    if (page.events.length < 1000) break;
+  }
+  return events;
 }
 
 async function renderJob(id) {
   const [job, events, artifacts] = await Promise.all([
     api("/v1/jobs/" + id),
-    api("/v1/jobs/" + id + "/events"),
+    allEvents(id),
     api("/v1/jobs/" + id + "/artifacts"),
   ]);
   if (selected !== id) return;
+  const s = status(job);
+  $("job-badge").replaceChildren(badge(s.text, s.cls + " big"));
+  $("job-command").textContent = commandText(job);
+  $("job-cancel").hidden = job.state !== "parked" && job.state !== "leased";
+  $("job-retry").hidden = job.state === "parked";
   const facts = $("job-facts");
   const pairs = [
-    ["Id", job.id],
+    ["Status", s.text],
     ["State", job.state],
-    ["Kind", job.kind],
     ["Target", target(job)],
-    ["Epoch", job.epoch],
-    ["Attempts", job.attempts + " / " + job.max_attempts],
-    ["Created", job.created_at],
-    ["Finished", job.finished_at || "–"],
+    ["Attempt", attemptText(job)],
+    ["Leases of this attempt", job.attempts + " of " + job.max_attempts],
+    ["Created", new Date(job.created_at).toLocaleString()],
+    ["Finished", job.finished_at ? new Date(job.finished_at).toLocaleString() : "–"],
   ];
+  const took = duration(job.leased_at, job.finished_at);
+  if (took) pairs.push(["Duration", took]);
+  const exit = exitText(job);
+  if (exit) pairs.push(["Exit", exit]);
+  if (job.not_before) pairs.push(["Retries at", new Date(job.not_before).toLocaleString()]);
   if (job.error) pairs.push(["Error", job.error.reason + (job.error.message ? ": " + job.error.message : "")]);
-  if (job.provenance && job.provenance.runner) {
-    const id = job.provenance.runner;
-    pairs.push(["Ran on", labels.has(id) ? labels.get(id) + " (" + id.slice(0, 8) + ")" : id]);
-  }
+  if (job.provenance && job.provenance.runner) pairs.push(["Ran on", runnerName(job.provenance.runner)]);
+  pairs.push(["Id", job.id]);
   facts.replaceChildren(
-    ...pairs.flatMap(([k, v]) => {
+    ...pairs.map(([k, v]) => {
       const d = el("div");
       d.append(el("dt", k), el("dd", v));
-      return [d];
+      return d;
     }),
   );
   facts.dataset.state = job.state;
-  const list = events.events.map((e) => {
+  facts.dataset.outcome = job.outcome || "";
+  renderLog(events);
+  renderTimeline(job, events);
+  renderEvents(events);
+  renderArtifacts(id, artifacts.artifacts);
+}
+
+// The log as text: each lease's standard output and error, lines in the order they were
+// shipped, under a heading naming its attempt.
+function renderLog(events) {
+  const attempts = new Attempts();
+  const blocks = [];
+  let block = null;
+  let open = null; // the last line, while it has no newline yet
+  const start = (title, sub) => {
+    const section = el("section", null, "log-block");
+    const head = el("h4");
+    head.append(el("span", title), el("span", sub || "", "sub"));
+    const pre = el("pre", null, "log");
+    pre.tabIndex = 0;
+    section.append(head, pre);
+    blocks.push(section);
+    block = pre;
+    open = null;
+  };
+  for (const e of events) {
+    if (e.kind === "state" && e.data) {
+      const l = attempts.onState(e.data);
+      if (l) start(leaseName(l), "runner " + runnerName(l.runner) + " · epoch " + l.epoch + (l.after ? " · after " + l.after : ""));
+      continue;
+    }
+    if (e.kind !== "stdout" && e.kind !== "stderr") continue;
+    const d = e.data || {};
+    const text = typeof d.text === "string" ? d.text : typeof d.line === "string" ? d.line + "\n" : null;
+    if (text === null) continue;
+    if (!block) start("Output", "");
+    const parts = text.split("\n");
+    parts.forEach((part, i) => {
+      const last = i === parts.length - 1;
+      if (last && part === "") {
+        open = null;
+        return;
+      }
+      if (i === 0 && open && open.dataset.stream === e.kind) {
+        open.textContent += part;
+      } else {
+        const line = el("span", part, "line " + e.kind);
+        line.dataset.stream = e.kind;
+        block.append(line);
+        open = line;
+      }
+      if (!last) open = null;
+    });
+  }
+  for (const b of blocks) {
+    const pre = b.querySelector("pre");
+    if (!pre.firstChild) pre.append(el("span", "no output", "none"));
+  }
+  if (blocks.length === 0) blocks.push(el("p", "No output yet.", "empty"));
+  $("log").replaceChildren(...blocks);
+}
+
+// What happened to the job, in order: dispatch, each lease, what ended it, how the job ended.
+function renderTimeline(job, events) {
+  const attempts = new Attempts();
+  const items = [];
+  const item = (cls, title, sub, at) => {
+    const li = el("li", null, cls);
+    li.append(el("span", title, "what"), el("span", sub, "sub"), el("time", clock(at), "sub"));
+    items.push(li);
+  };
+  for (const e of events) {
+    if (e.kind !== "state" || !e.data) continue;
+    const d = e.data;
+    const l = attempts.onState(d);
+    if (l) {
+      item("leased", leaseName(l) + ": started", "runner " + runnerName(l.runner), e.at);
+    } else if (d.state === "parked" && d.reason === "retry") {
+      item("retry", "Attempt " + d.attempt + " ended: " + (d.after || "retry"), "parked again for a retry", e.at);
+    } else if (d.state === "parked" && (!d.reason || d.reason === "dispatched")) {
+      item("parked", "Dispatched", "waiting for a runner", e.at);
+    } else if (d.state === "parked") {
+      item("parked", "Lease ended: " + d.reason, "parked again; the next lease runs it", e.at);
+    } else if (d.state === "completed") {
+      const s = status(job);
+      item("end " + s.cls, s.text, "finished on runner " + runnerName(d.runner), e.at);
+    } else {
+      item("end outcome-" + (d.state === "failed" ? "failed" : d.state), d.state + (d.reason ? ": " + d.reason : ""), d.runner ? "runner " + runnerName(d.runner) : "", e.at);
+    }
+  }
+  $("timeline").replaceChildren(...items);
+}
+
+// Every event, as the API gives it (for what the log and timeline leave out).
+function renderEvents(events) {
+  const list = events.map((e) => {
     const li = el("li");
     li.append(el("span", "#" + e.seq, "seq"), el("span", e.kind, "kind"));
     let text;
@@ -217,6 +454,10 @@ async function renderJob(id) {
       text = [e.data.state, e.data.reason, e.data.epoch !== null && e.data.epoch !== undefined ? "epoch " + e.data.epoch : null]
         .filter(Boolean)
         .join(" · ");
+    } else if (e.data && typeof e.data.text === "string") {
+      text = e.data.text;
+    } else if (e.data && typeof e.data.line === "string") {
+      text = e.data.line;
     } else {
       text = JSON.stringify(e.data);
     }
@@ -224,7 +465,6 @@ async function renderJob(id) {
     return li;
   });
   $("events").replaceChildren(...list);
-  renderArtifacts(id, artifacts.artifacts);
 }
 
 // A job's artifacts, each a download link. The API needs the key in a header, so a click
@@ -233,13 +473,15 @@ function renderArtifacts(id, artifacts) {
   const items = artifacts.map((a) => {
     const li = el("li");
     const link = el("a", a.path);
-    link.href = "/v1/jobs/" + id + "/artifacts/" + a.path;
+    const epoch = Number.isInteger(a.epoch) ? "?epoch=" + a.epoch : "";
+    link.href = "/v1/jobs/" + id + "/artifacts/" + a.path + epoch;
     link.dataset.path = a.path;
     link.addEventListener("click", (ev) => {
       ev.preventDefault();
       download(link.href, a.path.split("/").pop()).catch(fail);
     });
-    li.append(link, el("span", size(a.size), "sub"), el("code", a.sha256.slice(0, 12), "sub"));
+    li.append(link, el("span", size(a.size), "sub"));
+    if (Number.isInteger(a.epoch)) li.append(el("span", "epoch " + a.epoch, "sub"));
     return li;
   });
   if (items.length === 0) items.push(el("li", "none", "sub"));
@@ -272,11 +514,30 @@ async function download(href, name) {
 
 async function select(id) {
   selected = id;
+  history.replaceState(null, "", "#job=" + id);
   $("job").hidden = false;
-  $("job-title").textContent = "Job " + id;
+  $("job-said").textContent = "";
+  $("job-title").textContent = "Job " + short(id);
+  $("job-title").title = id;
   for (const tr of $("jobs").tBodies[0].rows) tr.classList.toggle("selected", tr.dataset.job === id);
   await renderJob(id).catch(fail);
   $("job-title").focus();
+}
+
+// Retry or cancel the job shown, as its member may (POST /v1/jobs/{id}/retry|cancel).
+async function act(what) {
+  const id = selected;
+  if (!id) return;
+  try {
+    const job = await api("/v1/jobs/" + id + "/" + what, "POST");
+    $("job-said").textContent =
+      what === "retry" ? "Retried: attempt " + attemptText(job) + " is parked." : "Cancel: the job is " + job.state + ".";
+    await renderJob(id);
+    await refresh();
+  } catch (e) {
+    if (e instanceof Unauthorized) return fail(e);
+    $("job-said").textContent = what + " refused: " + e.message;
+  }
 }
 
 function fail(e) {
@@ -285,6 +546,12 @@ function fail(e) {
     showSignIn("That key was refused. Sign in again.");
     return;
   }
+  // The server cannot be reached: say so, and claim no presence we cannot know.
+  const since = lastGood ? " What you see is as of " + lastGood.toLocaleTimeString() + "." : "";
+  $("offline").textContent = "Cannot reach the server (" + e.message + ")." + since + " Runners show unknown until it answers.";
+  $("offline").hidden = false;
+  document.body.dataset.stale = "true";
+  if (lastRoster) renderRunners(lastRoster, true);
   $("status").textContent = "Could not refresh: " + e.message;
 }
 
@@ -293,21 +560,21 @@ async function refresh() {
   if (busy) return;
   busy = true;
   try {
-    const [pool, roster, jobs] = await Promise.all([
-      api("/v1/pool"),
-      api("/v1/workspace/runners"),
-      recentJobs(),
-    ]);
+    const [pool, roster, jobs] = await Promise.all([api("/v1/pool"), api("/v1/workspace/runners"), recentJobs()]);
+    lastGood = new Date();
+    lastRoster = roster.runners;
+    $("offline").hidden = true;
+    delete document.body.dataset.stale;
     renderPool(pool);
-    renderRunners(roster.runners);
+    renderRunners(roster.runners, false);
     renderJobs(jobs);
     if (selected) await renderJob(selected);
-    const ws = roster.runners.length ? roster.runners[0].workspace : (jobs.length ? jobs[0].workspace : null);
+    const ws = roster.runners.length ? roster.runners[0].workspace : jobs.length ? jobs[0].workspace : null;
     if (ws) {
       $("who").textContent = "workspace " + ws;
       $("who").hidden = false;
     }
-    $("status").textContent = "Updated " + new Date().toLocaleTimeString();
+    $("status").textContent = "Updated " + lastGood.toLocaleTimeString();
     document.body.dataset.ready = "true";
   } catch (e) {
     fail(e);
@@ -333,9 +600,14 @@ document.addEventListener("DOMContentLoaded", () => {
   });
   $("job-close").addEventListener("click", () => {
     selected = null;
+    history.replaceState(null, "", location.pathname);
     $("job").hidden = true;
     $("jobs").focus();
   });
+  $("job-retry").addEventListener("click", () => act("retry"));
+  $("job-cancel").addEventListener("click", () => act("cancel"));
+  for (const id of ["filter-state", "filter-outcome"]) $(id).addEventListener("change", () => refresh());
+  $("job-filters").addEventListener("submit", (ev) => ev.preventDefault());
   document.addEventListener("keydown", (ev) => {
     if (ev.key === "Escape" && selected) $("job-close").click();
   });

@@ -113,13 +113,8 @@ impl Node {
 
     /// The postmaster's pid, from its pid file.
     pub fn postmaster_pid(&self) -> Option<i32> {
-        std::fs::read_to_string(self.data_dir().join("postmaster.pid"))
-            .ok()?
-            .lines()
-            .next()?
-            .trim()
-            .parse()
-            .ok()
+        crate::tooling::private_pg::postmaster_pid_in(&self.data_dir())
+            .and_then(|p| i32::try_from(p).ok())
     }
 }
 

@@ -86,7 +86,7 @@ fn gone(e: &CallError) -> bool {
 pub async fn run(shared: Arc<Shared>, job: LeasedJob, stopper: Stopper) -> JobEnd {
     let id = job.id;
     let lost = CancellationToken::new();
-    shared.track(id, job.epoch, lost.clone());
+    shared.track(id, job.epoch, &lost).await;
     let end = run_tracked(&shared, job, &lost, &stopper).await;
     shared.untrack(id);
     tracing::info!(job = %id, end = ?end, "job done");

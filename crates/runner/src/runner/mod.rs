@@ -160,20 +160,42 @@ pub struct Shared {
     pub(crate) git_credential_hosts: Vec<String>,
     /// Jobs held now: epoch, and the token that stops the job when the service takes it back.
     running: Mutex<HashMap<Uuid, (i64, CancellationToken)>>,
+    /// Woken whenever a job stops being held: a later lease of the same job (a retry handed
+    /// straight back to this runner) waits for the earlier one's task to end.
+    untracked: tokio::sync::Notify,
     /// Reports of finished jobs for the next lease call (v1.2 `done`).
     pub(crate) mailbox: mailbox::Mailbox,
 }
 
 impl Shared {
-    fn track(&self, id: Uuid, epoch: i64, lost: CancellationToken) {
-        self.running
-            .lock()
-            .expect("running lock")
-            .insert(id, (epoch, lost));
+    /// Hold `id` at `epoch`: `false` while an earlier lease of the same job is still ending
+    /// on this runner (reporting, removing its directory), which the two must never share.
+    fn try_track(&self, id: Uuid, epoch: i64, lost: &CancellationToken) -> bool {
+        let mut running = self.running.lock().expect("running lock");
+        if running.contains_key(&id) {
+            return false;
+        }
+        running.insert(id, (epoch, lost.clone()));
+        true
+    }
+
+    /// Hold `id` at `epoch` once no earlier lease of it is held here.
+    async fn track(&self, id: Uuid, epoch: i64, lost: &CancellationToken) {
+        loop {
+            let ended = self.untracked.notified();
+            tokio::pin!(ended);
+            ended.as_mut().enable();
+            if self.try_track(id, epoch, lost) {
+                return;
+            }
+            tracing::info!(job = %id, epoch, "an earlier lease of this job is still ending here; waiting for it");
+            ended.await;
+        }
     }
 
     fn untrack(&self, id: Uuid) {
         self.running.lock().expect("running lock").remove(&id);
+        self.untracked.notify_waiters();
     }
 
     fn held(&self) -> Vec<wire::Running> {
@@ -322,11 +344,15 @@ pub async fn run(opts: Options, stopper: Stopper) -> anyhow::Result<Summary> {
     let config = &opts.config;
     let capacity = opts.capacity.unwrap_or(config.capacity).clamp(1, 256);
     let once = opts.once || config.ephemeral;
-    let servers = Arc::new(Servers::new(
-        &config.servers,
-        Some(&config.token),
-        &config.trust,
-    )?);
+    let servers = Arc::new(
+        Servers::new(&config.servers, Some(&config.token), &config.trust)?.for_runner(
+            servers::Identity {
+                config_path: opts.config_path.clone(),
+                runner_id: config.runner_id,
+                ca_cert: config.trust.ca_cert.clone(),
+            },
+        ),
+    );
 
     let confined = startup::confine(&opts, capacity).await?;
     // After the probes: the reaper leaves alone only the children spawned by the executor.
@@ -346,6 +372,7 @@ pub async fn run(opts: Options, stopper: Stopper) -> anyhow::Result<Summary> {
         runner_id: config.runner_id,
         git_credential_hosts: opts.git_credential_hosts.clone(),
         running: Mutex::new(HashMap::new()),
+        untracked: tokio::sync::Notify::new(),
         mailbox: mailbox::Mailbox::default(),
     });
     let _presence = AbortOnDropHandle::new(tokio::spawn(runner_heartbeat(shared.clone())));
@@ -439,11 +466,14 @@ async fn lease_until_stopped(
             ) => r,
         };
         // Each carried report learns its entry; one not answered (the call failed) is dropped
-        // here, and its job sends it alone.
+        // here, at once (not after the pause a refusal leads to below), and its job sends it
+        // alone.
         if let Ok(answer) = &leased {
             for (tx, status) in receipts.into_iter().zip(answer.done.iter()) {
                 let _ = tx.send(status.clone());
             }
+        } else {
+            drop(receipts);
         }
         match leased.map(|l| l.jobs) {
             Ok(list) => {

@@ -10,18 +10,36 @@
 //! lease taken through one is heartbeated and completed through whichever answers.
 
 use std::future::Future;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use tokio::time::Instant;
+use uuid::Uuid;
 
+use crate::client::scheme::{self, Mismatch, Probe};
 use crate::client::{backoff, Client, ClientError, Trust};
+
+/// How often a server that does not answer is probed for the other scheme.
+const SCHEME_PROBE_EVERY: Duration = Duration::from_secs(30);
 
 /// The runner's view of the service: several replicas, one preferred at a time.
 pub struct Servers {
     clients: Vec<Client>,
     /// Index of the server calls go to first; moves on when that one does not answer.
     current: AtomicUsize,
+    /// Who this runner is, for the command that enrols it again when its server changed scheme.
+    identity: Option<Identity>,
+    /// When a server was last probed for the other scheme.
+    probed: std::sync::Mutex<Option<Instant>>,
+}
+
+/// A runner's configuration file and id.
+#[derive(Debug, Clone)]
+pub struct Identity {
+    pub config_path: Option<PathBuf>,
+    pub runner_id: Uuid,
+    pub ca_cert: Option<PathBuf>,
 }
 
 impl Servers {
@@ -40,7 +58,46 @@ impl Servers {
                 .map(|u| Client::with_trust(u.clone(), token.map(str::to_owned), trust))
                 .collect::<anyhow::Result<_>>()?,
             current: AtomicUsize::new(0),
+            identity: None,
+            probed: std::sync::Mutex::new(None),
         })
+    }
+
+    /// Name the runner these servers serve, so a server that changed scheme is reported with
+    /// the command that enrols it again.
+    pub fn for_runner(mut self, identity: Identity) -> Self {
+        self.identity = Some(identity);
+        self
+    }
+
+    /// A server gave no answer (or no TLS answer): when its address speaks the other scheme
+    /// than its URL, say so in words with the command that enrols the runner again. An address
+    /// that answered the probe is probed again only after [`SCHEME_PROBE_EVERY`]; one that
+    /// accepted no connection (down, restarting) on the next failure, so a server that comes
+    /// back in the other scheme is named at once.
+    async fn explain(&self, idx: usize, e: &ClientError) {
+        let Some(identity) = &self.identity else {
+            return;
+        };
+        if matches!(e, ClientError::Api { .. }) {
+            return;
+        }
+        let recent = self
+            .probed
+            .lock()
+            .expect("not poisoned")
+            .is_some_and(|t| t.elapsed() < SCHEME_PROBE_EVERY);
+        if recent {
+            return;
+        }
+        let base = self.clients[idx].base();
+        let found = scheme::probe(base).await;
+        if found != Probe::NoAnswer {
+            *self.probed.lock().expect("not poisoned") = Some(Instant::now());
+        }
+        if let Probe::Other(mismatch) = found {
+            tracing::error!("{}", wrong_scheme(base, mismatch, identity));
+        }
     }
 
     /// The server calls go to now.
@@ -73,8 +130,14 @@ impl Servers {
             let outcome = tokio::time::timeout(attempt_timeout, f(client)).await;
             let err = match outcome {
                 Ok(Ok(v)) => return Ok(v),
-                Ok(Err(e)) if !e.is_transient() => return Err(CallError::Api(e)),
-                Ok(Err(e)) => CallError::Unreachable(e.to_string()),
+                Ok(Err(e)) if !e.is_transient() => {
+                    self.explain(idx, &e).await;
+                    return Err(CallError::Api(e));
+                }
+                Ok(Err(e)) => {
+                    self.explain(idx, &e).await;
+                    CallError::Unreachable(e.to_string())
+                }
                 Err(_) => CallError::Unreachable(format!(
                     "no answer within {} ms",
                     attempt_timeout.as_millis()
@@ -102,6 +165,35 @@ impl Servers {
             tokio::time::sleep(pause).await;
         }
     }
+}
+
+/// What a runner whose server changed scheme is told: what answers, how it enrolled, and
+/// the commands that enrol it again.
+fn wrong_scheme(base: &str, mismatch: Mismatch, identity: &Identity) -> String {
+    let right = mismatch.corrected(base);
+    let (answers, enrolled) = match mismatch {
+        Mismatch::AnswersHttps => ("HTTPS", "http"),
+        Mismatch::AnswersPlainHttp => ("plain HTTP", "https"),
+    };
+    let mut connect = format!("leasehold runner connect CODE --server {right}");
+    if mismatch == Mismatch::AnswersHttps {
+        match &identity.ca_cert {
+            Some(ca) => connect.push_str(&format!(" --ca-cert {}", ca.display())),
+            None => connect.push_str(" --ca-cert CERT"),
+        }
+    }
+    if let Some(path) = &identity.config_path {
+        connect.push_str(&format!(" --config {}", path.display()));
+    }
+    connect.push_str(" --force");
+    format!(
+        "the server at {base} answers {answers}, but this runner enrolled over {enrolled}: no \
+         call of it can succeed until it is enrolled again at {right}. Mint a join code there \
+         (`leasehold join-code create`; with LEASEHOLD_PUBLIC_URL set, as under `leasehold \
+         dev`, it prints a whole `leasehold runner connect lh1...` line to paste instead), then \
+         run here: {connect}; and remove this runner: leasehold runners revoke {}",
+        identity.runner_id
+    )
 }
 
 /// How a call through [`Servers::call`] failed.

@@ -5,7 +5,7 @@
 
 use uuid::Uuid;
 
-use super::render::{note, print_event, Show};
+use super::render::{note, outcome_text, Printer, Show};
 use crate::client::Client;
 use crate::wire::{Event, Job};
 
@@ -21,6 +21,7 @@ fn is_terminal_state(e: &Event) -> bool {
 pub(super) async fn follow_job(client: &Client, id: Uuid, mode: Show) -> anyhow::Result<Job> {
     let mut after = 0i64;
     let mut failures = 0u32;
+    let mut printer = Printer::new(mode, id);
     loop {
         let page = match client.events(id, after, 30_000).await {
             Ok(p) => {
@@ -39,7 +40,7 @@ pub(super) async fn follow_job(client: &Client, id: Uuid, mode: Show) -> anyhow:
         };
         let mut ended = false;
         for e in &page.events {
-            print_event(e, mode, id);
+            printer.print(e);
             ended |= is_terminal_state(e);
         }
         after = page.next;
@@ -52,7 +53,7 @@ pub(super) async fn follow_job(client: &Client, id: Uuid, mode: Show) -> anyhow:
             if job.is_terminal() {
                 let rest = client.events(id, after, 0).await?;
                 for e in &rest.events {
-                    print_event(e, mode, id);
+                    printer.print(e);
                 }
                 return finish(job, mode);
             }
@@ -62,23 +63,11 @@ pub(super) async fn follow_job(client: &Client, id: Uuid, mode: Show) -> anyhow:
     finish(job, mode)
 }
 
+/// The follow's last line (`submit --wait`): how the job ended, in words.
 fn finish(job: Job, mode: Show) -> anyhow::Result<Job> {
     if mode == Show::Everything {
-        if let Some(err) = &job.error {
-            note(
-                job.id,
-                &format!(
-                    "{}: {}",
-                    err["reason"].as_str().unwrap_or("?"),
-                    err["message"].as_str().unwrap_or("")
-                ),
-            );
-        } else if let Some(r) = &job.result {
-            if r["timed_out"].as_bool() == Some(true) {
-                note(job.id, "the command timed out and was killed");
-            } else if let Some(sig) = r["signal"].as_i64() {
-                note(job.id, &format!("the command was killed by signal {sig}"));
-            }
+        if let Some(text) = outcome_text(&job) {
+            note(job.id, &text);
         }
     }
     Ok(job)

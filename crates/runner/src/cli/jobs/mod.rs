@@ -14,9 +14,9 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use self::follow::follow_job;
-use self::render::{command_text, describe, print_event, target_text, Show};
-use super::{print_json, print_table, when, Conn};
-use crate::client::Client;
+use self::render::{age, command_text, describe, exit_text, Printer, Show};
+use super::{print_json, print_table, Conn};
+use crate::client::{Client, JobQuery};
 use crate::wire::command::{self, CommandSpec};
 use crate::wire::{self, Job, Target};
 
@@ -129,13 +129,10 @@ pub struct SubmitArgs {
     /// command).
     #[arg(long, value_name = "NAME", requires = "source")]
     pub source_credential: Option<String>,
-    /// The command and its arguments, after `--`.
-    #[arg(
-        required = true,
-        trailing_var_arg = true,
-        allow_hyphen_values = true,
-        value_name = "ARGV"
-    )]
+    /// The command and its arguments, after `--` (or from the first word that is not an
+    /// option of `submit`: everything after it is the command's). An unknown option before
+    /// the command is an error, never the command (issue 47: `--wiat` once ran as one).
+    #[arg(required = true, trailing_var_arg = true, value_name = "ARGV")]
     pub argv: Vec<String>,
 }
 
@@ -172,17 +169,26 @@ pub enum JobCommand {
         #[arg(requires = "download", value_name = "PATH")]
         paths: Vec<String>,
     },
-    /// List the workspace's jobs, oldest first.
+    /// List the workspace's jobs, newest first: state, outcome, exit code, age, command.
     List {
-        /// Only jobs in this state (parked, leased, completed, failed, cancelled, rejected).
-        #[arg(long)]
+        /// Only jobs in this state.
+        #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(
+            wire::JobState::ALL.iter().map(|s| s.as_str())))]
         state: Option<String>,
+        /// Only jobs that ended so (v1.3): a failed command is `completed` with outcome
+        /// `failed`.
+        #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(
+            wire::Outcome::ALL.iter().map(|o| o.as_str())))]
+        outcome: Option<String>,
         /// At most this many (1..500).
         #[arg(long)]
         limit: Option<u32>,
         /// Jobs after this id (the `next` of the previous page).
         #[arg(long)]
         after: Option<Uuid>,
+        /// Oldest first instead.
+        #[arg(long)]
+        oldest_first: bool,
     },
 }
 
@@ -240,13 +246,14 @@ pub async fn run(conn: &Conn, command: JobCommand) -> anyhow::Result<i32> {
                 follow_job(&client, id, mode).await?;
             } else {
                 let mut after = 0;
+                let mut printer = Printer::new(mode, id);
                 loop {
                     let page = client.events(id, after, 0).await?;
                     if page.events.is_empty() {
                         break;
                     }
                     for e in &page.events {
-                        print_event(e, mode, id);
+                        printer.print(e);
                     }
                     after = page.next;
                 }
@@ -255,14 +262,24 @@ pub async fn run(conn: &Conn, command: JobCommand) -> anyhow::Result<i32> {
         }
         JobCommand::List {
             state,
+            outcome,
             limit,
             after,
+            oldest_first,
         } => {
-            let page = client.jobs(state.as_deref(), limit, after).await?;
+            let query = JobQuery {
+                state: state.as_deref(),
+                outcome: outcome.as_deref(),
+                limit,
+                after,
+                newest_first: !oldest_first,
+            };
+            let page = client.list_jobs(&query).await?;
             if conn.json {
                 print_json(&page);
                 return Ok(0);
             }
+            let now = chrono::Utc::now();
             let rows: Vec<Vec<String>> = page
                 .jobs
                 .iter()
@@ -270,15 +287,33 @@ pub async fn run(conn: &Conn, command: JobCommand) -> anyhow::Result<i32> {
                     vec![
                         j.id.to_string(),
                         j.state.to_string(),
-                        when(Some(j.created_at)),
-                        target_text(j),
-                        command_text(j),
+                        j.outcome.map_or_else(|| "-".into(), |o| o.to_string()),
+                        exit_text(j),
+                        age(now, j.created_at),
+                        crate::wire::input::escaped(&command_text(j)),
                     ]
                 })
                 .collect();
-            print_table(&["ID", "STATE", "CREATED", "TARGET", "COMMAND"], &rows);
+            print_table(&["ID", "STATE", "OUTCOME", "EXIT", "AGE", "COMMAND"], &rows);
+            if page.jobs.is_empty() && state.as_deref() == Some("failed") && outcome.is_none() {
+                // State `failed` is a job the runner could not run; a command that exited
+                // non-zero completed, and its outcome is `failed`.
+                eprintln!(
+                    "no job in state failed; a command that exited non-zero is completed with \
+                     outcome failed: leasehold job list --outcome failed"
+                );
+            }
             if let Some(next) = page.next {
-                eprintln!("more: leasehold job list --after {next}");
+                let mut again = format!("leasehold job list --after {next}");
+                for (flag, value) in [("--state", &state), ("--outcome", &outcome)] {
+                    if let Some(v) = value {
+                        again.push_str(&format!(" {flag} {v}"));
+                    }
+                }
+                if oldest_first {
+                    again.push_str(" --oldest-first");
+                }
+                eprintln!("more: {again}");
             }
             Ok(0)
         }

@@ -1,0 +1,234 @@
+//! What a person sees at the terminal (issue 47): a failed job reads as failed (`job list`
+//! newest first with its outcome, exit code, command and age, and `--state` / `--outcome`
+//! filters; `submit --wait` ends with `succeeded`, `failed (exit N)` or `cancelled` and exits
+//! with the command's status).
+
+use crate::procs::{cli, RunnerRig, LONG};
+use crate::support::{eventually, TestApp};
+
+/// The last line of what `--wait` wrote on stderr.
+fn last_line(stderr: &str) -> &str {
+    stderr.trim_end().lines().last().unwrap_or("")
+}
+
+#[tokio::test]
+async fn a_failed_job_reads_as_failed_in_the_wait_and_the_list() {
+    let rig = RunnerRig::new(TestApp::spawn().await, "people-outcome").await;
+    let (_, runner) = rig
+        .start_runner(&["--capacity", "2"], &["--unconfined"])
+        .await;
+
+    let ok = rig.sh("echo fine").await;
+    assert_eq!(ok.code, Some(0), "{ok:?}");
+    assert_eq!(last_line(&ok.stderr), "leasehold: succeeded", "{ok:?}");
+    let bad = rig.sh("echo broken >&2; exit 3").await;
+    assert_eq!(bad.code, Some(3), "{bad:?}");
+    assert_eq!(
+        last_line(&bad.stderr),
+        "leasehold: failed (exit 3)",
+        "{bad:?}"
+    );
+
+    // Cancelled while --wait follows it.
+    let url = rig.url();
+    let key = rig.key.clone();
+    let waiting = tokio::spawn(async move {
+        cli(
+            &url,
+            &key,
+            &["job", "submit", "--wait", "--", "sleep", "60"],
+            LONG,
+        )
+        .await
+    });
+    let alice = rig.alice.clone();
+    let sleeper = eventually(LONG, "the sleeper is leased", || async {
+        let page = alice.jobs(Some("leased"), None, None).await.ok()?;
+        page.jobs.first().map(|j| j.id)
+    })
+    .await;
+    rig.alice.cancel(sleeper).await.unwrap();
+    let cancelled = tokio::time::timeout(LONG, waiting).await.unwrap().unwrap();
+    assert_eq!(cancelled.code, Some(1), "{cancelled:?}");
+    assert_eq!(
+        last_line(&cancelled.stderr),
+        "leasehold: cancelled",
+        "{cancelled:?}"
+    );
+
+    // The list: newest first, with how each ended.
+    let list = cli(&rig.url(), &rig.key, &["job", "list"], LONG).await;
+    assert_eq!(list.code, Some(0), "{list:?}");
+    let lines: Vec<&str> = list.stdout.lines().collect();
+    let header: Vec<&str> = lines[0].split_whitespace().collect();
+    for column in ["ID", "STATE", "OUTCOME", "EXIT", "AGE", "COMMAND"] {
+        assert!(header.contains(&column), "{column}: {}", list.stdout);
+    }
+    let rows: Vec<Vec<&str>> = lines[1..]
+        .iter()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(rows.len(), 3, "{}", list.stdout);
+    let at = |name: &str| header.iter().position(|c| *c == name).unwrap();
+    assert_eq!(
+        rows[0][at("STATE")],
+        "cancelled",
+        "newest first: {}",
+        list.stdout
+    );
+    assert_eq!(rows[0][at("OUTCOME")], "cancelled");
+    assert_eq!(rows[1][at("STATE")], "completed");
+    assert_eq!(rows[1][at("OUTCOME")], "failed", "{}", list.stdout);
+    assert_eq!(rows[1][at("EXIT")], "3", "{}", list.stdout);
+    assert!(
+        lines[2].contains("sh -c 'echo broken >&2; exit 3'"),
+        "{}",
+        list.stdout
+    );
+    assert_eq!(rows[2][at("OUTCOME")], "succeeded");
+    assert_eq!(rows[2][at("EXIT")], "0");
+    assert!(
+        rows[2][at("AGE")].ends_with('s') || rows[2][at("AGE")].ends_with('m'),
+        "{}",
+        list.stdout
+    );
+
+    // The filters.
+    let list = |filter: &'static str, value: &'static str| {
+        let (url, key) = (rig.url(), rig.key.clone());
+        async move { cli(&url, &key, &["job", "list", filter, value], LONG).await }
+    };
+    let failed = list("--outcome", "failed").await;
+    assert_eq!(failed.stdout.lines().count(), 2, "{failed:?}");
+    assert!(failed.stdout.contains("exit 3"), "{failed:?}");
+    let completed = list("--state", "completed").await;
+    assert_eq!(completed.stdout.lines().count(), 3, "{completed:?}");
+    let none = list("--state", "failed").await;
+    assert_eq!(none.code, Some(0), "{none:?}");
+    assert!(none.stdout.lines().count() <= 1, "{none:?}");
+    assert!(
+        none.stderr.contains("--outcome failed"),
+        "an empty --state failed points at the outcome: {none:?}"
+    );
+    let wrong = list("--outcome", "green").await;
+    assert_eq!(wrong.code, Some(2), "clap refuses it: {wrong:?}");
+    assert!(wrong.stderr.contains("succeeded"), "{wrong:?}");
+    drop(runner);
+}
+
+/// A mistyped option before `--` is an error naming it, with clap's suggestion, and nothing
+/// is dispatched; `submit -- CMD ARGS` and `submit CMD ARGS` (whose ARGS may start with `-`)
+/// run CMD with ARGS.
+#[tokio::test]
+async fn an_unknown_option_before_the_command_is_refused_not_run() {
+    let rig = RunnerRig::new(TestApp::spawn().await, "people-typo").await;
+    let submit = |args: &'static [&'static str]| {
+        let (url, key) = (rig.url(), rig.key.clone());
+        async move { cli(&url, &key, &[&["job", "submit"], args].concat(), LONG).await }
+    };
+    let typo = submit(&["--wiat", "--", "echo", "hi"]).await;
+    assert_eq!(typo.code, Some(2), "{typo:?}");
+    assert!(typo.stderr.contains("'--wiat'"), "{typo:?}");
+    assert!(
+        typo.stderr.contains("a similar argument exists: '--wait'"),
+        "{typo:?}"
+    );
+    assert!(typo.stdout.is_empty(), "{typo:?}");
+    let typo = submit(&["--wait", "--pririty", "3", "echo", "hi"]).await;
+    assert_eq!(typo.code, Some(2), "{typo:?}");
+    assert!(typo.stderr.contains("'--pririty'"), "{typo:?}");
+    let listed = rig.alice.jobs(None, None, None).await.unwrap();
+    assert!(listed.jobs.is_empty(), "nothing dispatched: {listed:?}");
+
+    for (args, argv) in [
+        (&["--", "echo", "-n", "hi"][..], ["echo", "-n", "hi"]),
+        (&["echo", "-n", "hi"][..], ["echo", "-n", "hi"]),
+        (
+            &["--priority", "3", "--", "ls", "--wait"][..],
+            ["ls", "--wait", ""],
+        ),
+    ] {
+        let out = cli(
+            &rig.url(),
+            &rig.key,
+            &[&["job", "submit"], args].concat(),
+            LONG,
+        )
+        .await;
+        let id = crate::procs::job_id(&out);
+        let job = rig.alice.job(id).await.unwrap();
+        let want: Vec<&str> = argv.iter().copied().filter(|a| !a.is_empty()).collect();
+        assert_eq!(job.payload["argv"], serde_json::json!(want), "{args:?}");
+    }
+}
+
+/// Attempt numbers agree (issue 47 item 7): a job retried twice on its exit code ran three
+/// times; `--wait` numbers its leases attempt 1, 2, 3 (never the epoch), `job get` says
+/// attempt 3 of 3 with its retries, the re-park events name the attempt that ended, and `job
+/// logs` heads each attempt's output.
+#[tokio::test]
+async fn attempt_numbers_agree_between_wait_get_events_and_logs() {
+    let rig = RunnerRig::new(TestApp::spawn().await, "people-attempts").await;
+    let (_, _runner) = rig.start_runner(&[], &["--unconfined"]).await;
+    let out = rig
+        .submit_wait(&[
+            "--retry",
+            "2",
+            "--retry-on",
+            "exit_code",
+            "--",
+            "sh",
+            "-c",
+            "echo run; exit 3",
+        ])
+        .await;
+    assert_eq!(out.code, Some(3), "{out:?}");
+    let leased: Vec<&str> = out
+        .stderr
+        .lines()
+        .filter(|l| l.contains("leased by runner"))
+        .collect();
+    assert_eq!(leased.len(), 3, "{}", out.stderr);
+    assert!(!leased[0].contains("attempt"), "{}", out.stderr);
+    assert!(leased[1].ends_with("(attempt 2)"), "{}", out.stderr);
+    assert!(leased[2].ends_with("(attempt 3)"), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("attempt 1 ended (exit_code)"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(last_line(&out.stderr), "leasehold: failed (exit 3)");
+
+    let id = rig.alice.jobs(None, None, None).await.unwrap().jobs[0].id;
+    let get = cli(&rig.url(), &rig.key, &["job", "get", &id.to_string()], LONG).await;
+    let row = |name: &str| {
+        get.stdout
+            .lines()
+            .find(|l| l.split("  ").next() == Some(name))
+            .unwrap_or_else(|| panic!("a row {name}: {}", get.stdout))
+            .to_owned()
+    };
+    assert!(row("attempt").ends_with(" 3 of 3"), "{}", get.stdout);
+    assert!(row("retries").contains("2 of 2"), "{}", get.stdout);
+
+    let events = rig.alice.events(id, 0, 0).await.unwrap().events;
+    let ended: Vec<i64> = events
+        .iter()
+        .filter(|e| e.kind == "state" && e.data["reason"] == "retry")
+        .map(|e| e.data["attempt"].as_i64().unwrap())
+        .collect();
+    assert_eq!(ended, [1, 2], "the re-parks name the attempt that ended");
+
+    let logs = cli(
+        &rig.url(),
+        &rig.key,
+        &["job", "logs", &id.to_string()],
+        LONG,
+    )
+    .await;
+    let lines: Vec<&str> = logs.stdout.lines().collect();
+    assert_eq!(lines.len(), 5, "{}", logs.stdout);
+    assert_eq!(lines[0], "run");
+    assert!(lines[1].starts_with("--- attempt 2: "), "{}", logs.stdout);
+    assert!(lines[3].starts_with("--- attempt 3: "), "{}", logs.stdout);
+}
