@@ -55,7 +55,7 @@ pub use lease::LeaseOutcome;
 pub use placement::{AdvertisedTargets, LeaseCaller};
 pub use records::NewJob;
 pub use runners::NewRunner;
-pub use secrets::SecretScope;
+pub use secrets::{SealedSecret, SecretScope};
 
 use crate::store::records::Job;
 use crate::telemetry::traces;

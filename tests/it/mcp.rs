@@ -54,6 +54,9 @@ struct Setup {
     admin: Client,
     runner: wire::Runner,
     runner_token: String,
+    /// A member's job naming the secret, cancelled, whose secret then became admin-only: the
+    /// member's `retry_job` of it is refused (v1.3, "Secrets at every hand-over").
+    member_job: uuid::Uuid,
 }
 
 impl Setup {
@@ -79,12 +82,22 @@ impl Setup {
             .put_secret(SECRET.0, SECRET.1)
             .await
             .expect("a secret");
+        let member = Client::new(url, Some(member_key.clone()));
+        let mut named = wire::Dispatch::new(crate::support::workspace_pool(), json!(null));
+        named.secrets = Some(vec![SECRET.0.to_owned()]);
+        let member_job = member.dispatch(&named).await.expect("a member's job").id;
+        admin.cancel(member_job).await.expect("cancelled");
+        admin
+            .put_secret_scoped(SECRET.0, SECRET.1, None, Some("admin"))
+            .await
+            .expect("now admin-only");
         Self {
             admin_key,
             member_key,
             admin,
             runner,
             runner_token,
+            member_job,
         }
     }
 
@@ -97,6 +110,7 @@ impl Setup {
             "target_id": self.runner.repo_targets[0].id,
             "secret_name": SECRET.0,
             "secret_value": SECRET.1,
+            "member_job": self.member_job,
         });
         fixture
             .as_object_mut()
@@ -127,6 +141,12 @@ impl Setup {
             .as_str()
             .unwrap()
             .starts_with("forbidden: "));
+        assert!(report["member_retry_refusal"]
+            .as_str()
+            .unwrap()
+            .starts_with("forbidden: "));
+        let kept = self.admin.job(self.member_job).await.unwrap();
+        assert_eq!((kept.state.as_str(), kept.retries), ("cancelled", 0));
     }
 }
 
