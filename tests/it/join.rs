@@ -403,16 +403,9 @@ async fn the_pasted_install_line_installs_enrols_and_its_runner_runs_a_job() {
         )),
         "{text}"
     );
-    let verify = std::process::Command::new("systemd-analyze")
-        .args(["verify", "--man=no"])
-        .arg(&unit)
-        .output()
-        .unwrap();
-    assert!(
-        verify.status.success(),
-        "systemd-analyze verify: {}",
-        String::from_utf8_lossy(&verify.stderr)
-    );
+    if let Err(e) = systemd_verify(&unit) {
+        panic!("{e}");
+    }
 
     // The runner it configured runs a job.
     let mut r = runner(&config, &dir.join("work"), &["--unconfined"], &[]);
@@ -465,4 +458,158 @@ async fn the_replica_serves_its_own_binary_with_its_sha256_and_no_other() {
         .unwrap();
     assert_eq!(r.status(), 200);
     assert!(r.text().await.unwrap().starts_with("#!/bin/sh"));
+}
+
+/// Issue 46 row 7: `runner connect --service` with configuration paths holding what a unit
+/// file or a shell would read as syntax. A control character (a newline would start a second
+/// unit line, `ExecStartPre=` or `User=root`) is refused before the code is used, with an
+/// error naming the path; spaces, quotes, a backslash, `$` (systemd's variable expansion),
+/// `%` (its specifiers) and shell metacharacters are quoted, so the unit passes
+/// `systemd-analyze verify` with the path as one argument, and each printed command, pasted
+/// into `sh`, gives its programs exactly the words it names.
+#[tokio::test]
+async fn runner_connect_service_quotes_hostile_paths_for_systemd_and_sh() {
+    let test = "join::runner_connect_service_quotes_hostile_paths_for_systemd_and_sh";
+    let analyze = ["systemd-analyze"].iter().all(|tool| {
+        std::env::var_os("PATH")
+            .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()))
+    });
+    let why = "systemd-analyze is not installed (.ci/run installs it)".to_owned();
+    if !require(test, (!analyze).then_some(why)) {
+        return;
+    }
+    let app = TestApp::spawn().await;
+    let alice = app.operator("acme", "alice", false).await;
+    let url = app.url(0);
+    let dir = TempDir::new("join-hostile-paths");
+    let connect = |code: String, config: std::path::PathBuf| {
+        let url = url.clone();
+        async move {
+            runner_connect(&[
+                &code,
+                "--server",
+                &url,
+                "--config",
+                config.to_str().unwrap(),
+                "--service",
+            ])
+            .await
+        }
+    };
+
+    // A newline: refused, nothing written, the code not spent.
+    let code = crate::support::join_code(&alice, wire::Tier::Personal, false).await;
+    let evil = dir.join("x\nExecStartPre=/bin/touch /tmp/pwned\nUser=root");
+    std::fs::create_dir_all(&evil).unwrap();
+    let out = connect(code.clone(), evil.join("runner.json")).await;
+    assert_ne!(out.code, Some(0), "{out:?}");
+    assert!(
+        out.stderr.contains("control character") && out.stderr.contains("\\n"),
+        "a clear error naming the path: {out:?}"
+    );
+    assert!(
+        std::fs::read_dir(&evil).unwrap().next().is_none(),
+        "nothing written"
+    );
+
+    for (i, name) in ["a b'c\"d\\e", "$HOME ${X} $(id) `id`", "100%n%%;x&y|z<w>"]
+        .into_iter()
+        .enumerate()
+    {
+        let code = if i == 0 {
+            code.clone() // the refused attempt left it usable
+        } else {
+            crate::support::join_code(&alice, wire::Tier::Personal, false).await
+        };
+        let home = dir.join(name);
+        std::fs::create_dir_all(&home).unwrap();
+        let config = home.join("runner.json");
+        let out = connect(code, config.clone()).await;
+        assert_eq!(out.code, Some(0), "{name}: {out:?}");
+        let unit_path = home.join("leasehold-runner.service");
+        let unit = std::fs::read_to_string(&unit_path).unwrap();
+        // One ExecStart line, no line the path made.
+        let exec: Vec<&str> = unit
+            .lines()
+            .filter(|l| l.starts_with("ExecStart"))
+            .collect();
+        assert_eq!(exec.len(), 1, "{name}: {unit}");
+        assert!(!unit.contains("pwned"), "{unit}");
+        if name.contains('$') {
+            assert!(
+                exec[0].contains("$$HOME $${X} $$(id)"),
+                "{name}: {}",
+                exec[0]
+            );
+        }
+        if name.contains('%') {
+            assert!(exec[0].contains("100%%n%%%%"), "{name}: {}", exec[0]);
+        }
+        if let Err(e) = systemd_verify(&unit_path) {
+            panic!("{name}: {e}\n{unit}");
+        }
+
+        // The printed commands, pasted into sh, name exactly these words.
+        let cp_line = out
+            .stdout
+            .lines()
+            .find(|l| l.trim_start().starts_with("mkdir -p "))
+            .unwrap_or_else(|| panic!("{name}: a cp line: {}", out.stdout));
+        let seen = sh_words(&format!(
+            "mkdir() {{ printf '%s\\0' mkdir \"$@\"; }}; cp() {{ printf '%s\\0' cp \"$@\"; }}; \
+             systemctl() {{ printf '%s\\0' systemctl \"$@\"; }}; {cp_line}"
+        ));
+        let at = seen.iter().position(|w| w == "cp").expect("cp ran");
+        assert_eq!(
+            seen[at + 1],
+            unit_path.to_str().unwrap(),
+            "{name}: {cp_line}"
+        );
+        let foreground = out
+            .stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("or run it in the foreground: "))
+            .unwrap_or_else(|| panic!("{name}: a foreground line: {}", out.stdout));
+        let words = sh_words(&format!("printf '%s\\0' {foreground}"));
+        let at = words.iter().position(|w| w == "--config").unwrap();
+        assert_eq!(
+            words[at + 1],
+            config.to_str().unwrap(),
+            "{name}: {foreground}"
+        );
+    }
+}
+
+/// `systemd-analyze verify` of a unit file: what it said when it refused the unit.
+fn systemd_verify(unit: &Path) -> Result<(), String> {
+    let verify = std::process::Command::new("systemd-analyze")
+        .args(["verify", "--man=no"])
+        .arg(unit)
+        .output()
+        .unwrap();
+    if verify.status.success() {
+        return Ok(());
+    }
+    Err(format!(
+        "systemd-analyze verify: {}",
+        String::from_utf8_lossy(&verify.stderr)
+    ))
+}
+
+/// What `sh -c script` prints, split at NUL bytes.
+fn sh_words(script: &str) -> Vec<String> {
+    let out = std::process::Command::new("sh")
+        .args(["-c", script])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "sh: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+        .split(|b| *b == 0)
+        .filter(|w| !w.is_empty())
+        .map(|w| String::from_utf8_lossy(w).into_owned())
+        .collect()
 }
