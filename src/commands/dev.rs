@@ -23,6 +23,7 @@ use crate::commands::serve::stop_on_signal_then;
 use crate::config::Config;
 use crate::domain::sealing::SealKey;
 use crate::replica;
+use crate::runner::service::shell_word;
 use crate::runner::{self, Stopper};
 use crate::tooling::private_pg::PrivatePg;
 use crate::wire;
@@ -228,20 +229,6 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     replica.stop_after_shutdown(Duration::from_secs(9)).await;
     drop(pg);
     Ok(())
-}
-
-/// `word` as one shell word: as is when it holds only characters no shell treats specially,
-/// else in single quotes.
-fn shell_word(word: &str) -> String {
-    let plain = !word.is_empty()
-        && word
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "/._-+:@%,=".contains(c));
-    if plain {
-        word.to_owned()
-    } else {
-        format!("'{}'", word.replace('\'', r"'\''"))
-    }
 }
 
 /// As root: `nobody`, and a work directory it can reach: `<state>/work` when every directory

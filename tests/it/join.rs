@@ -346,13 +346,13 @@ async fn the_pasted_install_line_installs_enrols_and_its_runner_runs_a_job() {
     let line = out
         .stdout
         .lines()
-        .find(|l| l.starts_with("curl "))
+        .find(|l| l.starts_with("sh -c "))
         .unwrap_or_else(|| panic!("an installer line: {}", out.stdout))
         .to_owned();
     assert!(
         line.contains(&format!("--pinnedpubkey {pin}"))
             && line.contains(&format!(
-                "{public}/install.sh | sh -s -- --pin {pin} {public}/j/"
+                "{public}/install.sh || echo exit 1)\" install.sh --pin {pin} {public}/j/"
             ))
             && line.ends_with(" --service"),
         "{line}"
@@ -612,4 +612,123 @@ fn sh_words(script: &str) -> Vec<String> {
         .filter(|w| !w.is_empty())
         .map(|w| String::from_utf8_lossy(w).into_owned())
         .collect()
+}
+
+/// Issue 46 row 9: the install line `join-code create` prints fails visibly when its download
+/// fails (here: nothing listens at the public URL's port): a non-zero exit status and curl's
+/// message, where `curl ... | sh` ran an empty script and exited 0. And the served script runs
+/// nothing when cut short anywhere: it is one function called on its last line, so no prefix
+/// calls a program or prints a step (every program on `PATH` is a stub that records its call).
+#[tokio::test]
+async fn the_install_line_fails_visibly_and_a_truncated_install_script_runs_nothing() {
+    let test = "join::the_install_line_fails_visibly_and_a_truncated_install_script_runs_nothing";
+    let curl = std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("curl").is_file()));
+    if !require(
+        test,
+        (!curl).then(|| "curl is not installed (.ci/run installs it)".to_owned()),
+    ) {
+        return;
+    }
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let public = format!("https://127.0.0.1:{closed}");
+    let db = fresh_database().await;
+    let serve =
+        crate::support::serve_process(&db, &[("LEASEHOLD_PUBLIC_URL", public.as_str())]).await;
+    let api_key = key_in(&db, "acme", "alice", false).await;
+    let out = cli(&serve.url, &api_key, &["join-code", "create"], LONG).await;
+    assert_eq!(out.code, Some(0), "{out:?}");
+    let line = out
+        .stdout
+        .lines()
+        .find(|l| l.contains("/install.sh"))
+        .unwrap_or_else(|| panic!("an installer line: {}", out.stdout))
+        .to_owned();
+    let dir = TempDir::new("join-install-fails");
+    let run = std::process::Command::new("sh")
+        .args(["-c", &line])
+        .env("HOME", dir.path())
+        .env("LEASEHOLD_INSTALL_DIR", dir.join("bin"))
+        .current_dir(dir.path())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(!run.status.success(), "{line}\nexited 0: {stderr}");
+    assert!(stderr.contains("curl"), "curl says why: {stderr}");
+    assert!(!dir.join("bin").exists(), "nothing installed");
+
+    // The served script, cut short at every line and every 61 bytes.
+    let script = reqwest::get(format!("{}/install.sh", serve.url))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let stubs = dir.join("stubs");
+    std::fs::create_dir_all(&stubs).unwrap();
+    let calls = dir.join("calls");
+    let sh = leasehold::tooling::private_pg::find_tool("sh").expect("sh");
+    for tool in [
+        "curl",
+        "uname",
+        "mkdir",
+        "mktemp",
+        "id",
+        "cut",
+        "sha256sum",
+        "shasum",
+        "chmod",
+        "mv",
+        "rm",
+    ] {
+        let stub = stubs.join(tool);
+        std::fs::write(
+            &stub,
+            format!(
+                "#!{}\necho {tool} >> '{}'\nexit 1\n",
+                sh.display(),
+                calls.display()
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&stub, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+    }
+    let mut cuts: Vec<usize> = script.match_indices('\n').map(|(i, _)| i + 1).collect();
+    cuts.extend((1..script.len()).step_by(61));
+    cuts.retain(|c| *c < script.trim_end().len() && script.is_char_boundary(*c));
+    assert!(cuts.len() > 50, "{}", cuts.len());
+    for cut in cuts {
+        let mut child = std::process::Command::new(&sh)
+            .args(["-s", "--", "https://ci.example/j/abc", "--service"])
+            .env_clear()
+            .env("PATH", &stubs)
+            .env("HOME", dir.path())
+            .current_dir(dir.path())
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::Write;
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(&script.as_bytes()[..cut])
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        let said = String::from_utf8_lossy(&out.stderr);
+        let ran = std::fs::read_to_string(&calls).unwrap_or_default();
+        assert!(
+            ran.is_empty() && !said.contains("leasehold install:"),
+            "cut at byte {cut} (after {:?}): ran {ran:?}, said {said:?}",
+            &script[cut.saturating_sub(40)..cut]
+        );
+    }
 }
