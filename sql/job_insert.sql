@@ -2,7 +2,8 @@
 -- caller's API key is live. A batch dispatch, and concurrent dispatches coalesced by the replica
 -- (store::combine), are one call of this statement per API key: one plan started for all its
 -- jobs, not one per job (shared/PERF-FACTS.md 3; docs/perf.md "Round 9"). Each job gets its
--- first `state` event.
+-- first `state` event, and the key's subject and role as its dispatcher (the secrets it names
+-- are checked against them at every hand-over: api::runner::hand_over).
 -- $1 sha256 of the caller's API key; $2 the jobs as a JSON array of objects, each a
 -- store::records::NewJob as it serialises (its fields document them; `items` below reads them).
 -- Every input is a parameter and the key a unique-index probe: nothing here is a join the
@@ -14,10 +15,10 @@
 -- in one transaction; a keyed item whose key the workspace already used gets no row.
 -- A row for each job parked, matched to its item by id. None: the key is not live.
 WITH k AS (
-    SELECT workspace, subject FROM api_keys WHERE token_hash = $1 AND revoked_at IS NULL
+    SELECT workspace, subject, role FROM api_keys WHERE token_hash = $1 AND revoked_at IS NULL
 ),
 items AS (
-    SELECT x.*, k.workspace,
+    SELECT x.*, k.workspace, k.subject AS dispatcher_subject, k.role AS dispatcher_role,
            CASE x.pool WHEN 'workspace' THEN 'ws:' || k.workspace
                        WHEN 'personal' THEN k.subject
                        WHEN 'any' THEN k.subject
@@ -35,7 +36,7 @@ inserted AS (
                       required_capabilities, priority, max_attempts, no_runner_timeout_ms,
                       no_runner_check_at, queue_deadline, idempotency_key, billing_tenant,
                       secrets, source, source_key, traceparent, retry, needs_workspace_runner,
-                      event_seq)
+                      event_seq, dispatcher_subject, dispatcher_role)
     SELECT id, workspace, queue_owner, runner_id, pool, 'parked', kind,
            COALESCE(payload, 'null'::jsonb),  -- a JSON null reads as SQL NULL here
            required_capabilities, priority, max_attempts, no_runner_timeout_ms,
@@ -44,7 +45,7 @@ inserted AS (
            idempotency_key,
            CASE WHEN queue_owner LIKE 'ws:%' THEN workspace END,
            secrets, source, source_key, traceparent, retry,
-           COALESCE(needs_workspace_runner, false), 1
+           COALESCE(needs_workspace_runner, false), 1, dispatcher_subject, dispatcher_role
       FROM items
     RETURNING *
 ),

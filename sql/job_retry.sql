@@ -1,5 +1,7 @@
 -- POST /v1/jobs/{id}/retry: park a job of workspace $1 again, $2 its id, $3 the call's
--- Idempotency-Key or NULL (recorded with the retry: job_retry_by_key.sql). A settled job (any
+-- Idempotency-Key or NULL (recorded with the retry: job_retry_by_key.sql), $4 and $5 the
+-- subject and role of the caller's key, who becomes the job's dispatcher (its secrets are
+-- checked against that role at every hand-over). A settled job (any
 -- terminal state) starts a new try: result, error, provenance and finish cleared. A leased one
 -- is superseded: its holder no longer matches any fenced call (epoch + 1, leased_by cleared), so
 -- its reports get 409 lease_superseded and its next heartbeat lists the job in `cancelled`.
@@ -19,6 +21,7 @@ retried AS (
        SET state = 'parked', epoch = j.epoch + 1, retries = j.retries + 1, attempts = 0,
            leased_by = NULL, lease_expires_at = NULL, lease_check_at = NULL, finished_at = NULL,
            result = NULL, error = NULL, provenance = NULL, not_before = NULL,
+           dispatcher_subject = $4, dispatcher_role = $5,
            no_runner_check_at = now() + j.no_runner_timeout_ms * interval '1 millisecond',
            queue_deadline = now() + (j.queue_deadline - j.created_at),
            event_seq = j.event_seq + 1

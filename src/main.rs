@@ -67,7 +67,8 @@ fn init_tracing(default: &str, traces: bool) -> Option<leasehold::telemetry::tra
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     let logs = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
-        .with_filter(filter);
+        .with_filter(filter)
+        .with_filter(leasehold::telemetry::logs::without_caller_data());
     let otel = if traces {
         leasehold::telemetry::traces::layer().unwrap_or_else(|e| {
             eprintln!("leasehold: traces are off: {e}");
@@ -92,8 +93,8 @@ async fn main() -> std::process::ExitCode {
         Command::People(_) | Command::Drill(_) | Command::DrillWorker(_) | Command::Mcp(_)
     );
     let server = matches!(&command, Command::Serve(_) | Command::Dev(_));
-    // rmcp logs each stateless /mcp request at info (twice): kept to its warnings.
-    let traces = init_tracing(if quiet { "warn" } else { "info,rmcp=warn" }, server);
+    // rmcp's lines quote callers: off whatever the level (telemetry::logs).
+    let traces = init_tracing(if quiet { "warn" } else { "info" }, server);
     let outcome = run(command).await;
     if let Some(traces) = traces {
         tokio::task::spawn_blocking(move || traces.shutdown())

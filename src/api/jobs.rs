@@ -589,6 +589,35 @@ async fn unchanged(st: &AppState, id: Uuid, workspace: &str) -> ApiResult<Json<w
         .ok_or(ApiError::NotFound)
 }
 
+/// Whether `caller` may re-run job `id` (v1.3, "Secrets at every hand-over"): a member may not
+/// when the job names (in `secrets` or as its source's `credential_secret`) a secret that is now
+/// `dispatch: admin`: 403, as its dispatch would be. An admin may re-run any job; an unknown job
+/// is left to the retry itself (404). A secret deleted since is not checked here: the lease
+/// rejects the job `secret_missing`, as it does a dispatched job whose secret was deleted.
+async fn retry_allowed(st: &AppState, id: Uuid, caller: &ApiKey) -> ApiResult<()> {
+    if caller.admin {
+        return Ok(());
+    }
+    let Some(job) = st.hub.job(id, &caller.workspace).await? else {
+        return Ok(());
+    };
+    let credential = job
+        .source
+        .as_ref()
+        .and_then(|s| s.get("credential_secret"))
+        .and_then(serde_json::Value::as_str)
+        .map(str::to_owned);
+    let names: Vec<String> = job.secrets.into_iter().chain(credential).collect();
+    if names.is_empty() {
+        return Ok(());
+    }
+    let existing = st.hub.existing_secrets(&caller.workspace, &names).await?;
+    if existing.iter().any(|s| s.admin_dispatch_only) {
+        return Err(ApiError::Forbidden);
+    }
+    Ok(())
+}
+
 /// `POST /v1/jobs/{id}/retry` (v1.2): a settled job is parked again, a leased one superseded
 /// (its runner's reports get 409, its next heartbeat lists it in `cancelled`); a parked job is
 /// answered unchanged (docs/contract-notes.md, "Retries (v1.2)"). With an `Idempotency-Key`, a
@@ -605,11 +634,8 @@ pub async fn retry(
             return Ok(Json(view(job)));
         }
     }
-    if let Some(job) = st
-        .hub
-        .retry(id, &key.workspace, idempotency_key.as_deref())
-        .await?
-    {
+    retry_allowed(&st, id, &key).await?;
+    if let Some(job) = st.hub.retry(id, &key, idempotency_key.as_deref()).await? {
         return Ok(Json(view(job)));
     }
     // Unknown (404), or parked already: answered unchanged.

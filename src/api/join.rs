@@ -79,7 +79,8 @@ pub async fn head_refused() -> ApiError {
     ApiError::MethodNotAllowed
 }
 
-/// `GET /install.sh`: the installer (`curl -fsSL https://HOST/install.sh | sh -s -- URL`).
+/// `GET /install.sh`: the installer (`sh -c "$(curl -fsSL https://HOST/install.sh || echo exit
+/// 1)" install.sh URL`, as `join-code create` prints it).
 pub async fn install_sh() -> impl IntoResponse {
     (
         [

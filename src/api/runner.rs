@@ -173,7 +173,11 @@ pub async fn lease(
 /// The lease answer for the jobs a call took, with the values of the secrets each names, read
 /// now. A job whose named secret is gone, or (for a personal runner) is `workspace`-scoped, is
 /// rejected `secret_missing` (its attempt not counted) and left out: a `workspace` secret never
-/// reaches a personal runner, even when its scope was narrowed after the job was dispatched. When secrets cannot be opened on this replica (no key, or a key that
+/// reaches a personal runner, even when its scope was narrowed after the job was dispatched.
+/// A job naming a secret that is now `dispatch: admin`, whose dispatcher (its last dispatch or
+/// retry call) is not an admin, is rejected `secret_forbidden` the same way (v1.3): this is the
+/// one place every hand-over passes (a first lease, a re-delivery, an automatic retry). When
+/// secrets cannot be opened on this replica (no key, or a key that
 /// does not open them), every job of the call is parked again, attempts given back, and the
 /// call answers 503 naming the variable: nothing is half-done.
 async fn hand_over(
@@ -220,24 +224,36 @@ async fn hand_over(
                 .is_none_or(|me| owner::billing_tenant(&me.owner).is_none()),
         }
     };
+    // Who dispatched (or last retried) the jobs that name an admin-only secret: asked only then.
+    let naming_admin_only: Vec<Uuid> = jobs
+        .iter()
+        .filter(|c| {
+            c.secrets
+                .iter()
+                .cloned()
+                .chain(credential_of(c))
+                .any(|n| opened.admin_only(&n))
+        })
+        .map(|c| c.id)
+        .collect();
+    let by_admin = if naming_admin_only.is_empty() {
+        Vec::new()
+    } else {
+        st.hub.dispatched_by_admin(&naming_admin_only).await?
+    };
     let mut out = Vec::with_capacity(jobs.len());
     for c in jobs {
         let credential = credential_of(&c);
-        let refused = match secrets::pick(&opened, &c.secrets, credential.as_deref(), personal) {
-            secrets::ForLease::Values(values, credential) => {
+        let admin = by_admin.contains(&c.id);
+        let picked = secrets::pick(&opened, &c.secrets, credential.as_deref(), personal, admin);
+        let Some((reason, message)) = picked.refusal() else {
+            if let secrets::ForLease::Values(values, credential) = picked {
                 out.push(views::leased(c, st.limits.lease_ttl_ms, values, credential));
-                continue;
             }
-            secrets::ForLease::Missing(name) => {
-                format!("the secret {name} the job names does not exist")
-            }
-            secrets::ForLease::WorkspaceOnly(name) => format!(
-                "the secret {name} the job names is for workspace runners only, and a personal \
-                 runner leased the job (the secret's scope changed after dispatch)"
-            ),
+            continue;
         };
         st.hub
-            .reject_secret_missing(c.id, c.epoch, &token.hash, &refused)
+            .reject_for_secret(c.id, c.epoch, &token.hash, reason, &message)
             .await?;
     }
     Ok(out)

@@ -117,14 +117,53 @@ pub enum ForLease {
     /// This named secret is `workspace`-scoped and the runner is personal (the job is rejected
     /// `secret_missing`: its scope was narrowed after dispatch).
     WorkspaceOnly(String),
+    /// This named secret is `dispatch: admin` and the job's dispatcher is not an admin (the job
+    /// is rejected `secret_forbidden`, v1.3).
+    AdminOnly(String),
 }
 
-/// Secrets opened for one lease call: values by name, and the names only workspace-owned
-/// runners may receive.
+impl ForLease {
+    /// The rejection reason and message of a job refused its secrets; `None` for values.
+    pub fn refusal(&self) -> Option<(&'static str, String)> {
+        match self {
+            Self::Values(..) => None,
+            Self::Missing(name) => Some((
+                "secret_missing",
+                format!("the secret {name} the job names does not exist"),
+            )),
+            Self::WorkspaceOnly(name) => Some((
+                "secret_missing",
+                format!(
+                    "the secret {name} the job names is for workspace runners only, and a \
+                     personal runner leased the job (the secret's scope changed after dispatch)"
+                ),
+            )),
+            Self::AdminOnly(name) => Some((
+                "secret_forbidden",
+                format!(
+                    "the secret {name} the job names may be named by admins only, and the job's \
+                     dispatcher (its last dispatch or retry call) is not an admin; an admin may \
+                     retry it"
+                ),
+            )),
+        }
+    }
+}
+
+/// Secrets opened for one lease call: values by name, the names only workspace-owned runners
+/// may receive, and those only an admin's job may receive.
 #[derive(Default)]
 pub struct Opened {
     values: BTreeMap<String, String>,
     workspace_only: std::collections::BTreeSet<String>,
+    admin_only: std::collections::BTreeSet<String>,
+}
+
+impl Opened {
+    /// Whether `name` may be handed only to a job an admin dispatched (or last retried).
+    pub fn admin_only(&self, name: &str) -> bool {
+        self.admin_only.contains(name)
+    }
 }
 
 /// Open the secrets `names` of `workspace` for a lease, in one statement; missing names are
@@ -140,8 +179,9 @@ pub async fn open_for_lease(st: &AppState, workspace: &str, names: &[String]) ->
     let sealer = sealer(st)?;
     let sealed = st.hub.sealed_secrets(workspace, names).await?;
     let mut opened = Opened::default();
-    for (name, value, workspace_only) in &sealed {
-        let plain = sealer.open(workspace, name, value).map_err(|_| {
+    for secret in &sealed {
+        let name = &secret.name;
+        let plain = sealer.open(workspace, name, &secret.sealed).map_err(|_| {
             tracing::error!(%workspace, secret = %name, "a secret does not open with the configured key(s)");
             ApiError::NotConfigured(
                 "a secret does not open with LEASEHOLD_SECRETS_KEY (or LEASEHOLD_SECRETS_OLD_KEY); \
@@ -150,24 +190,32 @@ pub async fn open_for_lease(st: &AppState, workspace: &str, names: &[String]) ->
             )
         })?;
         opened.values.insert(name.clone(), plain);
-        if *workspace_only {
+        if secret.workspace_only {
             opened.workspace_only.insert(name.clone());
+        }
+        if secret.admin_only {
+            opened.admin_only.insert(name.clone());
         }
     }
     Ok(opened)
 }
 
 /// One job's share of the opened secrets: those it names, and its source's credential, for a
-/// personal runner (`personal`) or a workspace-owned one.
+/// personal runner (`personal`) or a workspace-owned one, and a job an admin dispatched or
+/// last retried (`by_admin`) or a member.
 pub fn pick(
     opened: &Opened,
     names: &[String],
     credential: Option<&str>,
     personal: bool,
+    by_admin: bool,
 ) -> ForLease {
     let mut named = names.iter().map(String::as_str).chain(credential);
     if let Some(missing) = named.clone().find(|n| !opened.values.contains_key(*n)) {
         return ForLease::Missing(missing.to_owned());
+    }
+    if let Some(kept) = named.clone().find(|n| !by_admin && opened.admin_only(n)) {
+        return ForLease::AdminOnly(kept.to_owned());
     }
     if let Some(kept) = named.find(|n| personal && opened.workspace_only.contains(*n)) {
         return ForLease::WorkspaceOnly(kept.to_owned());

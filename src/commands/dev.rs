@@ -17,7 +17,6 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 
-use crate::cli::shell_word;
 use crate::client::{Client, Trust};
 use crate::commands::admin::create_key;
 use crate::commands::serve::stop_on_signal_then;
@@ -28,6 +27,7 @@ use crate::runner::{self, Stopper};
 use crate::tooling::dev_lock::{DevLock, Running};
 use crate::tooling::private_pg::PrivatePg;
 use crate::wire;
+use crate::wire::command::shell_word;
 
 /// `leasehold dev`'s arguments.
 #[derive(Debug, Args)]

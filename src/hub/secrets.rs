@@ -7,7 +7,7 @@ use std::future::Future;
 use super::Hub;
 use crate::domain::sealing::Sealed;
 use crate::store::records::SecretInfo;
-use crate::store::{Result, SecretScope};
+use crate::store::{Result, SealedSecret, SecretScope};
 
 impl Hub {
     /// Set a secret of `workspace` (sealed); `None` keeps a scope as it is.
@@ -64,7 +64,16 @@ impl Hub {
         &'a self,
         workspace: &'a str,
         names: &'a [String],
-    ) -> impl Future<Output = Result<Vec<(String, Sealed, bool)>>> + 'a {
+    ) -> impl Future<Output = Result<Vec<SealedSecret>>> + 'a {
         self.store.sealed_secrets(workspace, names)
+    }
+
+    /// Which of the jobs `ids` an admin dispatched or last retried: only those may be handed
+    /// a `dispatch: admin` secret.
+    ///
+    /// # Errors
+    /// The database failed.
+    pub async fn dispatched_by_admin(&self, ids: &[uuid::Uuid]) -> Result<Vec<uuid::Uuid>> {
+        self.store.dispatched_by_admin(ids).await
     }
 }

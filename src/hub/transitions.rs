@@ -15,7 +15,7 @@ use uuid::Uuid;
 
 use super::Hub;
 use crate::store::jobs::Fenced;
-use crate::store::records::{Job, Moved};
+use crate::store::records::{ApiKey, Job, Moved};
 use crate::store::{NewJob, Report, Result};
 
 impl Hub {
@@ -128,13 +128,14 @@ impl Hub {
         Ok(answer)
     }
 
-    /// `POST /v1/jobs/{id}/retry` (v1.2): park a settled or leased job of `workspace` again
-    /// (a leased one's holder is superseded); wakes a runner, and its readers.
+    /// `POST /v1/jobs/{id}/retry` (v1.2): park a settled or leased job of the caller's
+    /// workspace again (a leased one's holder is superseded), the caller its dispatcher now
+    /// (v1.3); wakes a runner, and its readers.
     ///
     /// # Errors
     /// The database failed. `Ok(None)`: unknown, or parked already.
-    pub async fn retry(&self, id: Uuid, workspace: &str, key: Option<&str>) -> Result<Option<Job>> {
-        let retried = self.store.retry_job(id, workspace, key).await?;
+    pub async fn retry(&self, id: Uuid, by: &ApiKey, key: Option<&str>) -> Result<Option<Job>> {
+        let retried = self.store.retry_job(id, by, key).await?;
         if let Some(job) = &retried {
             self.job_parked(job.id, &job.queue());
             self.job_changed(id);
@@ -192,20 +193,22 @@ impl Hub {
         Ok(moved)
     }
 
-    /// Reject a just-leased job whose secret `missing` is gone (`secret_missing`).
+    /// Reject a just-leased job for one of its named secrets: `reason` `secret_missing` (gone,
+    /// or not for this runner) or `secret_forbidden` (its dispatcher may no longer name it).
     ///
     /// # Errors
     /// The database failed.
-    pub async fn reject_secret_missing(
+    pub async fn reject_for_secret(
         &self,
         id: Uuid,
         epoch: i64,
         token_hash: &[u8],
+        reason: &str,
         message: &str,
     ) -> Result<Vec<Moved>> {
         let moved = self
             .store
-            .reject_secret_missing(id, epoch, token_hash, message)
+            .reject_for_secret(id, epoch, token_hash, reason, message)
             .await?;
         self.after_moves(&moved);
         Ok(moved)

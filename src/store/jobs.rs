@@ -16,7 +16,7 @@ use uuid::Uuid;
 use super::combine::Combiner;
 use super::{rows, sql, Result, Store};
 use crate::domain::state::JobState;
-use crate::store::records::{Event, Job, NewJob};
+use crate::store::records::{ApiKey, Event, Job, NewJob};
 use crate::telemetry::traces;
 
 /// Most dispatches or reports one coalesced statement carries, and how many such statements
@@ -231,17 +231,16 @@ impl Store {
 
     /// Park a settled or leased job again (`job_retry.sql`), recording `key` (the call's
     /// Idempotency-Key). `None` when it is unknown in this workspace or parked already.
-    pub async fn retry_job(
-        &self,
-        id: Uuid,
-        workspace: &str,
-        key: Option<&str>,
-    ) -> Result<Option<Job>> {
-        self.query_opt(sql::JOB_RETRY, &[&workspace, &id, &key])
-            .await?
-            .as_ref()
-            .map(rows::job)
-            .transpose()
+    pub async fn retry_job(&self, id: Uuid, by: &ApiKey, key: Option<&str>) -> Result<Option<Job>> {
+        let role = if by.admin { "admin" } else { "member" };
+        self.query_opt(
+            sql::JOB_RETRY,
+            &[&by.workspace, &id, &key, &by.subject, &role],
+        )
+        .await?
+        .as_ref()
+        .map(rows::job)
+        .transpose()
     }
 
     /// The job a retry call with Idempotency-Key `key` already retried, as it is now.

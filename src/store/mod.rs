@@ -54,7 +54,7 @@ pub use jobs::{Beat, Failure, FenceMiss, JobFilter, Report};
 pub use placement::{AdvertisedTargets, LeaseCaller};
 pub use records::NewJob;
 pub use runners::NewRunner;
-pub use secrets::SecretScope;
+pub use secrets::{SealedSecret, SecretScope};
 
 use crate::store::records::Job;
 use crate::telemetry::traces;

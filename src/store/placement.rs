@@ -124,19 +124,21 @@ impl Store {
             .is_some())
     }
 
-    /// Reject `secret_missing` a job the runner with this token just leased (`epoch`): a secret
-    /// it names does not exist, or may not go to this runner; `message` says which and why.
-    /// The attempt is not counted. Empty when the lease moved on meanwhile.
-    pub async fn reject_secret_missing(
+    /// Reject a job the runner with this token just leased (`epoch`) for one of its named
+    /// secrets, with `reason` (`secret_missing`: it does not exist, or may not go to this
+    /// runner; `secret_forbidden`: its dispatcher may no longer name it); `message` says which
+    /// and why. The attempt is not counted. Empty when the lease moved on meanwhile.
+    pub async fn reject_for_secret(
         &self,
         id: Uuid,
         epoch: i64,
         token_hash: &[u8],
+        reason: &str,
         message: &str,
     ) -> Result<Vec<Moved>> {
         self.query(
-            sql::LEASE_REJECT_SECRET_MISSING,
-            &[&id, &epoch, &token_hash, &message],
+            sql::LEASE_REJECT_SECRET,
+            &[&id, &epoch, &token_hash, &message, &reason],
         )
         .await?
         .iter()

@@ -17,6 +17,16 @@ pub struct SecretScope {
     pub admin_dispatch_only: bool,
 }
 
+/// A secret's sealed value for a lease, with its scope.
+pub struct SealedSecret {
+    pub name: String,
+    pub sealed: Sealed,
+    /// Only workspace-owned runners may receive it (`runners = 'workspace'`).
+    pub workspace_only: bool,
+    /// Only a job an admin dispatched (or last retried) may receive it (`dispatch = 'admin'`).
+    pub admin_only: bool,
+}
+
 impl Store {
     /// Create or replace a sealed secret with its scope: `runners` (`workspace` | `any`) and
     /// `dispatch` (`member` | `admin`), each `None` to keep the secret's (a new one takes
@@ -90,12 +100,12 @@ impl Store {
     }
 
     /// The sealed values of `names` in `workspace` (missing names are simply absent), each
-    /// with whether only workspace-owned runners may receive it.
+    /// with its scope.
     pub async fn sealed_secrets(
         &self,
         workspace: &str,
         names: &[String],
-    ) -> Result<Vec<(String, Sealed, bool)>> {
+    ) -> Result<Vec<SealedSecret>> {
         if names.is_empty() {
             return Ok(Vec::new());
         }
@@ -104,16 +114,26 @@ impl Store {
             .await?;
         Ok(rows
             .iter()
-            .map(|r| {
-                (
-                    r.get("name"),
-                    Sealed {
-                        nonce: r.get("nonce"),
-                        ciphertext: r.get("ciphertext"),
-                    },
-                    r.get::<_, &str>("runners") == "workspace",
-                )
+            .map(|r| SealedSecret {
+                name: r.get("name"),
+                sealed: Sealed {
+                    nonce: r.get("nonce"),
+                    ciphertext: r.get("ciphertext"),
+                },
+                workspace_only: r.get::<_, &str>("runners") == "workspace",
+                admin_only: r.get::<_, &str>("dispatch") == "admin",
             })
+            .collect())
+    }
+
+    /// Which of the jobs `ids` an admin dispatched or last retried (v1.3: a lease hands a
+    /// `dispatch: admin` secret only to those).
+    pub async fn dispatched_by_admin(&self, ids: &[uuid::Uuid]) -> Result<Vec<uuid::Uuid>> {
+        let rows = self.query(sql::JOBS_DISPATCHED_BY_ADMIN, &[&ids]).await?;
+        Ok(rows
+            .iter()
+            .filter(|r| r.get::<_, bool>("by_admin"))
+            .map(|r| r.get("id"))
             .collect())
     }
 

@@ -768,3 +768,74 @@ fn ipc_objects_of(uid: u32) -> Vec<String> {
     }
     found
 }
+
+/// Issue 46 row 2 (v1.3 "What a job inherits"): a runner started holding more than 0, 1 and 2
+/// (its configuration on descriptor 8, as `8<runner.json` leaves it, and one end of a socket
+/// pair on 9) starts its jobs with 0, 1 and 2 only, standard input `/dev/null`, in every
+/// confinement mode: as root `--unconfined`, `--job-user`, `--job-user-range` and
+/// `--sandbox bubblewrap` (as another user, the runner's own user unconfined).
+#[tokio::test]
+async fn a_job_starts_with_descriptors_0_1_2_only_whatever_the_runner_was_started_with() {
+    let as_root = nix::unistd::geteuid().is_root();
+    let mut modes: Vec<(&str, Vec<&str>)> = vec![(
+        "unconfined",
+        if as_root {
+            vec!["--unconfined"]
+        } else {
+            vec![]
+        },
+    )];
+    if crate::support::require("root", root()) {
+        modes.push(("job user", vec!["--job-user", "nobody"]));
+        modes.push(("uid range", vec!["--job-user-range", "61740-61743"]));
+    }
+    if crate::support::require("bubblewrap", crate::runner_e2e::bwrap_unusable()) {
+        modes.push(("bubblewrap", vec!["--sandbox", "bubblewrap"]));
+    }
+    let rig = RunnerRig::new(TestApp::spawn().await, "contain-fds").await;
+    // The job lists its shell's descriptors by number (a listing that opens the directory
+    // would show its own), then tries to read descriptor 8.
+    // No command substitution in the loop: its pipe would be the shell's own descriptor.
+    let script = "for n in $(seq 0 63); do [ -e /proc/$$/fd/$n ] && \
+                  { printf 'fd %s ' $n; readlink /proc/$$/fd/$n; }; done; \
+                  cat <&8 && echo read-fd-8; exit 0";
+    for (mode, run) in modes {
+        let config = rig.enrol(&[]).await;
+        let (mine, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+        let held = vec![
+            (8, std::fs::File::open(&config).unwrap().into()),
+            (9, std::os::fd::OwnedFd::from(theirs)),
+        ];
+        let r = crate::procs::runner_holding(&config, &rig.dir.join("work"), &run, &[], held);
+        drop(mine);
+        let out = rig.sh(script).await;
+        assert_eq!(
+            out.code,
+            Some(0),
+            "{mode}: {out:?}\nrunner log:\n{}",
+            r.log()
+        );
+        let fds: Vec<&str> = out
+            .stdout
+            .lines()
+            .filter(|l| l.starts_with("fd "))
+            .collect();
+        assert_eq!(fds.len(), 3, "{mode}: only 0, 1, 2: {fds:?}\n{}", r.log());
+        assert_eq!(fds[0], "fd 0 /dev/null", "{mode}: standard input");
+        assert!(
+            fds[1].starts_with("fd 1 ") && fds[2].starts_with("fd 2 "),
+            "{mode}: {fds:?}"
+        );
+        assert!(!out.stdout.contains("read-fd-8"), "{mode}: {out:?}");
+        assert!(
+            !out.stdout.contains("rnr_"),
+            "{mode}: the token leaked: {out:?}"
+        );
+        // A payload's `stdin` is still the job's standard input.
+        let fed = rig
+            .submit_wait(&["--stdin", "fed-input", "--", "sh", "-c", "cat; echo"])
+            .await;
+        assert_eq!(fed.stdout.trim(), "fed-input", "{mode}: {fed:?}");
+        drop(r);
+    }
+}

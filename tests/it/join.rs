@@ -346,13 +346,13 @@ async fn the_pasted_install_line_installs_enrols_and_its_runner_runs_a_job() {
     let line = out
         .stdout
         .lines()
-        .find(|l| l.starts_with("curl "))
+        .find(|l| l.starts_with("sh -c "))
         .unwrap_or_else(|| panic!("an installer line: {}", out.stdout))
         .to_owned();
     assert!(
         line.contains(&format!("--pinnedpubkey {pin}"))
             && line.contains(&format!(
-                "{public}/install.sh | sh -s -- --pin {pin} {public}/j/"
+                "{public}/install.sh || echo exit 1)\" install.sh --pin {pin} {public}/j/"
             ))
             && line.ends_with(" --service"),
         "{line}"
@@ -403,16 +403,9 @@ async fn the_pasted_install_line_installs_enrols_and_its_runner_runs_a_job() {
         )),
         "{text}"
     );
-    let verify = std::process::Command::new("systemd-analyze")
-        .args(["verify", "--man=no"])
-        .arg(&unit)
-        .output()
-        .unwrap();
-    assert!(
-        verify.status.success(),
-        "systemd-analyze verify: {}",
-        String::from_utf8_lossy(&verify.stderr)
-    );
+    if let Err(e) = systemd_verify(&unit) {
+        panic!("{e}");
+    }
 
     // The runner it configured runs a job.
     let mut r = runner(&config, &dir.join("work"), &["--unconfined"], &[]);
@@ -465,4 +458,277 @@ async fn the_replica_serves_its_own_binary_with_its_sha256_and_no_other() {
         .unwrap();
     assert_eq!(r.status(), 200);
     assert!(r.text().await.unwrap().starts_with("#!/bin/sh"));
+}
+
+/// Issue 46 row 7: `runner connect --service` with configuration paths holding what a unit
+/// file or a shell would read as syntax. A control character (a newline would start a second
+/// unit line, `ExecStartPre=` or `User=root`) is refused before the code is used, with an
+/// error naming the path; spaces, quotes, a backslash, `$` (systemd's variable expansion),
+/// `%` (its specifiers) and shell metacharacters are quoted, so the unit passes
+/// `systemd-analyze verify` with the path as one argument, and each printed command, pasted
+/// into `sh`, gives its programs exactly the words it names.
+#[tokio::test]
+async fn runner_connect_service_quotes_hostile_paths_for_systemd_and_sh() {
+    let test = "join::runner_connect_service_quotes_hostile_paths_for_systemd_and_sh";
+    let analyze = ["systemd-analyze"].iter().all(|tool| {
+        std::env::var_os("PATH")
+            .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()))
+    });
+    let why = "systemd-analyze is not installed (.ci/run installs it)".to_owned();
+    if !require(test, (!analyze).then_some(why)) {
+        return;
+    }
+    let app = TestApp::spawn().await;
+    let alice = app.operator("acme", "alice", false).await;
+    let url = app.url(0);
+    let dir = TempDir::new("join-hostile-paths");
+    let connect = |code: String, config: std::path::PathBuf| {
+        let url = url.clone();
+        async move {
+            runner_connect(&[
+                &code,
+                "--server",
+                &url,
+                "--config",
+                config.to_str().unwrap(),
+                "--service",
+            ])
+            .await
+        }
+    };
+
+    // A newline: refused, nothing written, the code not spent.
+    let code = crate::support::join_code(&alice, wire::Tier::Personal, false).await;
+    let evil = dir.join("x\nExecStartPre=/bin/touch /tmp/pwned\nUser=root");
+    std::fs::create_dir_all(&evil).unwrap();
+    let out = connect(code.clone(), evil.join("runner.json")).await;
+    assert_ne!(out.code, Some(0), "{out:?}");
+    assert!(
+        out.stderr.contains("control character") && out.stderr.contains("\\n"),
+        "a clear error naming the path: {out:?}"
+    );
+    assert!(
+        std::fs::read_dir(&evil).unwrap().next().is_none(),
+        "nothing written"
+    );
+
+    for (i, name) in ["a b'c\"d\\e", "$HOME ${X} $(id) `id`", "100%n%%;x&y|z<w>"]
+        .into_iter()
+        .enumerate()
+    {
+        let code = if i == 0 {
+            code.clone() // the refused attempt left it usable
+        } else {
+            crate::support::join_code(&alice, wire::Tier::Personal, false).await
+        };
+        let home = dir.join(name);
+        std::fs::create_dir_all(&home).unwrap();
+        let config = home.join("runner.json");
+        let out = connect(code, config.clone()).await;
+        assert_eq!(out.code, Some(0), "{name}: {out:?}");
+        let unit_path = home.join("leasehold-runner.service");
+        let unit = std::fs::read_to_string(&unit_path).unwrap();
+        // One ExecStart line, no line the path made.
+        let exec: Vec<&str> = unit
+            .lines()
+            .filter(|l| l.starts_with("ExecStart"))
+            .collect();
+        assert_eq!(exec.len(), 1, "{name}: {unit}");
+        assert!(!unit.contains("pwned"), "{unit}");
+        if name.contains('$') {
+            assert!(
+                exec[0].contains("$$HOME $${X} $$(id)"),
+                "{name}: {}",
+                exec[0]
+            );
+        }
+        if name.contains('%') {
+            assert!(exec[0].contains("100%%n%%%%"), "{name}: {}", exec[0]);
+        }
+        if let Err(e) = systemd_verify(&unit_path) {
+            panic!("{name}: {e}\n{unit}");
+        }
+
+        // The printed commands, pasted into sh, name exactly these words.
+        let cp_line = out
+            .stdout
+            .lines()
+            .find(|l| l.trim_start().starts_with("mkdir -p "))
+            .unwrap_or_else(|| panic!("{name}: a cp line: {}", out.stdout));
+        let seen = sh_words(&format!(
+            "mkdir() {{ printf '%s\\0' mkdir \"$@\"; }}; cp() {{ printf '%s\\0' cp \"$@\"; }}; \
+             systemctl() {{ printf '%s\\0' systemctl \"$@\"; }}; {cp_line}"
+        ));
+        let at = seen.iter().position(|w| w == "cp").expect("cp ran");
+        assert_eq!(
+            seen[at + 1],
+            unit_path.to_str().unwrap(),
+            "{name}: {cp_line}"
+        );
+        let foreground = out
+            .stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("or run it in the foreground: "))
+            .unwrap_or_else(|| panic!("{name}: a foreground line: {}", out.stdout));
+        let words = sh_words(&format!("printf '%s\\0' {foreground}"));
+        let at = words.iter().position(|w| w == "--config").unwrap();
+        assert_eq!(
+            words[at + 1],
+            config.to_str().unwrap(),
+            "{name}: {foreground}"
+        );
+    }
+}
+
+/// `systemd-analyze verify` of a unit file: what it said when it refused the unit.
+fn systemd_verify(unit: &Path) -> Result<(), String> {
+    let verify = std::process::Command::new("systemd-analyze")
+        .args(["verify", "--man=no"])
+        .arg(unit)
+        .output()
+        .unwrap();
+    if verify.status.success() {
+        return Ok(());
+    }
+    Err(format!(
+        "systemd-analyze verify: {}",
+        String::from_utf8_lossy(&verify.stderr)
+    ))
+}
+
+/// What `sh -c script` prints, split at NUL bytes.
+fn sh_words(script: &str) -> Vec<String> {
+    let out = std::process::Command::new("sh")
+        .args(["-c", script])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "sh: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+        .split(|b| *b == 0)
+        .filter(|w| !w.is_empty())
+        .map(|w| String::from_utf8_lossy(w).into_owned())
+        .collect()
+}
+
+/// Issue 46 row 9: the install line `join-code create` prints fails visibly when its download
+/// fails (here: nothing listens at the public URL's port): a non-zero exit status and curl's
+/// message, where `curl ... | sh` ran an empty script and exited 0. And the served script runs
+/// nothing when cut short anywhere: it is one function called on its last line, so no prefix
+/// calls a program or prints a step (every program on `PATH` is a stub that records its call).
+#[tokio::test]
+async fn the_install_line_fails_visibly_and_a_truncated_install_script_runs_nothing() {
+    let test = "join::the_install_line_fails_visibly_and_a_truncated_install_script_runs_nothing";
+    let curl = std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("curl").is_file()));
+    if !require(
+        test,
+        (!curl).then(|| "curl is not installed (.ci/run installs it)".to_owned()),
+    ) {
+        return;
+    }
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let public = format!("https://127.0.0.1:{closed}");
+    let db = fresh_database().await;
+    let serve =
+        crate::support::serve_process(&db, &[("LEASEHOLD_PUBLIC_URL", public.as_str())]).await;
+    let api_key = key_in(&db, "acme", "alice", false).await;
+    let out = cli(&serve.url, &api_key, &["join-code", "create"], LONG).await;
+    assert_eq!(out.code, Some(0), "{out:?}");
+    let line = out
+        .stdout
+        .lines()
+        .find(|l| l.contains("/install.sh"))
+        .unwrap_or_else(|| panic!("an installer line: {}", out.stdout))
+        .to_owned();
+    let dir = TempDir::new("join-install-fails");
+    let run = std::process::Command::new("sh")
+        .args(["-c", &line])
+        .env("HOME", dir.path())
+        .env("LEASEHOLD_INSTALL_DIR", dir.join("bin"))
+        .current_dir(dir.path())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(!run.status.success(), "{line}\nexited 0: {stderr}");
+    assert!(stderr.contains("curl"), "curl says why: {stderr}");
+    assert!(!dir.join("bin").exists(), "nothing installed");
+
+    // The served script, cut short at every line and every 61 bytes.
+    let script = reqwest::get(format!("{}/install.sh", serve.url))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let stubs = dir.join("stubs");
+    std::fs::create_dir_all(&stubs).unwrap();
+    let calls = dir.join("calls");
+    let sh = leasehold::tooling::private_pg::find_tool("sh").expect("sh");
+    for tool in [
+        "curl",
+        "uname",
+        "mkdir",
+        "mktemp",
+        "id",
+        "cut",
+        "sha256sum",
+        "shasum",
+        "chmod",
+        "mv",
+        "rm",
+    ] {
+        let stub = stubs.join(tool);
+        std::fs::write(
+            &stub,
+            format!(
+                "#!{}\necho {tool} >> '{}'\nexit 1\n",
+                sh.display(),
+                calls.display()
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&stub, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+    }
+    let mut cuts: Vec<usize> = script.match_indices('\n').map(|(i, _)| i + 1).collect();
+    cuts.extend((1..script.len()).step_by(61));
+    cuts.retain(|c| *c < script.trim_end().len() && script.is_char_boundary(*c));
+    assert!(cuts.len() > 50, "{}", cuts.len());
+    for cut in cuts {
+        let mut child = std::process::Command::new(&sh)
+            .args(["-s", "--", "https://ci.example/j/abc", "--service"])
+            .env_clear()
+            .env("PATH", &stubs)
+            .env("HOME", dir.path())
+            .current_dir(dir.path())
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::Write;
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(&script.as_bytes()[..cut])
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        let said = String::from_utf8_lossy(&out.stderr);
+        let ran = std::fs::read_to_string(&calls).unwrap_or_default();
+        assert!(
+            ran.is_empty() && !said.contains("leasehold install:"),
+            "cut at byte {cut} (after {:?}): ran {ran:?}, said {said:?}",
+            &script[cut.saturating_sub(40)..cut]
+        );
+    }
 }

@@ -54,6 +54,9 @@ struct Setup {
     admin: Client,
     runner: wire::Runner,
     runner_token: String,
+    /// A member's job naming the secret, cancelled, whose secret then became admin-only: the
+    /// member's `retry_job` of it is refused (v1.3, "Secrets at every hand-over").
+    member_job: uuid::Uuid,
 }
 
 impl Setup {
@@ -79,12 +82,22 @@ impl Setup {
             .put_secret(SECRET.0, SECRET.1)
             .await
             .expect("a secret");
+        let member = Client::new(url, Some(member_key.clone()));
+        let mut named = wire::Dispatch::new(crate::support::workspace_pool(), json!(null));
+        named.secrets = Some(vec![SECRET.0.to_owned()]);
+        let member_job = member.dispatch(&named).await.expect("a member's job").id;
+        admin.cancel(member_job).await.expect("cancelled");
+        admin
+            .put_secret_scoped(SECRET.0, SECRET.1, None, Some("admin"))
+            .await
+            .expect("now admin-only");
         Self {
             admin_key,
             member_key,
             admin,
             runner,
             runner_token,
+            member_job,
         }
     }
 
@@ -97,6 +110,7 @@ impl Setup {
             "target_id": self.runner.repo_targets[0].id,
             "secret_name": SECRET.0,
             "secret_value": SECRET.1,
+            "member_job": self.member_job,
         });
         fixture
             .as_object_mut()
@@ -127,6 +141,12 @@ impl Setup {
             .as_str()
             .unwrap()
             .starts_with("forbidden: "));
+        assert!(report["member_retry_refusal"]
+            .as_str()
+            .unwrap()
+            .starts_with("forbidden: "));
+        let kept = self.admin.job(self.member_job).await.unwrap();
+        assert_eq!((kept.state.as_str(), kept.retries), ("cancelled", 0));
     }
 }
 
@@ -436,4 +456,134 @@ async fn a_bare_json_rpc_call_needs_no_session_waits_past_the_request_deadline_a
     assert_eq!(get.status(), 405, "no stream, no session to resume");
     let body: Value = get.json().await.unwrap();
     assert_eq!(body["error"]["code"], "method_not_allowed");
+}
+
+/// A raw `POST /mcp` with `body` and the protocol-version header `version`: status and JSON.
+async fn raw_mcp(url: &str, key: &str, version: &str, body: Vec<u8>) -> (u16, Value) {
+    let answer = reqwest::Client::new()
+        .post(format!("{url}/mcp"))
+        .bearer_auth(key)
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "application/json")
+        .header("mcp-protocol-version", version)
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    let status = answer.status().as_u16();
+    let bytes = answer.bytes().await.unwrap();
+    (
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
+}
+
+/// Issue 46 row 8 (v1.3 "MCP"): a body that is not JSON, a JSON-RPC batch, or any JSON that is
+/// not one JSON-RPC request object gets `400 bad_request` in the contract's shape; a tool
+/// argument is validated as its HTTP call would be, the error naming the argument (a 900 KiB
+/// idempotency key, one over the header's 255 bytes, a 900 KiB id); and no line of the
+/// replica's log (at debug) carries a caller's tool name, method, argument or header value.
+#[tokio::test]
+async fn hostile_mcp_bodies_are_400_arguments_are_named_and_no_log_line_carries_caller_data() {
+    let database_url = fresh_database().await;
+    let dir = crate::procs::TempDir::new("mcp-hostile");
+    let (server, url) =
+        crate::procs::serve(&database_url, &dir, &[("LEASEHOLD_LOG", "debug")]).await;
+    let key = key_in(&database_url, "acme", "alice", false).await;
+    let v = "2025-06-18";
+    let mark = "Zx9hostileMARK";
+    let rpc_call = |name: &str, arguments: Value| {
+        serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": {"name": name, "arguments": arguments}}))
+        .unwrap()
+    };
+
+    // Not one JSON-RPC request object: 400 in the contract's shape.
+    let batch = json!([{"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+                       {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}]);
+    for (what, body) in [
+        ("not JSON", format!("{mark} not json").into_bytes()),
+        ("a batch", serde_json::to_vec(&batch).unwrap()),
+        ("a string", serde_json::to_vec(&json!(mark)).unwrap()),
+        (
+            "an object without jsonrpc",
+            serde_json::to_vec(&json!({"method": mark})).unwrap(),
+        ),
+    ] {
+        let (status, body) = raw_mcp(&url, &key, v, body).await;
+        assert_eq!(
+            (status, body["error"]["code"].as_str()),
+            (400, Some("bad_request")),
+            "{what}: {body}"
+        );
+        assert!(body["error"]["message"].is_string(), "{what}: {body}");
+    }
+
+    // Arguments are validated as the HTTP call would be, naming the argument.
+    let huge = mark.repeat(900 * 1024 / mark.len());
+    let dispatch =
+        |k: &str| json!({"target": {"pool": "personal"}, "payload": 1, "idempotency_key": k});
+    for (what, body, field) in [
+        (
+            "900 KiB key",
+            rpc_call("dispatch_job", dispatch(&huge)),
+            "idempotency_key",
+        ),
+        (
+            "256-byte key",
+            rpc_call("dispatch_job", dispatch(&"k".repeat(256))),
+            "idempotency_key",
+        ),
+        (
+            "a key with a newline",
+            rpc_call("dispatch_job", dispatch("a\nb")),
+            "idempotency_key",
+        ),
+        ("900 KiB id", rpc_call("get_job", json!({"id": huge})), "id"),
+    ] {
+        let (status, body) = raw_mcp(&url, &key, v, body).await;
+        assert_eq!(status, 200, "{what}: a tool result");
+        let text = body["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap_or_default();
+        assert_eq!(body["result"]["isError"], true, "{what}: {body}");
+        assert!(
+            text.starts_with(&format!("bad_request: {field}")),
+            "{what}: {}",
+            &text[..text.len().min(200)]
+        );
+    }
+
+    // Hostile names and header values rmcp would log.
+    for body in [
+        rpc_call(&format!("tool-{mark}"), json!({"x": mark})),
+        serde_json::to_vec(
+            &json!({"jsonrpc": "2.0", "id": 2, "method": format!("method-{mark}"),
+            "params": {"p": mark}}),
+        )
+        .unwrap(),
+    ] {
+        let (status, _) = raw_mcp(&url, &key, v, body).await;
+        assert!(status < 500, "{status}");
+    }
+    let (status, body) = raw_mcp(
+        &url,
+        &key,
+        &format!("version-{mark}"),
+        serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list"})).unwrap(),
+    )
+    .await;
+    assert!((400..500).contains(&status), "{status} {body}");
+    // Written as each line is logged (stderr is not buffered).
+    let log = server.log();
+    assert!(!log.is_empty(), "the replica logged at debug level");
+    let carried: Vec<&str> = log.lines().filter(|l| l.contains(mark)).collect();
+    assert!(
+        carried.is_empty(),
+        "log lines carrying caller data: {:?}",
+        carried
+            .iter()
+            .map(|l| &l[..l.len().min(300)])
+            .collect::<Vec<_>>()
+    );
 }

@@ -146,6 +146,9 @@ async def main():
         # An admin's call refused to a member: the role is the member key's.
         report["member_refusal"] = await refused(
             member, "approve_repo_target", {"id": runner, "target_id": target}, "forbidden")
+        # Re-running a job naming a secret that is now admin-only: refused, as the route is.
+        report["member_retry_refusal"] = await refused(
+            member, "retry_job", {"id": FIXTURE["member_job"]}, "forbidden")
         seen = await ok(member, "get_job", {"id": report["job_id"]})
         assert seen["id"] == report["job_id"]
 

@@ -921,7 +921,7 @@ async fn placement_statements_reach_their_rows_by_key_in_generic_plans() {
     let token = "sha256('token1'::bytea)";
     let statements: Vec<(&'static str, String)> = vec![
         (sql::RUNNER_ADVERTISE, format!("{token}, '1.0.0', false, ARRAY[]::uuid[], ARRAY[]::text[], ARRAY[]::text[], ARRAY[]::text[]")),
-        (sql::LEASE_REJECT_SECRET_MISSING, format!("{job}, 1, {token}, 'X'")),
+        (sql::LEASE_REJECT_SECRET, format!("{job}, 1, {token}, 'X', 'secret_missing'")),
         (sql::LEASE_GIVE_BACK, format!("ARRAY[{job}], ARRAY[1::bigint], {token}")),
         (sql::SECRETS_SEALED, "'acme', ARRAY['X']".to_owned()),
     ];
@@ -942,7 +942,7 @@ async fn placement_statements_reach_their_rows_by_key_in_generic_plans() {
         &["Seq Scan on runners"],
     );
     for (name, plan) in [
-        ("lease_reject_secret_missing", &plans[1]),
+        ("lease_reject_secret", &plans[1]),
         ("lease_give_back", &plans[2]),
     ] {
         assert_plan(

@@ -160,9 +160,34 @@ impl Proc {
     }
 }
 
-fn spawn(args: &[&str], envs: &[(&str, &str)], log: PathBuf, stdout: Stdio) -> Proc {
+/// `leasehold ARGS` with `envs`, its stderr in `log`, holding each of `held` open as the
+/// descriptor number it is paired with (inheritable, as a shell's `8<file` leaves it).
+fn spawn_holding(
+    args: &[&str],
+    envs: &[(&str, &str)],
+    log: PathBuf,
+    stdout: Stdio,
+    held: Vec<(i32, std::os::fd::OwnedFd)>,
+) -> Proc {
+    use std::os::fd::AsRawFd;
     let file = std::fs::File::create(&log).unwrap();
-    let child = Command::new(BIN)
+    let mut cmd = Command::new(BIN);
+    if !held.is_empty() {
+        let pairs: Vec<(i32, i32)> = held.iter().map(|(n, fd)| (*n, fd.as_raw_fd())).collect();
+        // SAFETY: dup2 and fcntl are async-signal-safe; nothing here allocates.
+        unsafe {
+            cmd.pre_exec(move || {
+                for &(n, fd) in &pairs {
+                    if nix::libc::dup2(fd, n) < 0 || nix::libc::fcntl(n, nix::libc::F_SETFD, 0) < 0
+                    {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
+                Ok(())
+            });
+        }
+    }
+    let child = cmd
         .args(args)
         .envs(envs.iter().copied())
         .env_remove("LEASEHOLD_SERVER")
@@ -200,6 +225,17 @@ pub async fn serve(database_url: &str, dir: &TempDir, envs: &[(&str, &str)]) -> 
 
 /// `leasehold runner run --config CONFIG --work-dir WORK EXTRA...`.
 pub fn runner(config: &Path, work: &Path, extra: &[&str], envs: &[(&str, &str)]) -> Proc {
+    runner_holding(config, work, extra, envs, Vec::new())
+}
+
+/// [`runner`] started holding `held` (descriptor number, what is open there) beside 0, 1, 2.
+pub fn runner_holding(
+    config: &Path,
+    work: &Path,
+    extra: &[&str],
+    envs: &[(&str, &str)],
+    held: Vec<(i32, std::os::fd::OwnedFd)>,
+) -> Proc {
     let mut args = vec![
         "runner",
         "run",
@@ -212,7 +248,7 @@ pub fn runner(config: &Path, work: &Path, extra: &[&str], envs: &[(&str, &str)])
     let log = config.with_extension(format!("{}.log", Uuid::now_v7().simple()));
     let mut envs = envs.to_vec();
     envs.push(("LEASEHOLD_LOG", "info"));
-    spawn(&args, &envs, log, Stdio::null())
+    spawn_holding(&args, &envs, log, Stdio::null(), held)
 }
 
 /// The outcome of one CLI call.

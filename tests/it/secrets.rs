@@ -201,3 +201,117 @@ async fn a_value_is_sealed_with_a_fresh_nonce_and_absent_from_logs_and_the_dump(
     assert!(!log.contains(value), "the value in a log line");
     assert!(!log.contains(&key), "the key in a log line");
 }
+
+/// A workspace-pool dispatch of `secrets` by `who`, with this retry policy.
+async fn naming(who: &Client, secrets: &[&str], retry: Option<Value>) -> leasehold::wire::Job {
+    let mut d = leasehold::wire::Dispatch::new(crate::support::workspace_pool(), json!(null));
+    d.secrets = Some(secrets.iter().map(|s| (*s).to_owned()).collect());
+    d.retry = retry;
+    who.dispatch(&d).await.unwrap()
+}
+
+/// Issue 46 row 1 (v1.3 "Secrets at every hand-over"): a member's job naming a secret that has
+/// since become `dispatch: admin` is never handed over again. The member's retry call is 403
+/// `forbidden` and changes nothing; a parked job, a re-delivery after a lapsed lease and an
+/// automatic retry are each settled `rejected` / `secret_forbidden` at the lease, without the
+/// value. An admin's retry makes the admin the job's dispatcher, and the job is handed over.
+#[tokio::test]
+async fn a_secret_made_admin_only_is_checked_at_the_retry_call_and_at_every_hand_over() {
+    let app = TestApp::spawn_with(1, |c| {
+        c.secrets_key = Some(SealKey::generate());
+        c.lease_ttl_ms = 1000;
+    })
+    .await;
+    let admin = app.operator("acme", "root", true).await;
+    let alice = app.operator("acme", "alice", false).await;
+    admin.put_secret("PROD_KEY", "prod-value-1").await.unwrap();
+    let (_, runner) = crate::support::pair(&admin, leasehold::wire::Tier::Workspace, &[], 4).await;
+    let lease = |wait| crate::support::lease(&runner, wait, 4);
+
+    // Dispatched and run while a member could name it.
+    let done = naming(&alice, &["PROD_KEY"], None).await;
+    let taken = lease(5000).await;
+    assert_eq!(taken.len(), 1);
+    assert_eq!(taken[0].secrets.0["PROD_KEY"], "prod-value-1");
+    runner
+        .complete(done.id, taken[0].epoch, json!({"exit_code": 0}))
+        .await
+        .unwrap();
+    let lapsing = naming(&alice, &["PROD_KEY"], None).await;
+    let retrying = naming(
+        &alice,
+        &["PROD_KEY"],
+        Some(json!({"limit": 1, "on": ["runner_failed"]})),
+    )
+    .await;
+    let mut held = lease(5000).await;
+    if held.len() < 2 {
+        held.extend(lease(5000).await);
+    }
+    assert_eq!(held.len(), 2, "both handed over once");
+    assert!(held
+        .iter()
+        .all(|l| l.secrets.0["PROD_KEY"] == "prod-value-1"));
+    let retrying_epoch = held.iter().find(|l| l.id == retrying.id).unwrap().epoch;
+    let parked = naming(&alice, &["PROD_KEY"], None).await;
+
+    // Now only admins may name it, with a value members must not read.
+    admin
+        .put_secret_scoped("PROD_KEY", "prod-value-2", None, Some("admin"))
+        .await
+        .unwrap();
+
+    // The retry call: 403, and the job is as it was.
+    let before = alice.job(done.id).await.unwrap();
+    let (status, err) = call(
+        &app.url(0),
+        alice.token().unwrap(),
+        Method::POST,
+        &format!("/v1/jobs/{}/retry", done.id),
+        Some(json!({})),
+    )
+    .await;
+    assert_eq!(
+        (status, err["error"]["code"].as_str()),
+        (403, Some("forbidden")),
+        "{err}"
+    );
+    let after = alice.job(done.id).await.unwrap();
+    assert_eq!(
+        (after.state.to_string(), after.epoch, after.retries),
+        (before.state.to_string(), before.epoch, before.retries)
+    );
+
+    // The automatic retry: failed, parked again, then rejected at the next lease.
+    runner
+        .fail(retrying.id, retrying_epoch, "runner broke")
+        .await
+        .unwrap();
+    // The lease lapses and the job is re-delivered; the parked one is leased: each rejected.
+    let settled = crate::support::eventually(
+        std::time::Duration::from_secs(20),
+        "every member job settled",
+        || async {
+            let got = lease(200).await;
+            assert!(got.is_empty(), "nothing handed over: {got:?}");
+            let mut jobs = Vec::new();
+            for id in [parked.id, lapsing.id, retrying.id] {
+                jobs.push(alice.job(id).await.unwrap());
+            }
+            jobs.iter().all(|j| j.state == "rejected").then_some(jobs)
+        },
+    )
+    .await;
+    for j in &settled {
+        let e = j.error.as_ref().unwrap();
+        assert_eq!(e["reason"], "secret_forbidden", "{e}");
+        assert!(e["message"].as_str().unwrap().contains("PROD_KEY"), "{e}");
+    }
+
+    // An admin's retry: the admin is the dispatcher now, and the value is handed over.
+    let again = admin.retry_job(parked.id, None).await.unwrap();
+    assert_eq!(again.state, "parked");
+    let taken = lease(5000).await;
+    assert_eq!(taken.len(), 1);
+    assert_eq!(taken[0].secrets.0["PROD_KEY"], "prod-value-2");
+}

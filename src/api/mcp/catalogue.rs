@@ -311,13 +311,46 @@ pub fn request(
 #[derive(Debug, Clone, Copy)]
 pub struct Call(usize);
 
+/// The most bytes a path or query argument may have: a request head is at most 64 KiB over
+/// HTTP (431), and no route's path or query value needs more than a few hundred.
+const MAX_URL_ARGUMENT_BYTES: usize = 4096;
+/// The most characters of an `idempotency_key`, as the `Idempotency-Key` header allows.
+const MAX_IDEMPOTENCY_KEY: usize = 255;
+
+/// A path or query argument, refused (naming it) when it is longer than any route takes.
+fn url_argument(name: &str, value: String) -> Result<String, CallToolResult> {
+    if value.len() > MAX_URL_ARGUMENT_BYTES {
+        return Err(refusal(
+            "bad_request",
+            &format!("{name}: at most {MAX_URL_ARGUMENT_BYTES} bytes"),
+        ));
+    }
+    Ok(value)
+}
+
+/// The `idempotency_key` argument, checked as the `Idempotency-Key` header is (1..255 visible
+/// ASCII characters) before it is made one, so a refusal names the argument.
+fn idempotency_key(value: String) -> Result<String, CallToolResult> {
+    let visible = value.bytes().all(|b| (b' '..=b'~').contains(&b));
+    if value.is_empty() || value.len() > MAX_IDEMPOTENCY_KEY || !visible {
+        return Err(refusal(
+            "bad_request",
+            &format!(
+                "idempotency_key: must be 1..{MAX_IDEMPOTENCY_KEY} visible ASCII characters (it is \
+                 sent as the Idempotency-Key header)"
+            ),
+        ));
+    }
+    Ok(value)
+}
+
 fn build(entry: &Entry, mut args: JsonObject) -> Result<ApiRequest, CallToolResult> {
     let mut path = String::new();
     for segment in entry.spec.path.split('/').skip(1) {
         path.push('/');
         match segment.strip_prefix('{').and_then(|s| s.strip_suffix('}')) {
             Some(name) => match args.remove(name) {
-                Some(Value::String(v)) => path.push_str(&encode_segment(&v)),
+                Some(Value::String(v)) => path.push_str(&encode_segment(&url_argument(name, v)?)),
                 Some(_) => {
                     return Err(refusal("bad_request", &format!("{name}: must be a string")))
                 }
@@ -331,7 +364,7 @@ fn build(entry: &Entry, mut args: JsonObject) -> Result<ApiRequest, CallToolResu
     for (name, _, _) in entry.query {
         let value = match args.remove(*name) {
             None | Some(Value::Null) => continue,
-            Some(Value::String(s)) => s,
+            Some(Value::String(s)) => url_argument(name, s)?,
             Some(v @ (Value::Number(_) | Value::Bool(_))) => v.to_string(),
             Some(_) => {
                 return Err(refusal(
@@ -353,7 +386,7 @@ fn build(entry: &Entry, mut args: JsonObject) -> Result<ApiRequest, CallToolResu
     let idempotency_key = if entry.spec.idempotency_key {
         match args.remove("idempotency_key") {
             None | Some(Value::Null) => None,
-            Some(Value::String(k)) => Some(k),
+            Some(Value::String(k)) => Some(idempotency_key(k)?),
             Some(_) => return Err(refusal("bad_request", "idempotency_key: must be a string")),
         }
     } else {

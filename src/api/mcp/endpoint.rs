@@ -27,6 +27,7 @@ use tower_service::Service;
 use super::{ApiAnswer, ApiRequest, Caller, Tools};
 use crate::api::auth::Operator;
 use crate::api::deadline::LongPoll;
+use crate::api::error::ApiError;
 use crate::api::AppState;
 use crate::wire::{ErrorBody, ErrorDetail};
 
@@ -45,6 +46,10 @@ pub async fn serve(
     _caller: Operator,
     request: Request,
 ) -> Response {
+    let request = match one_json_rpc_object(request, st.limits.max_body_bytes).await {
+        Ok(request) => request,
+        Err(refused) => return refused.into_response(),
+    };
     let caller = Arc::new(InProcess { state: st.clone() });
     let config = StreamableHttpServerConfig::default()
         .with_legacy_session_mode(false)
@@ -62,6 +67,26 @@ pub async fn serve(
         config,
     );
     contract_shaped(service.handle(request).await).await
+}
+
+/// The request as it came, when its body is one JSON-RPC 2.0 object (a request, a notification
+/// or a response, which a client may send); anything else (not JSON, a batch, JSON that is not
+/// such an object) is the contract's `400 bad_request` (v1.3), never quoting the body.
+async fn one_json_rpc_object(request: Request, limit: usize) -> Result<Request, ApiError> {
+    let (parts, body) = request.into_parts();
+    let bytes = axum::body::to_bytes(body, limit)
+        .await
+        .map_err(|_| ApiError::bad("body: could not be read in full"))?;
+    let one = serde_json::from_slice::<serde_json::Value>(&bytes)
+        .ok()
+        .is_some_and(|v| v.get("jsonrpc").and_then(serde_json::Value::as_str) == Some("2.0"));
+    if !one {
+        return Err(ApiError::bad(
+            "body: must be one JSON-RPC 2.0 object (a batch, or anything but a JSON object with \
+             \"jsonrpc\": \"2.0\", is not served)",
+        ));
+    }
+    Ok(Request::from_parts(parts, Body::from(bytes)))
 }
 
 /// A transport refusal in plain text becomes the contract's error JSON, same status.
@@ -148,12 +173,9 @@ impl Caller for InProcess {
             }
             None => Body::empty(),
         };
+        // Every argument was checked as its route takes it (catalogue::build), so this is a bug.
         let Ok(http_request) = builder.body(body) else {
-            return ApiAnswer::refused(
-                400,
-                "bad_request",
-                "idempotency_key: not a valid header value",
-            );
+            return ApiAnswer::refused(500, "internal", "the tool's request could not be built");
         };
         let mut router = crate::api::router(self.state.clone());
         let response = match router.call(http_request).await {

@@ -193,20 +193,6 @@ pub fn print_table(header: &[&str], rows: &[Vec<String>]) {
     }
 }
 
-/// `word` as one shell word: as is when it holds only characters no shell treats specially,
-/// else in single quotes.
-pub fn shell_word(word: &str) -> String {
-    let plain = !word.is_empty()
-        && word
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "/._-+:@%,=".contains(c));
-    if plain {
-        word.to_owned()
-    } else {
-        format!("'{}'", word.replace('\'', r"'\''"))
-    }
-}
-
 /// A timestamp for people: `2026-01-02 15:04:05Z`.
 pub fn when(t: Option<chrono::DateTime<chrono::Utc>>) -> String {
     t.map_or_else(

@@ -212,20 +212,25 @@ pub async fn join_code(conn: &Conn, command: JoinCodeCommand) -> anyhow::Result<
 }
 
 /// The one command that installs leasehold on a fresh machine and enrols it with the join URL
-/// `url`: `curl -fsSL https://HOST/install.sh | sh -s -- URL --service`. For a self-signed
-/// server (the payload pins its key) curl pins that key instead of checking a CA, and the
-/// script hands the pin on to `runner connect`.
+/// `url`: `sh -c "$(curl -fsSL https://HOST/install.sh || echo exit 1)" install.sh URL
+/// --service`. When the download fails, curl says why (`-S`) and the script sh runs is
+/// `exit 1`, so the line fails visibly (`curl ... | sh` ran an empty script and exited 0); the
+/// line reads the same in sh, bash, zsh and fish. For a self-signed server (the payload pins its
+/// key) curl pins that key instead of checking a CA, and the script hands the pin on to
+/// `runner connect`.
 pub fn install_line(url: &str, payload: &str) -> String {
     let base = url.rsplit_once("/j/").map_or(url, |(b, _)| b);
     let pin = wire::connect::Connect::decode(payload)
         .ok()
         .and_then(|c| c.pin);
-    match pin {
-        Some(pin) => format!(
-            "curl -fsSL -k --pinnedpubkey {pin} {base}/install.sh | sh -s -- --pin {pin} {url} --service"
+    let (curl, args) = match pin {
+        Some(pin) => (
+            format!("curl -fsSL -k --pinnedpubkey {pin}"),
+            format!("--pin {pin} {url}"),
         ),
-        None => format!("curl -fsSL {base}/install.sh | sh -s -- {url} --service"),
-    }
+        None => ("curl -fsSL".to_owned(), url.to_owned()),
+    };
+    format!("sh -c \"$({curl} {base}/install.sh || echo exit 1)\" install.sh {args} --service")
 }
 
 /// # Errors

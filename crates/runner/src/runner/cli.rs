@@ -258,6 +258,11 @@ pub async fn run(command: RunnerCommand) -> anyhow::Result<i32> {
             force,
         } => {
             let path = config_path(config);
+            if service {
+                // Refused before the code is used (it stays good for another try).
+                runner::service::check_path(&std::path::absolute(&path)?)?;
+                runner::service::check_path(&default_work_dir())?;
+            }
             anyhow::ensure!(
                 force || !path.exists(),
                 "{} already holds a runner's configuration; enrolling would orphan that runner: \
@@ -313,7 +318,7 @@ pub async fn run(command: RunnerCommand) -> anyhow::Result<i32> {
             } else {
                 println!(
                     "start it with: leasehold runner run --config {}",
-                    path.display()
+                    runner::service::shell_word(&path.to_string_lossy())
                 );
             }
             Ok(0)

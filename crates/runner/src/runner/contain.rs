@@ -131,12 +131,19 @@ pub fn reap_orphans() -> usize {
 }
 
 /// `sh -c WAIT_FOR_GO leasehold-job PROGRAM ARGS...`: wait for the runner's first line on
-/// standard input (sent once the shell is in the job's cgroup), then become the command, on
-/// the same standard input. Without that line (the runner could not place it) it exits 125.
-pub const WAIT_FOR_GO: &str = r#"read -r go || exit 125; [ "$go" = go ] || exit 125; exec "$@""#;
+/// standard input (sent once the shell is in the job's cgroup), then become the command: on
+/// the same standard input after [`GO`] (the payload's `stdin` follows), on `/dev/null` after
+/// [`GO_WITHOUT_INPUT`] (v1.3: a job without input reads `/dev/null`, as elsewhere). Without
+/// that line (the runner could not place it) it exits 125.
+pub const WAIT_FOR_GO: &str = r#"read -r go || exit 125
+case "$go" in go) exec "$@" ;; null) exec "$@" </dev/null ;; esac
+exit 125"#;
 
-/// The line that lets a [`WAIT_FOR_GO`] shell go on.
+/// The line that lets a [`WAIT_FOR_GO`] shell go on, its standard input the runner's pipe.
 pub const GO: &[u8] = b"go\n";
+
+/// The line that lets a [`WAIT_FOR_GO`] shell go on with standard input `/dev/null`.
+pub const GO_WITHOUT_INPUT: &[u8] = b"null\n";
 
 /// Where the runner makes its jobs' cgroups: inside its own, named
 /// `leasehold-<runner id>-<job id>`, so a runner leaves nothing behind between jobs.

@@ -28,6 +28,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::contain;
+use super::descriptors;
 use super::output::{pump, Output, Stream};
 use super::sandbox::{is_executable, which, Sandbox, DEFAULT_PATH};
 use super::workdir::JobDir;
@@ -212,8 +213,11 @@ pub async fn execute(
         })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    // The runner's own environment (a DATABASE_URL, an API key) is not the job's business.
+    // The runner's own environment (a DATABASE_URL, an API key) is not the job's business, nor
+    // its descriptors beyond 0, 1 and 2 (marked close-on-exec at start, and again here for any
+    // a library opened since without the flag).
     cmd.env_clear().envs(&launch.env);
+    descriptors::close_on_exec_above_stderr();
     if let Some(u) = job_user {
         // Supplementary groups are dropped too (std does so when root sets a uid).
         cmd.uid(u.uid).gid(u.gid);
@@ -240,8 +244,13 @@ pub async fn execute(
     if let Some(cg) = &cgroup {
         let pid = child.id().expect("a just-spawned child has a pid") as i32;
         let placed = cg.adopt(pid);
+        let line = if spec.stdin.is_some() {
+            contain::GO
+        } else {
+            contain::GO_WITHOUT_INPUT
+        };
         let go = match (placed, stdin.as_mut()) {
-            (Ok(()), Some(pipe)) => pipe.write_all(contain::GO).await.map_err(|e| e.to_string()),
+            (Ok(()), Some(pipe)) => pipe.write_all(line).await.map_err(|e| e.to_string()),
             (Err(e), _) => Err(format!("cannot move the job into its cgroup: {e}")),
             (Ok(()), None) => Err("no standard input to start the job on".into()),
         };
@@ -252,7 +261,7 @@ pub async fn execute(
             return start_failed(&output, started, 126, message);
         }
         if spec.stdin.is_none() {
-            // Nothing more to read: the command sees the end of its input at once.
+            // The command reads /dev/null; the pipe is closed.
             stdin = None;
         }
     }

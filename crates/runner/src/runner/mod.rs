@@ -32,6 +32,7 @@ pub mod artifacts;
 pub mod cli;
 pub mod config;
 pub mod contain;
+pub mod descriptors;
 pub mod executor;
 pub mod job;
 pub mod join_url;
@@ -341,6 +342,8 @@ fn job_end(
 /// The token is refused (revoked runner), the work directory or sandbox is unusable, or the
 /// service stays unreachable at start.
 pub async fn run(opts: Options, stopper: Stopper) -> anyhow::Result<Summary> {
+    // Nothing the runner was started with reaches a job (v1.3, "What a job inherits").
+    descriptors::close_on_exec_above_stderr();
     let config = &opts.config;
     let capacity = opts.capacity.unwrap_or(config.capacity).clamp(1, 256);
     let once = opts.once || config.ephemeral;

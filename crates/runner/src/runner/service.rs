@@ -5,13 +5,18 @@
 //!
 //! Invariants: the unit runs exactly the `runner run` this machine would run by hand (same
 //! binary, configuration and work directory), never unconfined as root (bubblewrap when it is
-//! installed, else a uid per job); a path is quoted for systemd, so no path can add an argument
-//! or a specifier; nothing here prints the token (the unit names the configuration file only).
+//! installed, else a uid per job); a path is quoted for systemd, so no path can add an argument,
+//! a variable expansion or a specifier, and a path with a control character (a newline would
+//! start a unit line of its own) is refused; every printed command is quoted for `sh`, so it
+//! pastes as the words it names; nothing here prints the token (the unit names the
+//! configuration file only).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::Context;
+
+pub use crate::wire::command::shell_word;
 
 /// The shipped unit the generated one is filled in from.
 pub const TEMPLATE: &str = include_str!("../../../../deploy/leasehold-runner.service");
@@ -39,6 +44,10 @@ impl Unit {
     /// # Errors
     /// This binary's path cannot be found.
     pub fn for_this_machine(config: &Path, work_dir: &Path) -> anyhow::Result<Self> {
+        let exe = std::env::current_exe().context("finding this binary's path")?;
+        for p in [&exe, config, work_dir] {
+            check_path(p)?;
+        }
         let root = nix::unistd::geteuid().is_root();
         let user = root.then(|| ("root".to_owned(), "root".to_owned()));
         let bwrap = std::env::var_os("PATH")
@@ -52,7 +61,7 @@ impl Unit {
         };
         Ok(Self {
             user,
-            exe: std::env::current_exe().context("finding this binary's path")?,
+            exe,
             config: config.to_owned(),
             work_dir: work_dir.to_owned(),
             confinement,
@@ -92,18 +101,22 @@ impl Unit {
             }
             let key = line.split('=').next().unwrap_or_default();
             match (key, &self.user) {
-                ("User", Some((user, _))) => out.push_str(&format!("User={}\n", quote(user))),
-                ("Group", Some((_, group))) => out.push_str(&format!("Group={}\n", quote(group))),
+                ("User", Some((user, _))) => {
+                    out.push_str(&format!("User={}\n", quote(user, false)))
+                }
+                ("Group", Some((_, group))) => {
+                    out.push_str(&format!("Group={}\n", quote(group, false)));
+                }
                 ("User" | "Group", None) => {}
                 ("ExecStart", _) => {
                     continued = line.ends_with('\\');
-                    let args: Vec<String> = self.args().iter().map(|a| quote(a)).collect();
+                    let args: Vec<String> = self.args().iter().map(|a| quote(a, true)).collect();
                     out.push_str(&format!("ExecStart={}\n", args.join(" ")));
                 }
                 ("ReadWritePaths", _) => {
-                    let mut writable = vec![quote(&path(&self.work_dir))];
+                    let mut writable = vec![quote(&path(&self.work_dir), false)];
                     if let Some(dir) = self.config.parent() {
-                        writable.push(quote(&path(dir)));
+                        writable.push(quote(&path(dir), false));
                     }
                     out.push_str(&format!("ReadWritePaths={}\n", writable.join(" ")));
                 }
@@ -122,10 +135,37 @@ fn path(p: &Path) -> String {
     p.to_string_lossy().into_owned()
 }
 
-/// One word of a unit file: `%` doubled (no specifier), and double-quoted with `\` and `"`
-/// escaped when it holds anything but plain characters.
-fn quote(word: &str) -> String {
-    let word = word.replace('%', "%%");
+/// A path the unit or a printed command may name: valid UTF-8 (what is written is what the
+/// file system holds) and without a control character. systemd.syntax(7) reads a unit line by
+/// line, so a newline, even quoted, would start a line of its own (`ExecStartPre=...`,
+/// `User=root`), and a terminal would act on the others.
+///
+/// # Errors
+/// The path has a control character or is not UTF-8, with a message naming it.
+pub fn check_path(p: &Path) -> anyhow::Result<()> {
+    let Some(text) = p.to_str() else {
+        anyhow::bail!(
+            "the path {p:?} is not valid UTF-8, which a systemd unit cannot name exactly; \
+             choose another for --service"
+        );
+    };
+    anyhow::ensure!(
+        !text.chars().any(char::is_control),
+        "the path {text:?} has a control character, which a systemd unit cannot carry safely; \
+         choose a path without one for --service"
+    );
+    Ok(())
+}
+
+/// One word of a unit file: `%` doubled (no specifier), `$` doubled in a command line (`exec`:
+/// no variable expansion, which only `Exec*=` lines do), and double-quoted with `\` and `"`
+/// escaped when it holds anything but plain characters. Control characters are refused before
+/// ([`check_path`]).
+fn quote(word: &str, exec: bool) -> String {
+    let mut word = word.replace('%', "%%");
+    if exec {
+        word = word.replace('$', "$$");
+    }
     if !word.is_empty()
         && word
             .bytes()
@@ -134,6 +174,15 @@ fn quote(word: &str) -> String {
         return word;
     }
     format!("\"{}\"", word.replace('\\', "\\\\").replace('"', "\\\""))
+}
+
+/// A command line for `sh`, each word quoted by [`shell_word`].
+pub fn shell_line<S: AsRef<str>>(words: &[S]) -> String {
+    words
+        .iter()
+        .map(|w| shell_word(w.as_ref()))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// Whether systemd is this machine's init (what `sd_booted` checks).
@@ -200,12 +249,13 @@ pub fn install(unit: &Unit) -> anyhow::Result<PathBuf> {
     print!("{text}");
     println!();
     println!("install and start it where systemd runs with:");
+    let installed = dir.join(NAME);
     println!(
-        "  mkdir -p {dir} && cp {src} {dir}/{NAME} && systemctl{user_flag} daemon-reload && systemctl{user_flag} enable --now {NAME}",
-        dir = dir.display(),
-        src = beside.display(),
+        "  {} && {} && systemctl{user_flag} daemon-reload && systemctl{user_flag} enable --now {NAME}",
+        shell_line(&["mkdir", "-p", &path(&dir)]),
+        shell_line(&["cp", &path(&beside), &path(&installed)]),
     );
-    println!("or run it in the foreground: {}", unit.args().join(" "));
+    println!("or run it in the foreground: {}", shell_line(&unit.args()));
     Ok(beside)
 }
 
@@ -253,10 +303,22 @@ mod tests {
     }
 
     #[test]
+    fn words_are_quoted_for_sh() {
+        assert_eq!(shell_word("/a/b"), "/a/b");
+        assert_eq!(shell_word("a b"), "'a b'");
+        assert_eq!(shell_word("it's $x"), "'it'\\''s $x'");
+        assert_eq!(shell_line(&["cp", "a;b"]), "cp 'a;b'");
+    }
+
+    #[test]
     fn words_are_quoted_for_systemd() {
-        assert_eq!(quote("/a/b"), "/a/b");
-        assert_eq!(quote("a b"), "\"a b\"");
-        assert_eq!(quote("50%"), "50%%");
-        assert_eq!(quote("x\"y\\"), "\"x\\\"y\\\\\"");
+        assert_eq!(quote("/a/b", true), "/a/b");
+        assert_eq!(quote("a b", true), "\"a b\"");
+        assert_eq!(quote("50%", true), "50%%");
+        assert_eq!(quote("x\"y\\", true), "\"x\\\"y\\\\\"");
+        assert_eq!(quote("/$HOME", true), "\"/$$HOME\"");
+        assert_eq!(quote("/$HOME", false), "\"/$HOME\"");
+        assert!(check_path(Path::new("/a\nUser=root")).is_err());
+        assert!(check_path(Path::new("/a b/$x%")).is_ok());
     }
 }

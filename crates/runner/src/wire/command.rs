@@ -245,6 +245,19 @@ fn artifact_globs(value: Option<&Value>) -> Result<Vec<String>, String> {
         .collect()
 }
 
+/// One word of a command for `sh`: as it is when it holds only plain characters, else in single
+/// quotes (a `'` in it as `'\''`), so a pasted line passes it as one word, expanding nothing.
+pub fn shell_word(word: &str) -> String {
+    if !word.is_empty()
+        && word
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"/._-:=,+@%".contains(&b))
+    {
+        return word.to_owned();
+    }
+    format!("'{}'", word.replace('\'', "'\\''"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -250,7 +250,7 @@ pub(super) fn command_text(job: &Job) -> String {
     match job.payload["argv"].as_array() {
         Some(argv) if job.kind == "command" => argv
             .iter()
-            .map(|a| super::super::shell_word(a.as_str().unwrap_or("?")))
+            .map(|a| crate::wire::command::shell_word(a.as_str().unwrap_or("?")))
             .collect::<Vec<_>>()
             .join(" "),
         _ => format!("({})", job.kind),

@@ -1,7 +1,9 @@
--- A job just leased whose named secret no longer exists (or, for a personal runner, is now
--- 'workspace'-scoped): rejected secret_missing, and the attempt the claim counted is given back
--- (no attempt is counted). Fenced on the lease just taken: $1 id, $2 epoch, $3 sha256 of the
--- runner's token, $4 the error message (it names the secret, never a value). An
+-- A job just leased that must not be handed over for one of its named secrets, rejected with
+-- reason $5: 'secret_missing' when the secret no longer exists (or, for a personal runner, is
+-- now 'workspace'-scoped), 'secret_forbidden' when it is now 'dispatch: admin' and the job's
+-- dispatcher is not an admin (v1.3). The attempt the claim counted is given back (no attempt
+-- is counted). Fenced on the lease just taken: $1 id, $2 epoch, $3 sha256 of the runner's
+-- token, $4 the error message (it names the secret, never a value). An
 -- 'any' job's billing tenant goes back to null: no lease of it was accepted.
 WITH me AS (
     SELECT r.id FROM runners r
@@ -13,8 +15,7 @@ rejected AS (
        SET state = 'rejected', attempts = j.attempts - 1, finished_at = now(),
            leased_by = NULL, lease_expires_at = NULL, lease_check_at = NULL,
            billing_tenant = CASE WHEN j.pool = 'any' THEN NULL ELSE j.billing_tenant END,
-           error = jsonb_build_object('reason', 'secret_missing', 'message',
-                       $4::text),
+           error = jsonb_build_object('reason', $5::text, 'message', $4::text),
            event_seq = j.event_seq + 1
      WHERE j.id = $1 AND j.epoch = $2
        AND j.leased_by IS NOT DISTINCT FROM (SELECT id FROM me)
@@ -25,7 +26,7 @@ rejected AS (
 events AS (
     INSERT INTO job_events (job_id, seq, kind, data)
     SELECT id, event_seq, 'state',
-           jsonb_build_object('state', 'rejected', 'reason', 'secret_missing',
+           jsonb_build_object('state', 'rejected', 'reason', $5::text,
                               'runner', (SELECT id FROM me), 'epoch', epoch)
       FROM rejected
 )
