@@ -65,7 +65,7 @@ pub struct Answer {
     /// What each of its reports did, in order (a miss says `NotFound` until asked why).
     pub done: Vec<Fenced<Job>>,
     /// Its runner as the tick left it (where its leases start, what it advertises).
-    pub me: Option<LeaseIdentity>,
+    pub me: Option<Arc<LeaseIdentity>>,
 }
 
 /// What a tick's end owes the rest of the hub: wakes and follow-up statements.
@@ -127,9 +127,10 @@ impl Class {
 }
 
 struct Waiter {
-    me: LeaseIdentity,
-    /// Its runner's class (what `me` advertises).
-    class: Class,
+    /// Its runner, shared by the runner's waiters and the hub's identities.
+    me: Arc<LeaseIdentity>,
+    /// Its runner's class (what `me` advertises), shared by the waiters of the class.
+    class: Arc<Class>,
     token_hash: Vec<u8>,
     want: i32,
     /// Reports not yet applied (a new waiter's).
@@ -153,24 +154,32 @@ struct Waiter {
 struct Workspace {
     waiters: BTreeMap<u64, Waiter>,
     /// How many of the waiters are of each class, and of each runner: what a park asks.
-    classes: HashMap<Class, usize>,
+    classes: HashMap<Arc<Class>, usize>,
     runners: HashMap<Uuid, usize>,
     /// Ticks running (at most [`TICKS_IN_FLIGHT`]).
     ticking: usize,
     /// Parks heard of here, counted; and the count at the last park in a lane each class
     /// reads, and in each runner's named lane.
     parks: u64,
-    class_parks: HashMap<Class, u64>,
+    class_parks: HashMap<Arc<Class>, u64>,
     runner_parks: HashMap<Uuid, u64>,
     /// Lanes this replica parked in that no tick has read since.
     local: HashSet<Lane>,
     /// When the first park since the last tick was heard of (the wake latency).
     dirty_since: Option<Instant>,
     /// Where each class's claim of each pool slot starts, and when it last read it from its head.
-    places: HashMap<(Class, Slot), (Place, Instant)>,
+    places: HashMap<(Arc<Class>, Slot), (Place, Instant)>,
 }
 
 impl Workspace {
+    /// The class of `me`, the one the waiters of that class share.
+    fn class_of(&self, me: &LeaseIdentity) -> Arc<Class> {
+        let class = Class::of(me);
+        self.classes
+            .get_key_value(&class)
+            .map_or_else(|| Arc::new(class), |(known, _)| known.clone())
+    }
+
     fn insert(&mut self, id: u64, w: Waiter) {
         *self.classes.entry(w.class.clone()).or_default() += 1;
         *self.runners.entry(w.me.id).or_default() += 1;
@@ -198,13 +207,14 @@ impl Workspace {
         Some(w)
     }
 
-    /// A waiter's runner advertises otherwise now: it moves to its new class.
-    fn regroup(&mut self, id: u64, advertised: &(Vec<String>, Vec<String>, Vec<String>)) {
+    /// A waiter's runner is `me` now (a claim answered it): where its leases start, and what
+    /// it advertises, which may move the waiter to another class.
+    fn refresh(&mut self, id: u64, me: &Arc<LeaseIdentity>) {
         let Some(mut w) = self.remove(id) else {
             return;
         };
-        (w.me.capabilities, w.me.exclusive, w.me.sources) = advertised.clone();
-        w.class = Class::of(&w.me);
+        w.class = self.class_of(me);
+        w.me = me.clone();
         self.insert(id, w);
     }
 
@@ -225,7 +235,7 @@ impl Workspace {
                 self.runner_parks.insert(*id, at);
             }
             lane => {
-                let classes: Vec<Class> = self
+                let classes: Vec<Arc<Class>> = self
                     .classes
                     .keys()
                     .filter(|c| c.reads(name, lane))
@@ -260,8 +270,6 @@ impl Workspace {
 struct State {
     next_id: u64,
     workspaces: HashMap<String, Workspace>,
-    /// The workspace of each registered waiter.
-    index: HashMap<u64, String>,
 }
 
 /// The replica's dispatcher.
@@ -282,6 +290,7 @@ pub struct Dispatcher {
 /// given back).
 pub struct Ticket {
     dispatcher: Arc<Dispatcher>,
+    workspace: String,
     id: u64,
     answer: Option<oneshot::Receiver<Result<Answer>>>,
 }
@@ -308,7 +317,7 @@ impl Ticket {
     /// # Errors
     /// The tick that carried this call's reports failed.
     pub async fn withdraw(&mut self) -> Result<Answer> {
-        if let Some(answer) = self.dispatcher.withdraw(self.id) {
+        if let Some(answer) = self.dispatcher.withdraw(&self.workspace, self.id) {
             self.answer = None;
             return Ok(answer);
         }
@@ -319,7 +328,7 @@ impl Ticket {
 impl Drop for Ticket {
     fn drop(&mut self) {
         if self.answer.is_some() {
-            self.dispatcher.abandon(self.id);
+            self.dispatcher.abandon(&self.workspace, self.id);
         }
     }
 }
@@ -351,7 +360,7 @@ impl Dispatcher {
     /// `want` jobs and carries `reports`; `once`: answer after its first tick, whatever it finds.
     pub fn register(
         self: &Arc<Self>,
-        me: LeaseIdentity,
+        me: Arc<LeaseIdentity>,
         token_hash: Vec<u8>,
         want: i32,
         reports: Vec<DoneReport>,
@@ -363,34 +372,31 @@ impl Dispatcher {
             let mut state = self.state.lock();
             state.next_id += 1;
             let id = state.next_id;
-            state.index.insert(id, workspace.clone());
-            let class = Class::of(&me);
-            state
-                .workspaces
-                .entry(workspace.clone())
-                .or_default()
-                .insert(
-                    id,
-                    Waiter {
-                        me,
-                        class,
-                        token_hash,
-                        want,
-                        reports,
-                        done: None,
-                        fresh: true,
-                        seen: 0,
-                        once,
-                        in_tick: false,
-                        abandoned: false,
-                        reply: Some(tx),
-                    },
-                );
+            let ws = state.workspaces.entry(workspace.clone()).or_default();
+            let class = ws.class_of(&me);
+            ws.insert(
+                id,
+                Waiter {
+                    me,
+                    class,
+                    token_hash,
+                    want,
+                    reports,
+                    done: None,
+                    fresh: true,
+                    seen: 0,
+                    once,
+                    in_tick: false,
+                    abandoned: false,
+                    reply: Some(tx),
+                },
+            );
             id
         };
         self.poke(&workspace);
         Ticket {
             dispatcher: self.clone(),
+            workspace,
             id,
             answer: Some(rx),
         }
@@ -398,7 +404,8 @@ impl Dispatcher {
 
     /// How many lease calls wait here.
     pub fn len(&self) -> usize {
-        self.state.lock().index.len()
+        let state = self.state.lock();
+        state.workspaces.values().map(|ws| ws.waiters.len()).sum()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -472,7 +479,7 @@ impl Dispatcher {
                 ws.places.clear();
                 ws.parks += 1;
                 let at = ws.parks;
-                let classes: Vec<Class> = ws.classes.keys().cloned().collect();
+                let classes: Vec<Arc<Class>> = ws.classes.keys().cloned().collect();
                 let runners: Vec<Uuid> = ws.runners.keys().copied().collect();
                 ws.class_parks.extend(classes.into_iter().map(|c| (c, at)));
                 ws.runner_parks.extend(runners.into_iter().map(|r| (r, at)));
@@ -489,9 +496,15 @@ impl Dispatcher {
         let state = self.state.lock();
         let mut out: HashSet<(String, Lane)> = HashSet::new();
         for (name, ws) in &state.workspaces {
-            for w in ws.waiters.values() {
-                out.extend(lanes_of(&w.me).into_iter().map(|l| (name.clone(), l)));
+            for class in ws.classes.keys() {
+                out.extend(
+                    class
+                        .slots()
+                        .into_iter()
+                        .map(|s| (name.clone(), s.lane(name, &class.owner))),
+                );
             }
+            out.extend(ws.runners.keys().map(|id| (name.clone(), Lane::Named(*id))));
         }
         out.into_iter().collect()
     }
@@ -516,17 +529,15 @@ impl Dispatcher {
         }
     }
 
-    fn withdraw(&self, id: u64) -> Option<Answer> {
+    fn withdraw(&self, workspace: &str, id: u64) -> Option<Answer> {
         let mut state = self.state.lock();
-        let name = state.index.get(&id)?.clone();
-        let ws = state.workspaces.get_mut(&name)?;
+        let ws = state.workspaces.get_mut(workspace)?;
         let w = ws.waiters.get_mut(&id)?;
         if w.in_tick || w.fresh {
             w.once = true;
             return None;
         }
         let w = ws.remove(id)?;
-        state.index.remove(&id);
         Some(Answer {
             done: w.done.unwrap_or_default(),
             me: Some(w.me),
@@ -534,19 +545,15 @@ impl Dispatcher {
         })
     }
 
-    fn abandon(&self, id: u64) {
+    fn abandon(&self, workspace: &str, id: u64) {
         let mut state = self.state.lock();
-        let Some(name) = state.index.get(&id).cloned() else {
-            return;
-        };
-        let Some(ws) = state.workspaces.get_mut(&name) else {
+        let Some(ws) = state.workspaces.get_mut(workspace) else {
             return;
         };
         match ws.waiters.get_mut(&id) {
             Some(w) if w.in_tick => w.abandoned = true,
             Some(_) => {
                 ws.remove(id);
-                state.index.remove(&id);
             }
             None => {}
         }
@@ -635,7 +642,7 @@ impl Dispatcher {
         };
         // Group by class; within a class, a runner once (its calls' wants summed), in the order
         // its first call began to wait.
-        let mut classes: Vec<(Class, ClassClaim)> = Vec::new();
+        let mut classes: Vec<(Arc<Class>, ClassClaim)> = Vec::new();
         for id in &due {
             let named = {
                 let w = &ws.waiters[id];
@@ -698,7 +705,7 @@ impl Dispatcher {
         plan.forward.sort();
         plan.forward.dedup();
 
-        let (classes, claims): (Vec<Class>, Vec<ClassClaim>) = classes.into_iter().unzip();
+        let (classes, claims): (Vec<Arc<Class>>, Vec<ClassClaim>) = classes.into_iter().unzip();
         plan.classes = classes;
         plan.claims = claims;
         let claimed_for: HashSet<Uuid> =
@@ -726,10 +733,7 @@ impl Dispatcher {
         let mut answers = Vec::new();
         let mut after = Aftermath::default();
         let mut state = self.state.lock();
-        let State {
-            workspaces, index, ..
-        } = &mut *state;
-        let Some(ws) = workspaces.get_mut(name) else {
+        let Some(ws) = state.workspaces.get_mut(name) else {
             return (answers, after, Vec::new());
         };
         let out = match out {
@@ -742,7 +746,6 @@ impl Dispatcher {
                     let Some(mut w) = ws.remove(*id) else {
                         continue;
                     };
-                    index.remove(id);
                     let answer = match w.done.take() {
                         Some(done) => Ok(Answer {
                             done,
@@ -773,6 +776,13 @@ impl Dispatcher {
                 }
             }
         }
+        // The tick's waiters by runner, oldest first.
+        let mut by_runner: HashMap<Uuid, Vec<u64>> = HashMap::new();
+        for id in &plan.waiters {
+            if let Some(w) = ws.waiters.get(id) {
+                by_runner.entry(w.me.id).or_default().push(*id);
+            }
+        }
         let mut forward = Vec::new();
         let mut leased_any = false;
         for ((class, claim), outcome) in plan.classes.iter().zip(&plan.claims).zip(out.claims) {
@@ -794,20 +804,14 @@ impl Dispatcher {
                 }
                 leased_any |= !rc.claimed.is_empty();
                 after.leased.extend(rc.claimed.iter().map(|c| c.id));
-                self.hand_out(ws, index, plan, rc, &mut answers, &mut after);
+                let ids = by_runner.remove(&rc.id).unwrap_or_default();
+                Self::hand_out(ws, &ids, rc, &mut answers, &mut after);
             }
             // A runner the claim did not answer for is gone.
             for runner in claim.runners.iter().filter(|r| !live.contains(r)) {
                 after.gone.push(*runner);
-                let ids: Vec<u64> = plan
-                    .waiters
-                    .iter()
-                    .copied()
-                    .filter(|id| ws.waiters.get(id).is_some_and(|w| w.me.id == *runner))
-                    .collect();
-                for id in ids {
+                for id in by_runner.remove(runner).unwrap_or_default() {
                     if let Some(mut w) = ws.remove(id) {
-                        index.remove(&id);
                         if let Some(reply) = w.reply.take() {
                             answers.push((
                                 reply,
@@ -854,7 +858,7 @@ impl Dispatcher {
 
     /// A class's places after its claim: each lane starts next at the first job the claim
     /// reached there and did not take, or after the last one it took there.
-    fn learn_places(ws: &mut Workspace, class: &Class, outcome: &ClaimOutcome) {
+    fn learn_places(ws: &mut Workspace, class: &Arc<Class>, outcome: &ClaimOutcome) {
         let next = outcome.next_starts(class.owner.starts_with("ws:"));
         for (slot, next) in Slot::ALL.into_iter().zip(next) {
             if let (Some(next), Some((at, _))) = (next, ws.places.get_mut(&(class.clone(), slot))) {
@@ -865,10 +869,8 @@ impl Dispatcher {
 
     /// A runner's claim, to its waiters in this tick (oldest first, each up to what it wanted).
     fn hand_out(
-        &self,
         ws: &mut Workspace,
-        index: &mut HashMap<u64, String>,
-        plan: &Plan,
+        ids: &[u64],
         rc: RunnerClaim,
         answers: &mut Vec<(oneshot::Sender<Result<Answer>>, Result<Answer>)>,
         after: &mut Aftermath,
@@ -876,21 +878,23 @@ impl Dispatcher {
         let mut jobs = rc.claimed.into_iter();
         let mut token = Vec::new();
         let left = rc.free - jobs.len() as i64;
-        let ids: Vec<u64> = plan
-            .waiters
-            .iter()
-            .copied()
-            .filter(|id| ws.waiters.get(id).is_some_and(|w| w.me.id == rc.id))
-            .collect();
-        for id in ids {
+        // The runner as this claim answered it, once for all its waiters (one that advertises
+        // otherwise now looks again, with its class).
+        let me = ids.first().and_then(|id| ws.waiters.get(id)).map(|w| {
+            let mut me = LeaseIdentity::clone(&w.me);
+            me.leases_since = rc.leases_since;
             if !rc.grouped {
-                // It advertises otherwise now: it looks again, with its class.
-                ws.regroup(id, &rc.advertised);
+                (me.capabilities, me.exclusive, me.sources) = rc.advertised.clone();
+            }
+            Arc::new(me)
+        });
+        for &id in ids {
+            if let Some(me) = &me {
+                ws.refresh(id, me);
             }
             let Some(w) = ws.waiters.get_mut(&id) else {
                 continue;
             };
-            w.me.leases_since = rc.leases_since;
             token = w.token_hash.clone();
             let mine: Vec<Claimed> = jobs
                 .by_ref()
@@ -902,7 +906,6 @@ impl Dispatcher {
                     .orphans
                     .extend(mine.iter().map(|c| (w.token_hash.clone(), c.id, c.epoch)));
                 ws.remove(id);
-                index.remove(&id);
                 continue;
             }
             let ends = !mine.is_empty() || (rc.grouped && (left <= 0 || w.once));
@@ -913,7 +916,6 @@ impl Dispatcher {
             let Some(mut w) = ws.remove(id) else {
                 continue;
             };
-            index.remove(&id);
             if let Some(reply) = w.reply.take() {
                 answers.push((
                     reply,
@@ -933,19 +935,6 @@ impl Dispatcher {
     }
 }
 
-/// The lanes a waiting runner reads: its named lane and its class's pool lanes.
-fn lanes_of(me: &LeaseIdentity) -> Vec<Lane> {
-    let class = Class::of(me);
-    let mut lanes = vec![Lane::Named(me.id)];
-    lanes.extend(
-        class
-            .slots()
-            .into_iter()
-            .map(|s| s.lane(&me.workspace, &class.owner)),
-    );
-    lanes
-}
-
 /// A tick's work, taken from the dispatcher's state.
 #[derive(Default)]
 struct Plan {
@@ -953,7 +942,7 @@ struct Plan {
     reports: Vec<ReportOf>,
     /// The waiter of each report, in step.
     reporters: Vec<u64>,
-    classes: Vec<Class>,
+    classes: Vec<Arc<Class>>,
     claims: Vec<ClassClaim>,
     /// Lanes a local park made dirty that this tick reads.
     forward: Vec<Lane>,

@@ -6,6 +6,7 @@
 //! the wait is never missed; a parked long-poll holds no connection, and every wait ends by its
 //! deadline or at shutdown.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -46,14 +47,14 @@ pub struct Advertised {
 
 impl Hub {
     /// Who the runner with this token hash is, if this replica has seen it lease before.
-    pub fn known_runner(&self, token_hash: &[u8]) -> Option<LeaseIdentity> {
+    pub fn known_runner(&self, token_hash: &[u8]) -> Option<Arc<LeaseIdentity>> {
         self.identities.lock().get(token_hash).cloned()
     }
 
-    fn remember_runner(&self, token_hash: &[u8], me: &LeaseIdentity) {
+    fn remember_runner(&self, token_hash: &[u8], me: &Arc<LeaseIdentity>) {
         let mut known = self.identities.lock();
         if let Some(k) = known.get_mut(token_hash) {
-            k.clone_from(me);
+            *k = me.clone();
             return;
         }
         if known.len() >= MAX_KNOWN_RUNNERS {
@@ -104,11 +105,11 @@ impl Hub {
         &self,
         token_hash: &[u8],
         advertised: &Advertised,
-    ) -> Result<Option<LeaseIdentity>> {
+    ) -> Result<Option<Arc<LeaseIdentity>>> {
         let mut me = match self.known_runner(token_hash) {
             Some(me) => me,
             None => match Box::pin(self.store.runner_for_lease(token_hash)).await? {
-                Some(me) => me,
+                Some(me) => Arc::new(me),
                 None => return Ok(None),
             },
         };
@@ -136,6 +137,7 @@ impl Hub {
                 else {
                     return Ok(None);
                 };
+                let me = Arc::make_mut(&mut me);
                 me.capabilities = runner.capabilities;
                 me.exclusive = runner.exclusive;
             }
@@ -161,13 +163,15 @@ impl Hub {
         shutdown: &CancellationToken,
     ) -> Result<Leased> {
         let deadline = Instant::now() + wait;
-        let Some(me) = self.lease_identity(token_hash, &advertised).await? else {
+        // Boxed, like every database call before the wait: the future of a parked long-poll
+        // holds none of their state (10,000 of them are held at once: docs/perf.md).
+        let Some(me) = Box::pin(self.lease_identity(token_hash, &advertised)).await? else {
             return Ok(Leased {
                 answer: LeaseAnswer::RunnerGone,
                 done: Vec::new(),
             });
         };
-        self.mark_seen(me.id).await?;
+        Box::pin(self.mark_seen(me.id)).await?;
         let want = i32::try_from(max_jobs).unwrap_or(i32::MAX);
         let once = wait.is_zero() || shutdown.is_cancelled();
         let done_reports = done;

@@ -62,7 +62,7 @@ pub struct Hub {
     pub listening: AtomicBool,
     pub metrics: Metrics,
     /// Runner identities by token hash (never the token), bounded (see [`long_poll`]).
-    identities: parking_lot::Mutex<std::collections::HashMap<Vec<u8>, LeaseIdentity>>,
+    identities: parking_lot::Mutex<std::collections::HashMap<Vec<u8>, Arc<LeaseIdentity>>>,
     /// When this replica last marked each runner seen (see [`long_poll`]), bounded likewise.
     marked_seen: parking_lot::Mutex<std::collections::HashMap<Uuid, std::time::Instant>>,
 }
