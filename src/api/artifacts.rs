@@ -219,6 +219,7 @@ pub async fn list(
             .into_iter()
             .map(|a| wire::Artifact {
                 path: a.path,
+                epoch: a.epoch,
                 size: a.size,
                 sha256: a.sha256,
                 created_at: a.created_at,
@@ -227,16 +228,19 @@ pub async fn list(
     }))
 }
 
-/// `GET /v1/jobs/{id}/artifacts/{path}`: the bytes, `206` for a satisfiable `Range`.
+/// `GET /v1/jobs/{id}/artifacts/{path}`: the bytes of the newest epoch's file of that path
+/// (`?epoch=N`: of epoch N), `206` for a satisfiable `Range`.
 pub async fn download(
     State(st): State<Arc<AppState>>,
     Operator(key): Operator,
     target: ArtifactPath,
+    query: QueryMap,
     headers: HeaderMap,
 ) -> ApiResult<Response> {
+    let epoch = query.int("epoch", 0, i64::MAX)?;
     let found = st
         .hub
-        .artifact(target.job, &target.path, &key.workspace)
+        .artifact(target.job, &target.path, epoch, &key.workspace)
         .await?
         .ok_or(ApiError::NotFound)?;
     let size = found.blob.size;

@@ -72,7 +72,8 @@ impl Hub {
         self.store.artifacts(job, workspace).await
     }
 
-    /// One artifact of a job of `workspace`, with where its bytes are.
+    /// One artifact of a job of `workspace` (the file of `epoch`, or the newest epoch's), with
+    /// where its bytes are.
     ///
     /// # Errors
     /// The database failed. `Ok(None)`: no such job or artifact.
@@ -80,8 +81,9 @@ impl Hub {
         &self,
         job: Uuid,
         path: &str,
+        epoch: Option<i64>,
         workspace: &str,
     ) -> Result<Option<StoredArtifact>> {
-        self.store.artifact(job, path, workspace).await
+        self.store.artifact(job, path, epoch, workspace).await
     }
 }

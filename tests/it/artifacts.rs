@@ -277,6 +277,7 @@ both_stores!(
     a_runner_superseded_mid_upload_leaves_nothing,
     an_upload_cut_off_leaves_no_artifact_and_no_bytes,
     deleting_a_job_deletes_its_artifacts,
+    each_attempt_keeps_its_own_artifacts_and_the_newest_is_served,
 );
 
 async fn upload_list_and_download_whole_and_by_range_from_any_replica(
@@ -718,6 +719,140 @@ async fn an_upload_cut_off_leaves_no_artifact_and_no_bytes(backend: Backend, tes
         .unwrap();
 }
 
+/// `GET` of a job's artifacts (one page, as the API answers it), as JSON.
+async fn list_json(app: &TestApp, alice: &Client, job: Uuid, query: &str) -> serde_json::Value {
+    let r = reqwest::Client::new()
+        .get(format!("{}/v1/jobs/{job}/artifacts{query}", app.url(0)))
+        .bearer_auth(alice.token().unwrap())
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    let body: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(status, 200, "{query}: {body}");
+    body
+}
+
+/// The body (or the error code) of `GET .../artifacts/{path}{query}`.
+async fn fetch(app: &TestApp, alice: &Client, job: Uuid, path_query: &str) -> (u16, String) {
+    let r = reqwest::Client::new()
+        .get(format!(
+            "{}/v1/jobs/{job}/artifacts/{path_query}",
+            app.url(0)
+        ))
+        .bearer_auth(alice.token().unwrap())
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    let text = r.text().await.unwrap();
+    if status >= 400 {
+        let body: serde_json::Value = serde_json::from_str(&text).unwrap();
+        return (status, body["error"]["code"].as_str().unwrap().to_owned());
+    }
+    (status, text)
+}
+
+/// v1.3 "Artifacts per attempt": after a retry the next attempt uploads the same paths as its
+/// own files; `409 artifact_exists` holds within one epoch only; the list names each file's
+/// epoch, newest epoch first, then by path; a download serves the newest epoch's file of a
+/// path, `?epoch=N` an older one.
+async fn each_attempt_keeps_its_own_artifacts_and_the_newest_is_served(
+    backend: Backend,
+    test: &str,
+) {
+    let Some((app, _bucket)) = app(test, backend, 1, |_| {}).await else {
+        return;
+    };
+    let (alice, runner, first) = leased_job(&app).await;
+    put(&runner, &first, "out.txt", b"one".to_vec())
+        .await
+        .unwrap();
+    put(&runner, &first, "first-only.txt", b"only in 1".to_vec())
+        .await
+        .unwrap();
+    // A retry supersedes the lease (epoch + 1) and parks the job; the next lease is the next
+    // attempt, at a later epoch still.
+    alice.retry_job(first.id, None).await.unwrap();
+    let second = lease(&runner, 5_000, 1).await.remove(0);
+    assert_eq!(second.id, first.id);
+    assert!(second.epoch > first.epoch);
+    let up = put(&runner, &second, "out.txt", b"two".to_vec())
+        .await
+        .expect("attempt 2 uploads its own out.txt");
+    assert_eq!(up.sha256, sha(b"two"));
+    put(&runner, &second, "b.txt", b"b".to_vec()).await.unwrap();
+    // Within one epoch a path is still taken.
+    let err = put(&runner, &second, "out.txt", b"again".to_vec())
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (err.status().map(|s| s.as_u16()), err.code()),
+        (Some(409), Some("artifact_exists"))
+    );
+    // The superseded attempt uploads nothing more.
+    let err = put(&runner, &first, "late.txt", b"x".to_vec())
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some("lease_superseded"));
+
+    // Newest epoch first, then by path; each with its epoch.
+    let listed = list_json(&app, &alice, first.id, "").await;
+    let seen: Vec<(i64, String, String)> = listed["artifacts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| {
+            (
+                a["epoch"].as_i64().unwrap_or(-1),
+                a["path"].as_str().unwrap().to_owned(),
+                a["sha256"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    let (e1, e2) = (first.epoch, second.epoch);
+    assert_eq!(
+        seen,
+        [
+            (e2, "b.txt".to_owned(), sha(b"b")),
+            (e2, "out.txt".to_owned(), sha(b"two")),
+            (e1, "first-only.txt".to_owned(), sha(b"only in 1")),
+            (e1, "out.txt".to_owned(), sha(b"one")),
+        ]
+    );
+    // The newest epoch's file of a path, an older one by ?epoch=N; a path only an older
+    // attempt uploaded is served from it.
+    let job = first.id;
+    for (asked, want) in [
+        ("out.txt".to_owned(), (200, "two")),
+        (format!("out.txt?epoch={e1}"), (200, "one")),
+        (format!("out.txt?epoch={e2}"), (200, "two")),
+        ("first-only.txt".to_owned(), (200, "only in 1")),
+        (format!("first-only.txt?epoch={e2}"), (404, "not_found")),
+        ("out.txt?epoch=x".to_owned(), (400, "bad_request")),
+    ] {
+        let got = fetch(&app, &alice, job, &asked).await;
+        assert_eq!((got.0, got.1.as_str()), want, "{asked}");
+    }
+    // The ETag and a Range follow the epoch asked for.
+    let r = reqwest::Client::new()
+        .get(format!(
+            "{}/v1/jobs/{job}/artifacts/out.txt?epoch={e1}",
+            app.url(0)
+        ))
+        .bearer_auth(alice.token().unwrap())
+        .header("range", "bytes=1-")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 206);
+    assert_eq!(
+        r.headers()["etag"].to_str().unwrap(),
+        format!("\"{}\"", sha(b"one"))
+    );
+    assert_eq!(r.text().await.unwrap(), "ne");
+}
+
 async fn deleting_a_job_deletes_its_artifacts(backend: Backend, test: &str) {
     let Some((app, bucket)) = app(test, backend, 1, |_| {}).await else {
         return;
@@ -1023,9 +1158,26 @@ async fn the_runner_uploads_matches_and_never_follows_a_link() {
     }
 }
 
+/// `leasehold job artifacts ID ARGS...` as alice.
+async fn job_artifacts(
+    rig: &crate::procs::RunnerRig,
+    id: &str,
+    args: &[&str],
+) -> crate::procs::Output {
+    let all = [&["job", "artifacts", id], args].concat();
+    crate::procs::cli(&rig.url(), &rig.key, &all, crate::procs::LONG).await
+}
+
+/// `job artifacts ID --json ARGS...`, parsed.
+async fn job_artifacts_json(rig: &crate::procs::RunnerRig, id: &str) -> serde_json::Value {
+    let out = job_artifacts(rig, id, &["--json"]).await;
+    serde_json::from_str(&out.stdout).unwrap_or_else(|_| panic!("{out:?}"))
+}
+
 /// The CLI: `job submit --artifact GLOB` (repeatable) reaches the runner, `job artifacts ID`
 /// lists (table and `--json`), and `--download DIR [PATH...]` writes the files, sha256
-/// checked.
+/// checked; after a retry it lists both attempts' files, downloads the newest, and `--epoch N`
+/// the attempt asked for.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cli_submits_globs_lists_and_downloads() {
     use crate::procs::{cli, LONG};
@@ -1048,31 +1200,22 @@ async fn the_cli_submits_globs_lists_and_downloads() {
     let listed = cli(&rig.url(), &rig.key, &["job", "list", "--json"], LONG).await;
     let jobs: serde_json::Value = serde_json::from_str(&listed.stdout).unwrap();
     let id = jobs["jobs"][0]["id"].as_str().unwrap().to_owned();
-    let table = cli(&rig.url(), &rig.key, &["job", "artifacts", &id], LONG).await;
+    let table = job_artifacts(&rig, &id, &[]).await;
     assert_eq!(table.code, Some(0), "{table:?}");
-    assert!(table.stdout.starts_with("PATH"), "{}", table.stdout);
+    let header = table.stdout.lines().next().unwrap_or("");
+    assert!(
+        header.starts_with("PATH") && header.contains("EPOCH"),
+        "{}",
+        table.stdout
+    );
     for p in ["big.bin", "out/a.txt", "out/b.txt"] {
         assert!(table.stdout.contains(p), "{}", table.stdout);
     }
     assert!(!table.stdout.contains("c.log"));
-    let json = cli(
-        &rig.url(),
-        &rig.key,
-        &["job", "artifacts", &id, "--json"],
-        LONG,
-    )
-    .await;
-    let json: serde_json::Value =
-        serde_json::from_str(&json.stdout).unwrap_or_else(|_| panic!("{json:?}"));
+    let json = job_artifacts_json(&rig, &id).await;
     let sha_big = json["artifacts"][0]["sha256"].as_str().unwrap().to_owned();
     let dir = rig.dir.join("down");
-    let got = cli(
-        &rig.url(),
-        &rig.key,
-        &["job", "artifacts", &id, "--download", dir.to_str().unwrap()],
-        LONG,
-    )
-    .await;
+    let got = job_artifacts(&rig, &id, &["--download", dir.to_str().unwrap()]).await;
     assert_eq!(got.code, Some(0), "{got:?}");
     assert_eq!(
         std::fs::read_to_string(dir.join("out/a.txt")).unwrap(),
@@ -1081,35 +1224,71 @@ async fn the_cli_submits_globs_lists_and_downloads() {
     assert_eq!(sha(&std::fs::read(dir.join("big.bin")).unwrap()), sha_big);
     // Only the paths named; an unknown one fails.
     let one = rig.dir.join("one");
-    let got = cli(
-        &rig.url(),
-        &rig.key,
-        &[
-            "job",
-            "artifacts",
-            &id,
-            "--download",
-            one.to_str().unwrap(),
-            "out/b.txt",
-        ],
-        LONG,
+    let got = job_artifacts(
+        &rig,
+        &id,
+        &["--download", one.to_str().unwrap(), "out/b.txt"],
     )
     .await;
     assert_eq!(got.code, Some(0), "{got:?}");
     assert!(one.join("out/b.txt").exists() && !one.join("big.bin").exists());
-    let bad = cli(
-        &rig.url(),
-        &rig.key,
-        &[
-            "job",
-            "artifacts",
-            &id,
-            "--download",
-            one.to_str().unwrap(),
-            "nope",
-        ],
-        LONG,
+    let bad = job_artifacts(&rig, &id, &["--download", one.to_str().unwrap(), "nope"]).await;
+    assert_ne!(bad.code, Some(0));
+
+    // Run again (v1.3): the new attempt uploads its own big.bin (other random bytes).
+    let first_epoch = json["artifacts"][0]["epoch"].as_i64().unwrap();
+    let job_id: Uuid = id.parse().unwrap();
+    let again = cli(&rig.url(), &rig.key, &["job", "retry", &id], LONG).await;
+    assert_eq!(again.code, Some(0), "{again:?}");
+    eventually(
+        Duration::from_secs(90),
+        "the retried job completes",
+        || async {
+            let j = rig.alice.wait_job(job_id, 5_000).await.ok()?;
+            (j.state == "completed" && j.epoch > first_epoch).then_some(())
+        },
     )
     .await;
-    assert_ne!(bad.code, Some(0));
+    let json = job_artifacts_json(&rig, &id).await;
+    let bigs: Vec<(i64, &str)> = json["artifacts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| a["path"] == "big.bin")
+        .map(|a| (a["epoch"].as_i64().unwrap(), a["sha256"].as_str().unwrap()))
+        .collect();
+    assert_eq!(bigs.len(), 2, "{json}");
+    assert!(bigs[0].0 > bigs[1].0, "newest epoch first: {bigs:?}");
+    assert_eq!(bigs[1], (first_epoch, sha_big.as_str()));
+    let table = job_artifacts(&rig, &id, &[]).await;
+    assert_eq!(
+        table.stdout.matches("big.bin").count(),
+        2,
+        "{}",
+        table.stdout
+    );
+    // The newest by default; --epoch N the attempt asked for.
+    let newest = rig.dir.join("newest");
+    let got = job_artifacts(&rig, &id, &["--download", newest.to_str().unwrap()]).await;
+    assert_eq!(got.code, Some(0), "{got:?}");
+    assert_eq!(
+        sha(&std::fs::read(newest.join("big.bin")).unwrap()),
+        bigs[0].1
+    );
+    let older = rig.dir.join("older");
+    let first = first_epoch.to_string();
+    let got = job_artifacts(
+        &rig,
+        &id,
+        &[
+            "--epoch",
+            &first,
+            "--download",
+            older.to_str().unwrap(),
+            "big.bin",
+        ],
+    )
+    .await;
+    assert_eq!(got.code, Some(0), "{got:?}");
+    assert_eq!(sha(&std::fs::read(older.join("big.bin")).unwrap()), sha_big);
 }

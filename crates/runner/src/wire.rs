@@ -798,12 +798,14 @@ pub struct ArtifactUploaded {
 #[derive(utoipa::ToSchema, Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Artifact {
     pub path: String,
+    /// The epoch of the attempt that uploaded it (v1.3).
+    pub epoch: i64,
     pub size: i64,
     pub sha256: String,
     pub created_at: DateTime<Utc>,
 }
 
-/// `GET /v1/jobs/{id}/artifacts`: by path.
+/// `GET /v1/jobs/{id}/artifacts`: newest epoch first, then by path.
 #[derive(utoipa::ToSchema, Debug, Clone, Serialize, Deserialize)]
 pub struct ArtifactList {
     pub artifacts: Vec<Artifact>,

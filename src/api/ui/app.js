@@ -227,19 +227,26 @@ async function renderJob(id) {
   renderArtifacts(id, artifacts.artifacts);
 }
 
-// A job's artifacts, each a download link. The API needs the key in a header, so a click
-// fetches the bytes and hands them to the browser as a file.
+// A job's artifacts (newest attempt first), each a download link to its attempt's file. The
+// API needs the key in a header, so a click fetches the bytes and hands them to the browser as
+// a file.
 function renderArtifacts(id, artifacts) {
   const items = artifacts.map((a) => {
     const li = el("li");
     const link = el("a", a.path);
-    link.href = "/v1/jobs/" + id + "/artifacts/" + a.path;
+    link.href = "/v1/jobs/" + id + "/artifacts/" + a.path + "?epoch=" + a.epoch;
     link.dataset.path = a.path;
+    link.dataset.epoch = a.epoch;
     link.addEventListener("click", (ev) => {
       ev.preventDefault();
       download(link.href, a.path.split("/").pop()).catch(fail);
     });
-    li.append(link, el("span", size(a.size), "sub"), el("code", a.sha256.slice(0, 12), "sub"));
+    li.append(
+      link,
+      el("span", "epoch " + a.epoch, "sub"),
+      el("span", size(a.size), "sub"),
+      el("code", a.sha256.slice(0, 12), "sub"),
+    );
     return li;
   });
   if (items.length === 0) items.push(el("li", "none", "sub"));

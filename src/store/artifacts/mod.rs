@@ -88,6 +88,8 @@ pub struct StoredBlob {
 #[derive(Debug, Clone)]
 pub struct ArtifactInfo {
     pub path: String,
+    /// The epoch it was uploaded at (v1.3: each attempt has its own files).
+    pub epoch: i64,
     pub size: i64,
     pub sha256: String,
     pub created_at: DateTime<Utc>,
@@ -96,6 +98,7 @@ pub struct ArtifactInfo {
 /// An artifact with where its bytes are.
 #[derive(Debug, Clone)]
 pub struct StoredArtifact {
+    pub epoch: i64,
     pub sha256: String,
     pub created_at: DateTime<Utc>,
     pub blob: StoredBlob,
@@ -233,6 +236,7 @@ impl Store {
                 .filter_map(|r| {
                     Some(ArtifactInfo {
                         path: r.get::<_, Option<String>>("path")?,
+                        epoch: r.get("epoch"),
                         size: r.get("size"),
                         sha256: r.get("sha256"),
                         created_at: r.get("created_at"),
@@ -242,7 +246,8 @@ impl Store {
         ))
     }
 
-    /// Artifact `path` of job `job` as `workspace` sees it.
+    /// Artifact `path` of job `job` as `workspace` sees it: the file of `epoch`, or the newest
+    /// epoch's.
     ///
     /// # Errors
     /// The database failed.
@@ -250,12 +255,14 @@ impl Store {
         &self,
         job: Uuid,
         path: &str,
+        epoch: Option<i64>,
         workspace: &str,
     ) -> Result<Option<StoredArtifact>> {
         let row = self
-            .query_opt(sql::ARTIFACT_GET, &[&job, &path, &workspace])
+            .query_opt(sql::ARTIFACT_GET, &[&job, &path, &workspace, &epoch])
             .await?;
         Ok(row.map(|r| StoredArtifact {
+            epoch: r.get("epoch"),
             sha256: r.get("sha256"),
             created_at: r.get("created_at"),
             blob: StoredBlob {

@@ -68,7 +68,7 @@ impl Client {
         })
     }
 
-    /// Job `id`'s artifacts, by path.
+    /// Job `id`'s artifacts, newest epoch first, then by path.
     ///
     /// # Errors
     /// Transport failures, or the contract's error.
@@ -77,8 +77,9 @@ impl Client {
         Ok(list.artifacts)
     }
 
-    /// The answer to a download of artifact `path` of job `id` (`range`: a `Range` header
-    /// value): `200` or `206` with the bytes still to be read from it as a stream.
+    /// The answer to a download of artifact `path` of job `id` (the newest epoch's file of it;
+    /// `range`: a `Range` header value): `200` or `206` with the bytes still to be read from it
+    /// as a stream.
     ///
     /// # Errors
     /// Transport failures, or the contract's error.
@@ -88,8 +89,26 @@ impl Client {
         path: &str,
         range: Option<&str>,
     ) -> Result<reqwest::Response> {
-        let mut req =
-            self.artifact_request(Method::GET, &format!("/v1/jobs/{id}/artifacts/{path}"));
+        self.download_artifact_at(id, path, None, range).await
+    }
+
+    /// As [`Client::download_artifact`], of the file epoch `epoch` uploaded (`None`: the
+    /// newest epoch's).
+    ///
+    /// # Errors
+    /// Transport failures, or the contract's error.
+    pub async fn download_artifact_at(
+        &self,
+        id: Uuid,
+        path: &str,
+        epoch: Option<i64>,
+        range: Option<&str>,
+    ) -> Result<reqwest::Response> {
+        let query = epoch.map(|e| format!("?epoch={e}")).unwrap_or_default();
+        let mut req = self.artifact_request(
+            Method::GET,
+            &format!("/v1/jobs/{id}/artifacts/{path}{query}"),
+        );
         if let Some(r) = range {
             req = req.header(header::RANGE, r);
         }
