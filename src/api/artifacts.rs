@@ -30,7 +30,7 @@ use super::error::{ApiError, ApiResult};
 use super::extract::{truncate, QueryMap};
 use super::AppState;
 use crate::hub::Hub;
-use crate::store::artifacts::{self, BlobWriter, Published, Upload};
+use crate::store::artifacts::{self, ArtifactInfo, BlobWriter, Published, Upload};
 use crate::store::FenceMiss;
 use crate::wire;
 use crate::wire::artifacts::{is_valid_path, PATH_RULE};
@@ -203,17 +203,49 @@ pub fn declared_length(headers: &HeaderMap) -> Option<u64> {
         .and_then(|v| v.parse::<u64>().ok())
 }
 
-/// `GET /v1/jobs/{id}/artifacts`.
+/// Most artifacts a page of `GET /v1/jobs/{id}/artifacts` holds.
+const LIST_MAX: i64 = 1000;
+
+// The list's byte budget is the job list's (v1.3), and a full page of the largest items (a
+// 255-byte path, the sha256, the numbers and the field names: under 512 bytes as JSON) stays far
+// inside it, so no page is ever cut short by it: `limit` alone ends a page.
+const _: () = assert!(LIST_MAX as usize * 512 < super::jobs::LIST_PAGE_BYTES);
+
+/// A page's `next`, which the next page's `after` hands back: `<epoch>:<path>` of its last
+/// artifact.
+fn cursor(a: &ArtifactInfo) -> String {
+    format!("{}:{}", a.epoch, a.path)
+}
+
+/// An `after` as [`cursor`] writes it.
+fn parse_cursor(after: &str) -> ApiResult<(i64, &str)> {
+    after
+        .split_once(':')
+        .and_then(|(epoch, path)| {
+            let epoch = epoch.parse::<i64>().ok().filter(|e| *e >= 0)?;
+            is_valid_path(path).then_some((epoch, path))
+        })
+        .ok_or_else(|| ApiError::bad("after: must be the `next` of the previous page"))
+}
+
+/// `GET /v1/jobs/{id}/artifacts`: a page, newest epoch first, then by path (v1.3).
 pub async fn list(
     State(st): State<Arc<AppState>>,
     Operator(key): Operator,
     super::extract::PathId(job): super::extract::PathId,
+    query: QueryMap,
 ) -> ApiResult<Json<wire::ArtifactList>> {
+    let limit = query.int("limit", 1, LIST_MAX)?.unwrap_or(100);
+    let after = query.get("after").map(parse_cursor).transpose()?;
     let listed = st
         .hub
-        .artifacts(job, &key.workspace)
+        .artifacts(job, &key.workspace, after, limit)
         .await?
         .ok_or(ApiError::NotFound)?;
+    // Full: there may be more (as `GET /v1/jobs` says it).
+    let next = (listed.len() as i64 == limit)
+        .then(|| listed.last().map(cursor))
+        .flatten();
     Ok(Json(wire::ArtifactList {
         artifacts: listed
             .into_iter()
@@ -225,6 +257,7 @@ pub async fn list(
                 created_at: a.created_at,
             })
             .collect(),
+        next,
     }))
 }
 

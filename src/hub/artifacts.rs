@@ -64,12 +64,19 @@ impl Hub {
         self.store.artifact_blob_delete(blob).await
     }
 
-    /// A job's artifacts, when the job is of `workspace`.
+    /// A page of a job's artifacts (at most `limit` after `(epoch, path)`), when the job is of
+    /// `workspace`.
     ///
     /// # Errors
     /// The database failed. `Ok(None)`: no such job in the workspace.
-    pub async fn artifacts(&self, job: Uuid, workspace: &str) -> Result<Option<Vec<ArtifactInfo>>> {
-        self.store.artifacts(job, workspace).await
+    pub async fn artifacts(
+        &self,
+        job: Uuid,
+        workspace: &str,
+        after: Option<(i64, &str)>,
+        limit: i64,
+    ) -> Result<Option<Vec<ArtifactInfo>>> {
+        self.store.artifacts(job, workspace, after, limit).await
     }
 
     /// One artifact of a job of `workspace` (the file of `epoch`, or the newest epoch's), with

@@ -278,6 +278,7 @@ both_stores!(
     an_upload_cut_off_leaves_no_artifact_and_no_bytes,
     deleting_a_job_deletes_its_artifacts,
     each_attempt_keeps_its_own_artifacts_and_the_newest_is_served,
+    the_list_pages_newest_epoch_first_like_the_job_list,
 );
 
 async fn upload_list_and_download_whole_and_by_range_from_any_replica(
@@ -719,8 +720,13 @@ async fn an_upload_cut_off_leaves_no_artifact_and_no_bytes(backend: Backend, tes
         .unwrap();
 }
 
-/// `GET` of a job's artifacts (one page, as the API answers it), as JSON.
-async fn list_json(app: &TestApp, alice: &Client, job: Uuid, query: &str) -> serde_json::Value {
+/// `GET` of a job's artifacts (one page, as the API answers it): the status and the JSON.
+async fn list_answer(
+    app: &TestApp,
+    alice: &Client,
+    job: Uuid,
+    query: &str,
+) -> (u16, serde_json::Value) {
     let r = reqwest::Client::new()
         .get(format!("{}/v1/jobs/{job}/artifacts{query}", app.url(0)))
         .bearer_auth(alice.token().unwrap())
@@ -728,7 +734,12 @@ async fn list_json(app: &TestApp, alice: &Client, job: Uuid, query: &str) -> ser
         .await
         .unwrap();
     let status = r.status().as_u16();
-    let body: serde_json::Value = r.json().await.unwrap();
+    (status, r.json().await.unwrap())
+}
+
+/// A page of a job's artifacts, as JSON.
+async fn list_json(app: &TestApp, alice: &Client, job: Uuid, query: &str) -> serde_json::Value {
+    let (status, body) = list_answer(app, alice, job, query).await;
     assert_eq!(status, 200, "{query}: {body}");
     body
 }
@@ -797,19 +808,7 @@ async fn each_attempt_keeps_its_own_artifacts_and_the_newest_is_served(
     assert_eq!(err.code(), Some("lease_superseded"));
 
     // Newest epoch first, then by path; each with its epoch.
-    let listed = list_json(&app, &alice, first.id, "").await;
-    let seen: Vec<(i64, String, String)> = listed["artifacts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|a| {
-            (
-                a["epoch"].as_i64().unwrap_or(-1),
-                a["path"].as_str().unwrap().to_owned(),
-                a["sha256"].as_str().unwrap().to_owned(),
-            )
-        })
-        .collect();
+    let seen = listed(&list_json(&app, &alice, first.id, "").await);
     let (e1, e2) = (first.epoch, second.epoch);
     assert_eq!(
         seen,
@@ -851,6 +850,155 @@ async fn each_attempt_keeps_its_own_artifacts_and_the_newest_is_served(
         format!("\"{}\"", sha(b"one"))
     );
     assert_eq!(r.text().await.unwrap(), "ne");
+}
+
+/// `(epoch, path, sha256)` of each listed artifact of a page.
+fn listed(page: &serde_json::Value) -> Vec<(i64, String, String)> {
+    page["artifacts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| {
+            (
+                a["epoch"].as_i64().unwrap_or(-1),
+                a["path"].as_str().unwrap().to_owned(),
+                a["sha256"].as_str().unwrap_or("").to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// `(epoch, path)` of each listed artifact of a page.
+fn epochs_and_paths(page: &serde_json::Value) -> Vec<(i64, String)> {
+    listed(page).into_iter().map(|(e, p, _)| (e, p)).collect()
+}
+
+/// v1.3: the list pages like `GET /v1/jobs` (`limit` 1..1000, default 100; `after` the `next`
+/// of the last page, set when the page is full) in its order, newest epoch first then by
+/// path; the client and MCP's `list_artifacts` follow it.
+async fn the_list_pages_newest_epoch_first_like_the_job_list(backend: Backend, test: &str) {
+    let Some((app, _bucket)) = app(test, backend, 1, |_| {}).await else {
+        return;
+    };
+    let (alice, runner, first) = leased_job(&app).await;
+    // 101 files at the first epoch, two at the next.
+    let names: Vec<String> = (0..=100).map(|i| format!("f{i:03}")).collect();
+    futures_util::stream::iter(names.iter())
+        .for_each_concurrent(8, |name| {
+            let (runner, first) = (&runner, &first);
+            async move {
+                put(runner, first, name, name.as_bytes().to_vec())
+                    .await
+                    .unwrap();
+            }
+        })
+        .await;
+    alice.retry_job(first.id, None).await.unwrap();
+    let second = lease(&runner, 5_000, 1).await.remove(0);
+    for name in ["f000", "d/zz"] {
+        put(&runner, &second, name, b"2".to_vec()).await.unwrap();
+    }
+    let mut all = vec![
+        (second.epoch, "d/zz".to_owned()),
+        (second.epoch, "f000".to_owned()),
+    ];
+    all.extend(names.iter().map(|n| (first.epoch, n.clone())));
+    let job = first.id;
+
+    // The default page: 100, with `next`; after it the rest, and `next` null.
+    let page = list_json(&app, &alice, job, "").await;
+    assert_eq!(epochs_and_paths(&page), all[..100]);
+    let next = page["next"]
+        .as_str()
+        .expect("a full page has next")
+        .to_owned();
+    let page = list_json(&app, &alice, job, &format!("?after={next}")).await;
+    assert_eq!(epochs_and_paths(&page), all[100..]);
+    assert!(page["next"].is_null(), "{page}");
+    // Small pages walk the same order; a page that ends exactly at the end is full (next
+    // set) and the one after it is empty.
+    for limit in [2, 7, 103] {
+        let (mut seen, mut after) = (Vec::new(), String::new());
+        loop {
+            let page = list_json(&app, &alice, job, &format!("?limit={limit}{after}")).await;
+            let got = epochs_and_paths(&page);
+            assert!(got.len() <= limit);
+            seen.extend(got.iter().cloned());
+            match page["next"].as_str() {
+                Some(n) => {
+                    assert_eq!(got.len(), limit, "next only on a full page");
+                    after = format!("&after={}", urlencoding(n));
+                }
+                None => break,
+            }
+        }
+        assert_eq!(seen, all, "limit {limit}");
+    }
+    // Bounds: the contract's error for anything outside them.
+    for bad in [
+        "limit=0",
+        "limit=1001",
+        "limit=x",
+        "after=nonsense",
+        "after=1",
+    ] {
+        let (status, body) = list_answer(&app, &alice, job, &format!("?{bad}")).await;
+        assert_eq!(
+            (status, body["error"]["code"].as_str()),
+            (400, Some("bad_request")),
+            "{bad}: {body}"
+        );
+        let field = bad.split('=').next().unwrap();
+        assert!(
+            body["error"]["message"].as_str().unwrap().contains(field),
+            "{bad}: {body}"
+        );
+    }
+    let page = list_json(&app, &alice, job, "?limit=1000").await;
+    assert_eq!(epochs_and_paths(&page), all);
+    assert!(page["next"].is_null());
+
+    // The client follows the pages.
+    let listed = alice.artifacts(job).await.unwrap();
+    let got: Vec<(i64, String)> = listed.iter().map(|a| (a.epoch, a.path.clone())).collect();
+    assert_eq!(got, all);
+    // MCP's list_artifacts takes limit and after.
+    let key = alice.token().unwrap();
+    let call = |args: serde_json::Value| {
+        serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                           "params": {"name": "list_artifacts", "arguments": args}})
+    };
+    let body: serde_json::Value = crate::mcp::rpc(
+        &app.url(0),
+        key,
+        call(serde_json::json!({"id": job, "limit": 2})),
+    )
+    .await
+    .json()
+    .await
+    .unwrap();
+    let page = &body["result"]["structuredContent"];
+    assert_eq!(epochs_and_paths(page), all[..2], "{body}");
+    let next = page["next"].as_str().unwrap().to_owned();
+    let body: serde_json::Value = crate::mcp::rpc(
+        &app.url(0),
+        key,
+        call(serde_json::json!({"id": job, "limit": 2, "after": next})),
+    )
+    .await
+    .json()
+    .await
+    .unwrap();
+    assert_eq!(
+        epochs_and_paths(&body["result"]["structuredContent"]),
+        all[2..4],
+        "{body}"
+    );
+}
+
+/// `s` percent-encoded for a query string.
+fn urlencoding(s: &str) -> String {
+    form_urlencoded::byte_serialize(s.as_bytes()).collect()
 }
 
 async fn deleting_a_job_deletes_its_artifacts(backend: Backend, test: &str) {

@@ -805,8 +805,11 @@ pub struct Artifact {
     pub created_at: DateTime<Utc>,
 }
 
-/// `GET /v1/jobs/{id}/artifacts`: newest epoch first, then by path.
+/// `GET /v1/jobs/{id}/artifacts`: a page, newest epoch first, then by path (v1.3).
 #[derive(utoipa::ToSchema, Debug, Clone, Serialize, Deserialize)]
 pub struct ArtifactList {
     pub artifacts: Vec<Artifact>,
+    /// Set when the page is full: the next page's `after`.
+    #[serde(default)]
+    pub next: Option<String>,
 }

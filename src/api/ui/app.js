@@ -224,14 +224,14 @@ async function renderJob(id) {
     return li;
   });
   $("events").replaceChildren(...list);
-  renderArtifacts(id, artifacts.artifacts);
+  renderArtifacts(id, artifacts);
 }
 
 // A job's artifacts (newest attempt first), each a download link to its attempt's file. The
 // API needs the key in a header, so a click fetches the bytes and hands them to the browser as
 // a file.
-function renderArtifacts(id, artifacts) {
-  const items = artifacts.map((a) => {
+function renderArtifacts(id, page) {
+  const items = page.artifacts.map((a) => {
     const li = el("li");
     const link = el("a", a.path);
     link.href = "/v1/jobs/" + id + "/artifacts/" + a.path + "?epoch=" + a.epoch;
@@ -250,6 +250,8 @@ function renderArtifacts(id, artifacts) {
     return li;
   });
   if (items.length === 0) items.push(el("li", "none", "sub"));
+  // The first page (100); the rest with `leasehold job artifacts ID`.
+  if (page.next) items.push(el("li", "… more: leasehold job artifacts " + id, "sub"));
   $("artifacts").replaceChildren(...items);
 }
 

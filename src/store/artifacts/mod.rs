@@ -222,12 +222,27 @@ impl Store {
             .map(drop)
     }
 
-    /// Job `job`'s artifacts as `workspace` sees it; `None` when the job is not visible.
+    /// A page of job `job`'s artifacts as `workspace` sees it, newest epoch first, then by
+    /// path: at most `limit` after the artifact `after` names (`(epoch, path)`, exclusive);
+    /// `None` when the job is not visible.
     ///
     /// # Errors
     /// The database failed.
-    pub async fn artifacts(&self, job: Uuid, workspace: &str) -> Result<Option<Vec<ArtifactInfo>>> {
-        let rows = self.query(sql::ARTIFACTS_LIST, &[&job, &workspace]).await?;
+    pub async fn artifacts(
+        &self,
+        job: Uuid,
+        workspace: &str,
+        after: Option<(i64, &str)>,
+        limit: i64,
+    ) -> Result<Option<Vec<ArtifactInfo>>> {
+        // The first page starts after an epoch above any (and a path below any).
+        let (epoch, path) = after.unwrap_or((i64::MAX, ""));
+        let rows = self
+            .query(
+                sql::ARTIFACTS_LIST,
+                &[&job, &workspace, &epoch, &path, &limit],
+            )
+            .await?;
         if rows.is_empty() {
             return Ok(None);
         }

@@ -46,7 +46,10 @@ pub async fn run(
     }
     let Some(dir) = download else {
         if json {
-            print_json(&wire::ArtifactList { artifacts: listed });
+            print_json(&wire::ArtifactList {
+                artifacts: listed,
+                next: None,
+            });
         } else {
             let rows: Vec<Vec<String>> = listed
                 .iter()

@@ -68,13 +68,46 @@ impl Client {
         })
     }
 
-    /// Job `id`'s artifacts, newest epoch first, then by path.
+    /// Job `id`'s artifacts, newest epoch first, then by path: every page, followed.
     ///
     /// # Errors
     /// Transport failures, or the contract's error.
     pub async fn artifacts(&self, id: Uuid) -> Result<Vec<wire::Artifact>> {
-        let list: wire::ArtifactList = self.get(&format!("/v1/jobs/{id}/artifacts")).await?;
-        Ok(list.artifacts)
+        let mut all = Vec::new();
+        let mut after = None;
+        loop {
+            let page = self
+                .artifacts_page(id, Some(1000), after.as_deref())
+                .await?;
+            all.extend(page.artifacts);
+            match page.next {
+                Some(next) => after = Some(next),
+                None => return Ok(all),
+            }
+        }
+    }
+
+    /// One page of job `id`'s artifacts: at most `limit` (default 100) after `after` (the
+    /// previous page's `next`).
+    ///
+    /// # Errors
+    /// Transport failures, or the contract's error.
+    pub async fn artifacts_page(
+        &self,
+        id: Uuid,
+        limit: Option<u32>,
+        after: Option<&str>,
+    ) -> Result<wire::ArtifactList> {
+        // A cursor is `<epoch>:<path>`, whose characters a query carries as they are.
+        let mut q = Vec::new();
+        if let Some(l) = limit {
+            q.push(format!("limit={l}"));
+        }
+        if let Some(a) = after {
+            q.push(format!("after={a}"));
+        }
+        self.get(&format!("/v1/jobs/{id}/artifacts?{}", q.join("&")))
+            .await
     }
 
     /// The answer to a download of artifact `path` of job `id` (the newest epoch's file of it;
