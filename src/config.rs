@@ -203,6 +203,22 @@ pub struct Config {
         default_value_t = 1_073_741_824
     )]
     pub artifact_max_bytes: u64,
+    /// Most artifact files a job holds over all its attempts (v1.3); an upload past it is
+    /// `413 quota_exceeded`.
+    #[arg(long, env = "LEASEHOLD_ARTIFACT_MAX_FILES", default_value_t = 1000)]
+    pub artifact_max_files: u32,
+    /// Most bytes of artifacts a job holds over all its attempts (v1.3); an upload past it is
+    /// `413 quota_exceeded`.
+    #[arg(
+        long,
+        env = "LEASEHOLD_ARTIFACT_JOB_MAX_BYTES",
+        default_value_t = 10_737_418_240
+    )]
+    pub artifact_job_max_bytes: u64,
+    /// Most bytes of artifacts a workspace holds over all its jobs (v1.3; unset: no bound); an
+    /// upload past it is `413 quota_exceeded`.
+    #[arg(long, env = "LEASEHOLD_ARTIFACT_WORKSPACE_MAX_BYTES")]
+    pub artifact_workspace_max_bytes: Option<u64>,
     /// An upload whose replica has not touched it for this long (the replica died) is taken
     /// for dead and its partial bytes are deleted.
     #[arg(long, env = "LEASEHOLD_ARTIFACT_STALE_MS", default_value_t = 60_000)]

@@ -4,7 +4,8 @@
 //! Invariants: the bytes stream through, a chunk at a time, in both directions (never a whole
 //! file in memory); an upload is fenced by its epoch before its first byte and again in the
 //! statement that makes it visible, so an upload by a runner superseded meanwhile leaves
-//! nothing; an upload that does not complete, for whatever reason (too large, cut off, past
+//! nothing; no byte is stored before room for it is reserved under the artifact bounds (a
+//! declared length whole, before the first byte); an upload that does not complete, for whatever reason (too large, cut off, past
 //! its deadline, superseded, the path taken meanwhile), has its partial bytes deleted at once
 //! ([`Unfinished`]), and by the stale-upload sweep if the replica died. The call's deadline
 //! runs from the last byte received, so a long upload that keeps moving is never cut off,
@@ -30,7 +31,9 @@ use super::error::{ApiError, ApiResult};
 use super::extract::{truncate, QueryMap};
 use super::AppState;
 use crate::hub::Hub;
-use crate::store::artifacts::{self, ArtifactInfo, BlobWriter, Published, Upload};
+use crate::store::artifacts::{
+    self, ArtifactBounds, ArtifactInfo, BlobWriter, Published, Refused, Reservation, Upload,
+};
 use crate::store::FenceMiss;
 use crate::wire;
 use crate::wire::artifacts::{is_valid_path, PATH_RULE};
@@ -135,8 +138,23 @@ pub async fn upload(
     let blobs = st.artifacts.clone();
     let blob = Uuid::now_v7();
     let key = blobs.key(job, blob);
-    hub.artifact_blob_start(blob, job, blobs.kind(), key.as_deref())
-        .await?;
+    // The room is reserved before the first byte is stored: a declared length whole, else as
+    // the bytes come (RESERVE_AHEAD at a time).
+    let bounds = &st.limits.artifact_bounds;
+    let declared = declared_length(request.headers()).unwrap_or(0);
+    let mut reserved = hub
+        .artifact_reserve(
+            &Reservation {
+                blob,
+                job,
+                start: Some((blobs.kind(), key.as_deref())),
+                need: declared,
+                want: declared,
+            },
+            bounds,
+        )
+        .await?
+        .map_err(|refused| quota_exceeded(bounds, refused))?;
     let mut unfinished = Unfinished {
         hub: hub.clone(),
         blob,
@@ -156,6 +174,9 @@ pub async fn upload(
         if size > max {
             return Err(ApiError::ArtifactTooLarge(max));
         }
+        if size > reserved {
+            reserved = reserve(&st, blob, job, size, size.saturating_add(RESERVE_AHEAD)).await?;
+        }
         hasher.update(&bytes);
         writer.write(bytes).await?;
         // The deadline runs from the last byte received.
@@ -168,6 +189,10 @@ pub async fn upload(
     let chunk_size = writer.finish().await?;
     // Stored whole: from here on only the blob row needs deleting if it is not published.
     unfinished.writer = None;
+    if reserved > size {
+        // What was reserved ahead goes back: the blob holds its size from here on.
+        reserve(&st, blob, job, size, size).await?;
+    }
     let sha256 = hex(&hasher.finalize());
     let size = i64::try_from(size).map_err(|_| ApiError::ArtifactTooLarge(max))?;
     let published = hub
@@ -193,6 +218,51 @@ pub async fn upload(
         }
         Published::Taken => Err(ApiError::ArtifactExists),
     }
+}
+
+/// How far ahead of the bytes it has an upload of no declared length reserves room (one
+/// reservation per this many bytes).
+const RESERVE_AHEAD: u64 = 1024 * 1024;
+
+/// Move a running upload's reservation to `want` bytes and at least `need`: the bytes it holds
+/// now, or `413 quota_exceeded`.
+async fn reserve(st: &AppState, blob: Uuid, job: Uuid, need: u64, want: u64) -> ApiResult<u64> {
+    let bounds = &st.limits.artifact_bounds;
+    let r = Reservation {
+        blob,
+        job,
+        start: None,
+        need,
+        want,
+    };
+    st.hub
+        .artifact_reserve(&r, bounds)
+        .await?
+        .map_err(|refused| quota_exceeded(bounds, refused))
+}
+
+/// The refusal of a reservation, naming the bound.
+fn quota_exceeded(bounds: &ArtifactBounds, refused: Refused) -> ApiError {
+    ApiError::QuotaExceeded(match refused {
+        Refused::Files => format!(
+            "a job holds at most {} artifact files over all its attempts \
+             (LEASEHOLD_ARTIFACT_MAX_FILES)",
+            bounds.max_files
+        ),
+        Refused::JobBytes => format!(
+            "a job holds at most {} bytes of artifacts over all its attempts \
+             (LEASEHOLD_ARTIFACT_JOB_MAX_BYTES)",
+            bounds.job_max_bytes
+        ),
+        Refused::WorkspaceBytes => format!(
+            "a workspace holds at most {} bytes of artifacts \
+             (LEASEHOLD_ARTIFACT_WORKSPACE_MAX_BYTES)",
+            bounds.workspace_max_bytes.unwrap_or(u64::MAX)
+        ),
+        // The upload's blob went (the stale-upload sweep took it: the replica could not keep
+        // it fresh): the database is what failed.
+        Refused::Gone => return ApiError::Unavailable,
+    })
 }
 
 /// `Content-Length`, when the request declares one.

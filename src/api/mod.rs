@@ -84,6 +84,8 @@ pub struct Limits {
     pub max_body_bytes: usize,
     /// The largest artifact an upload may send.
     pub artifact_max_bytes: u64,
+    /// The artifact bounds per job and per workspace (v1.3).
+    pub artifact_bounds: crate::store::artifacts::ArtifactBounds,
     /// After this long without a byte an upload is stale (its blob is touched well before).
     pub artifact_stale_ms: u64,
     /// A request's deadline (`deadline.rs`).
@@ -104,6 +106,11 @@ impl Limits {
             lease_ttl_ms: config.lease_ttl_ms,
             max_body_bytes: config.max_body_bytes,
             artifact_max_bytes: config.artifact_max_bytes,
+            artifact_bounds: crate::store::artifacts::ArtifactBounds {
+                max_files: config.artifact_max_files,
+                job_max_bytes: config.artifact_job_max_bytes,
+                workspace_max_bytes: config.artifact_workspace_max_bytes,
+            },
             artifact_stale_ms: config.artifact_stale_ms,
             request_timeout: config.request_timeout(),
             min_runner_version: config.min_runner_version.clone(),

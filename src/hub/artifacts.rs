@@ -1,11 +1,14 @@
-//! What the API asks about artifacts: an upload's fence, its blob row (started, kept fresh,
-//! deleted when it does not finish) and its publication; a job's list and one artifact's
-//! blob. The bytes themselves go through the replica's blob store (`AppState::artifacts`).
+//! What the API asks about artifacts: an upload's fence, its blob row (started and grown under
+//! the artifact bounds, kept fresh, deleted when it does not finish) and its publication; a
+//! job's list and one artifact's blob. The bytes themselves go through the replica's blob
+//! store (`AppState::artifacts`).
 
 use uuid::Uuid;
 
 use super::Hub;
-use crate::store::artifacts::{ArtifactInfo, Published, StoredArtifact, Upload};
+use crate::store::artifacts::{
+    ArtifactBounds, ArtifactInfo, Published, Refused, Reservation, StoredArtifact, Upload,
+};
 use crate::store::jobs::Fenced;
 use crate::store::Result;
 
@@ -26,18 +29,17 @@ impl Hub {
             .await
     }
 
-    /// Record an upload's blob before its first byte (`kind` and `key` say where it is kept).
+    /// Reserve room for an upload under `bounds` (its start records its blob before its first
+    /// byte, holding one file): the bytes it now holds, or the bound that refused it.
     ///
     /// # Errors
     /// The database failed.
-    pub async fn artifact_blob_start(
+    pub async fn artifact_reserve(
         &self,
-        blob: Uuid,
-        job: Uuid,
-        kind: &str,
-        key: Option<&str>,
-    ) -> Result<()> {
-        self.store.artifact_blob_start(blob, job, kind, key).await
+        r: &Reservation<'_>,
+        bounds: &ArtifactBounds,
+    ) -> Result<std::result::Result<u64, Refused>> {
+        self.store.artifact_reserve(r, bounds).await
     }
 
     /// Mark an upload's blob as still moving (the stale-upload sweep leaves it).

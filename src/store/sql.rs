@@ -84,7 +84,7 @@ statements! {
     VACUUM_TRY_LOCK => "vacuum_try_lock.sql",
     VACUUM_JOBS => "vacuum_jobs.sql",
     ARTIFACT_FENCE => "artifact_fence.sql",
-    ARTIFACT_BLOB_INSERT => "artifact_blob_insert.sql",
+    ARTIFACT_RESERVE => "artifact_reserve.sql",
     ARTIFACT_CHUNK_INSERT => "artifact_chunk_insert.sql",
     ARTIFACT_BLOB_TOUCH => "artifact_blob_touch.sql",
     ARTIFACT_PUBLISH => "artifact_publish.sql",

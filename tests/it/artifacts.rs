@@ -279,6 +279,8 @@ both_stores!(
     deleting_a_job_deletes_its_artifacts,
     each_attempt_keeps_its_own_artifacts_and_the_newest_is_served,
     the_list_pages_newest_epoch_first_like_the_job_list,
+    quotas_refuse_past_each_bound_over_every_attempt_and_keep_nothing,
+    concurrent_uploads_of_one_job_never_pass_its_bound_together,
 );
 
 async fn upload_list_and_download_whole_and_by_range_from_any_replica(
@@ -521,39 +523,12 @@ async fn paths_epochs_and_sizes_are_checked_as_the_contract_says(backend: Backen
     // (The head alone, by hand: a client sending the body may see the connection close
     // under it before it reads the answer.)
     let over = bytes(6 * 1024 * 1024 + 1, 1);
-    let mut tcp = tokio::net::TcpStream::connect(app.replicas[0].addr)
-        .await
-        .unwrap();
-    let head = format!(
-        "PUT /v1/runner/jobs/{}/artifacts/big{epoch} HTTP/1.1\r\nhost: x\r\n\
-         authorization: Bearer {token}\r\ncontent-length: {}\r\n\r\n",
-        job.id,
-        over.len()
-    );
-    tcp.write_all(head.as_bytes()).await.unwrap();
-    let mut answer = vec![0u8; 4096];
-    let n = tokio::io::AsyncReadExt::read(&mut tcp, &mut answer)
-        .await
-        .unwrap();
-    let answer = String::from_utf8_lossy(&answer[..n]).into_owned();
+    let answer = head_only_answer(&app, &runner, &job, over.len()).await;
     assert!(
         answer.starts_with("HTTP/1.1 413") && answer.contains("\"too_large\""),
         "{answer}"
     );
-    drop(tcp);
-    let (tx, body) = channel_body();
-    let feed = tokio::spawn(async move {
-        for piece in over.chunks(256 * 1024) {
-            if tx.send(Ok(piece.to_vec())).await.is_err() {
-                return;
-            }
-        }
-    });
-    let err = runner
-        .upload_artifact(job.id, job.epoch, "big", body, None)
-        .await
-        .unwrap_err();
-    let _ = feed.await;
+    let err = put_chunked(&runner, &job, "big", over).await.unwrap_err();
     // The server answers 413 before it has read the whole body; the client may see the
     // answer or the connection closing under it, never a success.
     if let Some(status) = err.status() {
@@ -1001,6 +976,262 @@ fn urlencoding(s: &str) -> String {
     form_urlencoded::byte_serialize(s.as_bytes()).collect()
 }
 
+const MIB: usize = 1024 * 1024;
+
+/// `(status, code)` of an upload's answer: `(0, "")` when the connection closed under it (a
+/// refused chunked upload may see that instead of its answer).
+fn refusal<T: std::fmt::Debug>(r: leasehold::client::Result<T>) -> (u16, String) {
+    let err = r.unwrap_err();
+    (
+        err.status().map_or(0, |s| s.as_u16()),
+        err.code().unwrap_or("").to_owned(),
+    )
+}
+
+/// A chunked upload of `data` in 64 KiB pieces, fed as the server reads them.
+async fn put_chunked(
+    runner: &Client,
+    job: &wire::LeasedJob,
+    path: &str,
+    data: Vec<u8>,
+) -> leasehold::client::Result<wire::ArtifactUploaded> {
+    let (tx, body) = channel_body();
+    let feed = tokio::spawn(async move {
+        for piece in data.chunks(64 * 1024) {
+            if tx.send(Ok(piece.to_vec())).await.is_err() {
+                return;
+            }
+        }
+    });
+    let answer = runner
+        .upload_artifact(job.id, job.epoch, path, body, None)
+        .await;
+    let _ = feed.await;
+    answer
+}
+
+/// The answer to the head of an upload declaring `length` bytes, sent alone: a refusal comes
+/// before any byte of the body.
+async fn head_only_answer(
+    app: &TestApp,
+    runner: &Client,
+    job: &wire::LeasedJob,
+    length: usize,
+) -> String {
+    let mut tcp = tokio::net::TcpStream::connect(app.replicas[0].addr)
+        .await
+        .unwrap();
+    let head = format!(
+        "PUT /v1/runner/jobs/{}/artifacts/declared?epoch={} HTTP/1.1\r\nhost: x\r\n\
+         authorization: Bearer {}\r\ncontent-length: {length}\r\n\r\n",
+        job.id,
+        job.epoch,
+        runner.token().unwrap()
+    );
+    tcp.write_all(head.as_bytes()).await.unwrap();
+    let mut answer = vec![0u8; 4096];
+    let n = tokio::io::AsyncReadExt::read(&mut tcp, &mut answer)
+        .await
+        .unwrap();
+    String::from_utf8_lossy(&answer[..n]).into_owned()
+}
+
+/// Blobs (stored or being stored) and, for S3, objects: what the stores hold.
+async fn stored(app: &TestApp, bucket: &Option<Bucket>) -> (i64, usize) {
+    let blobs = rows(&app.database_url, "artifact_blobs").await;
+    let objects = match bucket {
+        Some(b) => b.objects().await.len(),
+        None => 0,
+    };
+    (blobs, objects)
+}
+
+/// Wait until the stores hold exactly `files` published files (and nothing of any other
+/// upload), `bytes` bytes in all.
+async fn holds_only(app: &TestApp, bucket: &Option<Bucket>, files: i64, bytes: i64) {
+    let objects = if bucket.is_some() { files as usize } else { 0 };
+    eventually(
+        Duration::from_secs(30),
+        "only published files are stored",
+        || async {
+            let (blobs, stored_objects) = stored(app, bucket).await;
+            let published = rows(&app.database_url, "artifacts").await;
+            let total: i64 = connect(&app.database_url)
+                .await
+                .query_one("SELECT COALESCE(sum(size), 0)::bigint FROM artifacts", &[])
+                .await
+                .unwrap()
+                .get(0);
+            (blobs == files && published == files && stored_objects >= objects && total == bytes)
+                .then_some(())
+        },
+    )
+    .await;
+    if let Some(b) = bucket {
+        // No object of a refused upload outlives the garbage sweep.
+        eventually(
+            Duration::from_secs(30),
+            "refused uploads' objects are removed",
+            || async {
+                let listed = b.objects().await;
+                let blobs: Vec<String> = connect(&app.database_url)
+                    .await
+                    .query("SELECT key FROM artifact_blobs", &[])
+                    .await
+                    .unwrap()
+                    .iter()
+                    .map(|r| r.get(0))
+                    .collect();
+                listed
+                    .iter()
+                    .all(|o| blobs.iter().any(|k| o.starts_with(k.as_str())))
+                    .then_some(())
+            },
+        )
+        .await;
+    }
+}
+
+/// v1.3 "Artifact bounds": files and bytes per job over all its attempts, bytes per workspace;
+/// past one, `413 quota_exceeded`, before anything is stored when the length is declared and as
+/// soon as the bound is crossed when it is not, and nothing of the refused upload is kept.
+async fn quotas_refuse_past_each_bound_over_every_attempt_and_keep_nothing(
+    backend: Backend,
+    test: &str,
+) {
+    let Some((app, bucket)) = app(test, backend, 1, |c| {
+        c.artifact_max_files = 4;
+        c.artifact_job_max_bytes = 3 * MIB as u64;
+        c.artifact_workspace_max_bytes = Some(5 * MIB as u64);
+    })
+    .await
+    else {
+        return;
+    };
+    let (alice, runner, job) = leased_job(&app).await;
+    put(&runner, &job, "a", bytes(MIB, 1)).await.unwrap();
+    put_chunked(&runner, &job, "b", bytes(MIB, 2))
+        .await
+        .unwrap();
+    // Declared past the job's bytes: refused from the head alone.
+    let answer = head_only_answer(&app, &runner, &job, MIB + MIB / 2).await;
+    assert!(
+        answer.starts_with("HTTP/1.1 413") && answer.contains("\"quota_exceeded\""),
+        "{answer}"
+    );
+    assert!(
+        answer.contains("LEASEHOLD_ARTIFACT_JOB_MAX_BYTES"),
+        "{answer}"
+    );
+    assert_eq!(stored(&app, &bucket).await.0, 2, "nothing of it was stored");
+    // Chunked past it: refused once the bound is crossed, and what it sent is removed.
+    assert_eq!(
+        refusal(put_chunked(&runner, &job, "c", bytes(MIB + MIB / 2, 3)).await),
+        (413, "quota_exceeded".into())
+    );
+    holds_only(&app, &bucket, 2, 2 * MIB as i64).await;
+    // Up to the bound exactly is fine; then only empty files, up to the file count.
+    put_chunked(&runner, &job, "c", bytes(MIB, 3))
+        .await
+        .unwrap();
+    assert_eq!(
+        refusal(put(&runner, &job, "d", vec![0]).await),
+        (413, "quota_exceeded".into())
+    );
+    put(&runner, &job, "d", Vec::new()).await.unwrap();
+    let err = put(&runner, &job, "e", Vec::new()).await.unwrap_err();
+    assert_eq!(err.code(), Some("quota_exceeded"));
+    assert!(
+        err.to_string().contains("LEASEHOLD_ARTIFACT_MAX_FILES"),
+        "{err}"
+    );
+    // Over all its attempts: the next attempt has no room either.
+    alice.retry_job(job.id, None).await.unwrap();
+    let second = lease(&runner, 5_000, 1).await.remove(0);
+    assert_eq!(
+        refusal(put(&runner, &second, "a", Vec::new()).await),
+        (413, "quota_exceeded".into())
+    );
+    holds_only(&app, &bucket, 4, 3 * MIB as i64).await;
+
+    // The workspace's bytes: another job of it has 2 MiB left, whatever its own bound.
+    let job2 = dispatch(&alice, personal(), serde_json::json!({"argv": ["true"]})).await;
+    let other = lease(&runner, 5_000, 1).await.remove(0);
+    assert_eq!(other.id, job2.id);
+    assert_eq!(
+        refusal(put_chunked(&runner, &other, "x", bytes(2 * MIB + 1, 4)).await),
+        (413, "quota_exceeded".into())
+    );
+    let err = put(&runner, &other, "x", bytes(2 * MIB + 1, 4))
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("LEASEHOLD_ARTIFACT_WORKSPACE_MAX_BYTES"),
+        "{err}"
+    );
+    put(&runner, &other, "x", bytes(2 * MIB, 4)).await.unwrap();
+    holds_only(&app, &bucket, 5, 5 * MIB as i64).await;
+    // Another workspace is not bound by this one's bytes.
+    let bob = app.operator("beta", "bob", false).await;
+    let (_, bobs_runner) = pair(&bob, wire::Tier::Personal, &["linux"], 1).await;
+    dispatch(&bob, personal(), serde_json::json!({"argv": ["true"]})).await;
+    let bobs = lease(&bobs_runner, 5_000, 1).await.remove(0);
+    put(&bobs_runner, &bobs, "y", bytes(MIB, 5)).await.unwrap();
+    // Deleting a job gives its room back.
+    runner
+        .complete(other.id, other.epoch, serde_json::json!({"exit_code": 0}))
+        .await
+        .unwrap();
+    connect(&app.database_url)
+        .await
+        .execute("DELETE FROM jobs WHERE id = $1", &[&other.id])
+        .await
+        .unwrap();
+    let job3 = dispatch(&alice, personal(), serde_json::json!({"argv": ["true"]})).await;
+    let third = lease(&runner, 5_000, 1).await.remove(0);
+    assert_eq!(third.id, job3.id);
+    put(&runner, &third, "z", bytes(2 * MIB, 6)).await.unwrap();
+}
+
+/// Concurrent chunked uploads of one job (through two replicas) together never hold more than
+/// its bound: the room is reserved in the database before bytes are stored, not checked and
+/// then written.
+async fn concurrent_uploads_of_one_job_never_pass_its_bound_together(backend: Backend, test: &str) {
+    let Some((app, bucket)) = app(test, backend, 2, |c| {
+        c.artifact_job_max_bytes = 4 * MIB as u64;
+    })
+    .await
+    else {
+        return;
+    };
+    let (_alice, runner, job) = leased_job(&app).await;
+    let other = Client::new(app.url(1), runner.token().map(str::to_owned));
+    let uploads = (0..8).map(|i| {
+        let client = if i % 2 == 0 {
+            runner.clone()
+        } else {
+            other.clone()
+        };
+        let job = job.clone();
+        async move { put_chunked(&client, &job, &format!("part{i}"), bytes(MIB, i as u8)).await }
+    });
+    let answers = futures_util::future::join_all(uploads).await;
+    let ok = answers.iter().filter(|a| a.is_ok()).count();
+    for a in answers.iter().filter_map(|a| a.as_ref().err()) {
+        // A refusal, or the connection closing under a refused chunked upload.
+        assert!(
+            a.code() == Some("quota_exceeded") || a.status().is_none(),
+            "{a:?}"
+        );
+    }
+    assert!(
+        (1..=4).contains(&ok),
+        "{ok} of 8 uploads of 1 MiB fit a 4 MiB bound"
+    );
+    holds_only(&app, &bucket, ok as i64, (ok * MIB) as i64).await;
+}
+
 async fn deleting_a_job_deletes_its_artifacts(backend: Backend, test: &str) {
     let Some((app, bucket)) = app(test, backend, 1, |_| {}).await else {
         return;
@@ -1052,7 +1283,7 @@ async fn a_dead_replicas_partial_upload_is_swept() {
     let (stale, live) = (Uuid::now_v7(), Uuid::now_v7());
     for blob in [stale, live] {
         db.execute(
-            "INSERT INTO artifact_blobs (id, job_id, store) VALUES ($1, $2, 'pg')",
+            "INSERT INTO artifact_blobs (id, job_id, workspace, store) VALUES ($1, $2, 'acme', 'pg')",
             &[&blob, &job.id],
         )
         .await
@@ -1304,6 +1535,49 @@ async fn the_runner_uploads_matches_and_never_follows_a_link() {
         }
         assert_eq!(state_of("report.xml").as_deref(), Some("uploaded"));
     }
+}
+
+/// The reference runner stops uploading a job's artifacts at the first `quota_exceeded`: the
+/// bound is the job's (or its workspace's), so the files after it would be refused too. The
+/// refused file is reported `failed` with the code, and nothing after it is tried.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_runner_stops_uploading_at_the_first_quota_exceeded() {
+    let app = TestApp::spawn_with(1, |c| c.artifact_max_files = 2).await;
+    let rig = crate::procs::RunnerRig::new(app, "artifacts-quota").await;
+    let (_config, _runner) = rig.start_runner(&[], &["--unconfined"]).await;
+    let out = rig
+        .submit_wait(&[
+            "--artifact",
+            "out/*",
+            "--",
+            "sh",
+            "-c",
+            "mkdir out && for f in 1 2 3 4 5 6; do echo $f > out/$f; done",
+        ])
+        .await;
+    assert_eq!(out.code, Some(0), "{out:?}");
+    let id = rig.alice.jobs(None, None, None).await.unwrap().jobs[0].id;
+    assert_eq!(rig.alice.artifacts(id).await.unwrap().len(), 2);
+    let events = rig.alice.events(id, 0, 0).await.unwrap().events;
+    let outcomes: Vec<(String, Option<String>)> = events
+        .iter()
+        .filter(|e| e.kind == "artifact")
+        .map(|e| {
+            (
+                e.data["state"].as_str().unwrap_or("").to_owned(),
+                e.data["code"].as_str().map(str::to_owned),
+            )
+        })
+        .collect();
+    assert_eq!(
+        outcomes,
+        [
+            ("uploaded".to_owned(), None),
+            ("uploaded".to_owned(), None),
+            ("failed".to_owned(), Some("quota_exceeded".to_owned())),
+        ],
+        "{events:?}"
+    );
 }
 
 /// `leasehold job artifacts ID ARGS...` as alice.

@@ -113,6 +113,40 @@ pub enum Published {
     Taken,
 }
 
+/// The artifact bounds (v1.3): per job over all its attempts, and per workspace.
+#[derive(Debug, Clone, Copy)]
+pub struct ArtifactBounds {
+    /// `LEASEHOLD_ARTIFACT_MAX_FILES`.
+    pub max_files: u32,
+    /// `LEASEHOLD_ARTIFACT_JOB_MAX_BYTES`.
+    pub job_max_bytes: u64,
+    /// `LEASEHOLD_ARTIFACT_WORKSPACE_MAX_BYTES` (`None`: no bound).
+    pub workspace_max_bytes: Option<u64>,
+}
+
+/// A move of an upload's reservation: blob `blob` of job `job` to `want` bytes, and at least
+/// `need` (less than it holds gives the rest back).
+#[derive(Debug, Clone)]
+pub struct Reservation<'a> {
+    pub blob: Uuid,
+    pub job: Uuid,
+    /// The upload starts: its blob is recorded (in the store of this kind, under this key)
+    /// holding one of the job's files.
+    pub start: Option<(&'a str, Option<&'a str>)>,
+    pub need: u64,
+    pub want: u64,
+}
+
+/// Which bound refused a reservation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refused {
+    Files,
+    JobBytes,
+    WorkspaceBytes,
+    /// The job, or the blob to grow, is gone.
+    Gone,
+}
+
 /// An upload ready to publish.
 #[derive(Debug, Clone)]
 pub struct Upload<'a> {
@@ -145,20 +179,50 @@ impl Store {
         self.fenced(job, token_hash, taken).await
     }
 
-    /// Record that blob `blob` of job `job` is being written to `blobs`.
+    /// Move an upload's reservation under `bounds` (`artifact_reserve.sql`): the bytes its blob
+    /// now holds, or the bound that refused it.
     ///
     /// # Errors
     /// The database failed.
-    pub async fn artifact_blob_start(
+    pub async fn artifact_reserve(
         &self,
-        blob: Uuid,
-        job: Uuid,
-        kind: &str,
-        key: Option<&str>,
-    ) -> Result<()> {
-        self.execute(sql::ARTIFACT_BLOB_INSERT, &[&blob, &job, &kind, &key])
-            .await
-            .map(drop)
+        r: &Reservation<'_>,
+        bounds: &ArtifactBounds,
+    ) -> Result<std::result::Result<u64, Refused>> {
+        let (start, kind, key) = match r.start {
+            Some((kind, key)) => (true, Some(kind), key),
+            None => (false, None, None),
+        };
+        let int = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        let max_files = i32::try_from(bounds.max_files).unwrap_or(i32::MAX);
+        let workspace = bounds.workspace_max_bytes.map(int);
+        let row = self
+            .query_opt(
+                sql::ARTIFACT_RESERVE,
+                &[
+                    &r.blob,
+                    &r.job,
+                    &start,
+                    &kind,
+                    &key,
+                    &int(r.need),
+                    &int(r.want),
+                    &max_files,
+                    &int(bounds.job_max_bytes),
+                    &workspace,
+                ],
+            )
+            .await?
+            .ok_or_else(|| StoreError::Invalid("artifact_reserve.sql returned no row".into()))?;
+        Ok(match row.get::<_, Option<i64>>("reserved") {
+            Some(n) => Ok(n.max(0) as u64),
+            None => Err(match row.get::<_, Option<String>>("refused").as_deref() {
+                Some("files") => Refused::Files,
+                Some("job_bytes") => Refused::JobBytes,
+                Some("workspace_bytes") => Refused::WorkspaceBytes,
+                _ => Refused::Gone,
+            }),
+        })
     }
 
     /// Store chunk `seq` of blob `blob`.
