@@ -163,6 +163,13 @@ pub struct Config {
     /// A keep-alive connection idle this long between requests is closed.
     #[arg(long, env = "LEASEHOLD_IDLE_TIMEOUT_MS", default_value_t = 75_000)]
     pub idle_timeout_ms: u64,
+    /// An artifact upload or download that moves fewer than this many bytes in any window of
+    /// `LEASEHOLD_TRANSFER_WINDOW_MS` is closed (v1.3; an upload's part is removed).
+    #[arg(long, env = "LEASEHOLD_TRANSFER_MIN_BYTES", default_value_t = 65_536)]
+    pub transfer_min_bytes: u64,
+    /// The window of `LEASEHOLD_TRANSFER_MIN_BYTES` (the contract's 30 s; shorter in tests).
+    #[arg(long, env = "LEASEHOLD_TRANSFER_WINDOW_MS", default_value_t = 30_000)]
+    pub transfer_window_ms: u64,
     /// Open connections one replica holds at most; past it a new connection is closed at once.
     #[arg(long, env = "LEASEHOLD_MAX_CONNECTIONS", default_value_t = 20_000)]
     pub max_connections: usize,

@@ -29,12 +29,14 @@ use super::auth::{Operator, RunnerToken};
 use super::deadline::LongPoll;
 use super::error::{ApiError, ApiResult};
 use super::extract::{truncate, QueryMap};
+use super::transfer::{Direction, TransferGuard, TransferSlot};
 use super::AppState;
 use crate::hub::Hub;
 use crate::store::artifacts::{
     self, ArtifactBounds, ArtifactInfo, BlobWriter, Published, Refused, Reservation, Upload,
 };
 use crate::store::FenceMiss;
+use crate::telemetry::metrics::DirectionLabel;
 use crate::wire;
 use crate::wire::artifacts::{is_valid_path, PATH_RULE};
 
@@ -167,6 +169,8 @@ pub async fn upload(
     let mut touched = Instant::now();
     let mut hasher = Sha256::new();
     let mut size: u64 = 0;
+    // Under the floor while the body is read: the connection counts what it reads.
+    let pace = paced(&st, &request, Direction::Upload);
     let mut body = request.into_body().into_data_stream();
     while let Some(frame) = body.next().await {
         let bytes = frame.map_err(|_| ApiError::bad("body: the upload was cut off"))?;
@@ -186,6 +190,7 @@ pub async fn upload(
             touched = Instant::now();
         }
     }
+    drop(pace);
     let chunk_size = writer.finish().await?;
     // Stored whole: from here on only the blob row needs deleting if it is not published.
     unfinished.writer = None;
@@ -331,6 +336,29 @@ pub async fn list(
     }))
 }
 
+/// Time a transfer going `direction` under the floor, on the connection `request` came on (none
+/// when it came in-process), until the guard drops.
+fn paced<B>(
+    st: &AppState,
+    request: &axum::http::Request<B>,
+    direction: Direction,
+) -> Option<TransferGuard> {
+    let slot = request.extensions().get::<TransferSlot>()?;
+    let metrics = &st.hub.metrics;
+    let too_slow = metrics
+        .transfers_too_slow
+        .get_or_create(&DirectionLabel {
+            direction: direction.label(),
+        })
+        .clone();
+    Some(slot.start(
+        direction,
+        st.limits.transfer_floor,
+        &metrics.transfers,
+        too_slow,
+    ))
+}
+
 /// `GET /v1/jobs/{id}/artifacts/{path}`: the bytes of the newest epoch's file of that path
 /// (`?epoch=N`: of epoch N), `206` for a satisfiable `Range`.
 pub async fn download(
@@ -338,8 +366,9 @@ pub async fn download(
     Operator(key): Operator,
     target: ArtifactPath,
     query: QueryMap,
-    headers: HeaderMap,
+    request: Request,
 ) -> ApiResult<Response> {
+    let headers = request.headers();
     let epoch = query.int("epoch", 0, i64::MAX)?;
     let found = st
         .hub
@@ -371,6 +400,11 @@ pub async fn download(
         None => (StatusCode::OK, 0..size),
     };
     let stream = st.artifacts.read(&found.blob, bytes.clone()).await?;
+    // Under the floor while the answer is written: the guard goes with the body.
+    let pace = paced(&st, &request, Direction::Download);
+    let stream = stream.inspect(move |_| {
+        let _ = &pace;
+    });
     let name = target.path.rsplit('/').next().unwrap_or("artifact");
     let mut response = Response::builder()
         .status(status)

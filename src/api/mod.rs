@@ -22,6 +22,7 @@ pub mod poll_limit;
 pub mod routes;
 mod runner;
 mod secrets;
+pub mod transfer;
 mod ui;
 pub mod validate;
 pub mod views;
@@ -86,6 +87,8 @@ pub struct Limits {
     pub artifact_max_bytes: u64,
     /// The artifact bounds per job and per workspace (v1.3).
     pub artifact_bounds: crate::store::artifacts::ArtifactBounds,
+    /// The floor under an artifact transfer's rate (v1.3).
+    pub transfer_floor: transfer::Floor,
     /// After this long without a byte an upload is stale (its blob is touched well before).
     pub artifact_stale_ms: u64,
     /// A request's deadline (`deadline.rs`).
@@ -110,6 +113,10 @@ impl Limits {
                 max_files: config.artifact_max_files,
                 job_max_bytes: config.artifact_job_max_bytes,
                 workspace_max_bytes: config.artifact_workspace_max_bytes,
+            },
+            transfer_floor: transfer::Floor {
+                min_bytes: config.transfer_min_bytes,
+                window: Duration::from_millis(config.transfer_window_ms.max(1)),
             },
             artifact_stale_ms: config.artifact_stale_ms,
             request_timeout: config.request_timeout(),

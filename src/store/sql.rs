@@ -91,7 +91,7 @@ statements! {
     ARTIFACT_BLOB_DELETE => "artifact_blob_delete.sql",
     ARTIFACTS_LIST => "artifacts_list.sql",
     ARTIFACT_GET => "artifact_get.sql",
-    ARTIFACT_CHUNKS_READ => "artifact_chunks_read.sql",
+    ARTIFACT_CHUNK_READ => "artifact_chunk_read.sql",
     SWEEP_ARTIFACT_UPLOADS => "sweep_artifact_uploads.sql",
     ARTIFACT_GARBAGE_TAKE => "artifact_garbage_take.sql",
     ARTIFACT_GARBAGE_FORGET => "artifact_garbage_forget.sql",

@@ -47,6 +47,7 @@ mod sources;
 mod tenancy;
 mod tls;
 mod traces;
+mod transfers;
 mod transport;
 mod trust;
 mod vendor;

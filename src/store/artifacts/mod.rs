@@ -11,6 +11,7 @@
 //! trigger and [`Store::collect_artifact_garbage`] removes the object. A blob that never
 //! completes is deleted by the replica that wrote it, or by the stale-upload sweep.
 
+pub mod chunks;
 pub mod pg;
 pub mod s3;
 
@@ -354,30 +355,21 @@ impl Store {
         }))
     }
 
-    /// Chunks `first..=last` of blob `blob`, in order, as `(seq, bytes)`: the first from
-    /// offset `from`, the last up to offset `to` (exclusive), the others whole; one statement.
+    /// Bytes `from..to` of chunk `seq` of blob `blob` (empty when there is no such chunk).
     ///
     /// # Errors
     /// The database failed.
-    pub async fn artifact_chunks_read(
+    pub async fn artifact_chunk_read(
         &self,
         blob: Uuid,
-        first: i32,
-        last: i32,
+        seq: i32,
         from: i32,
         to: i32,
-    ) -> Result<Vec<(i32, Bytes)>> {
-        let rows = self
-            .query(
-                sql::ARTIFACT_CHUNKS_READ,
-                &[&blob, &first, &last, &from, &to],
-            )
+    ) -> Result<Bytes> {
+        let row = self
+            .query_opt(sql::ARTIFACT_CHUNK_READ, &[&blob, &seq, &from, &to])
             .await?;
-        // Each row is dropped once copied, so a batch is not held twice.
-        Ok(rows
-            .into_iter()
-            .map(|r| (r.get("seq"), Bytes::from(r.get::<_, Vec<u8>>("data"))))
-            .collect())
+        Ok(row.map_or_else(Bytes::new, |r| Bytes::from(r.get::<_, Vec<u8>>("data"))))
     }
 
     /// Delete up to a batch of uploads untouched for `stale_ms`; how many.
