@@ -232,8 +232,19 @@ fn give_back_soon() {
         return;
     };
     runtime.spawn(async {
+        // Unscheduled however the task ends (its runtime may stop while it sleeps).
+        let unschedule = Unschedule;
         tokio::time::sleep(GIVE_BACK_AFTER).await;
-        GIVE_BACK_SCHEDULED.store(false, Ordering::Release);
+        drop(unschedule);
         let _ = tokio::task::spawn_blocking(leasehold_alloc::trim).await;
     });
+}
+
+/// Clears [`GIVE_BACK_SCHEDULED`] when dropped.
+struct Unschedule;
+
+impl Drop for Unschedule {
+    fn drop(&mut self) {
+        GIVE_BACK_SCHEDULED.store(false, Ordering::Release);
+    }
 }

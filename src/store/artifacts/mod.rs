@@ -8,7 +8,7 @@
 //! held at the upload's epoch, checked in the statement that publishes it
 //! (`artifact_publish.sql`). Every blob hangs off its job (`ON DELETE CASCADE`), so deleting a
 //! job deletes its artifacts in both stores: an S3 blob's key goes to `artifact_garbage` by
-//! trigger and [`Store::collect_artifact_garbage`] removes the object. A blob that never
+//! trigger and [`Store::collect_artifact_garbage`] removes its objects. A blob that never
 //! completes is deleted by the replica that wrote it, or by the stale-upload sweep.
 
 pub mod chunks;
