@@ -1,8 +1,8 @@
 -- The last byte is stored: make artifact $4 (blob $5, $6 bytes, sha256 $7, chunk size $8) of
--- job $1 visible, fenced again by epoch $2 and token $3 in this same statement. The job row is
+-- job $1 at epoch $2 visible, fenced again by that epoch and token $3 in this same statement. The job row is
 -- locked FOR SHARE, so a lease that is superseded while this runs either waits for it or
 -- keeps it from publishing. `held` false: the fence missed (nothing published);
--- `created_at` NULL with `held` true: the path was taken meanwhile.
+-- `created_at` NULL with `held` true: the path was taken at this epoch meanwhile.
 WITH held AS (
     SELECT j.id
       FROM jobs j
@@ -13,9 +13,9 @@ WITH held AS (
        FOR SHARE OF j
 ),
 published AS (
-    INSERT INTO artifacts (job_id, path, blob_id, size, sha256, chunk_size)
-    SELECT id, $4, $5, $6, $7, $8 FROM held
-    ON CONFLICT (job_id, path) DO NOTHING
+    INSERT INTO artifacts (job_id, path, epoch, blob_id, size, sha256, chunk_size)
+    SELECT id, $4, $2, $5, $6, $7, $8 FROM held
+    ON CONFLICT (job_id, path, epoch) DO NOTHING
     RETURNING created_at
 ),
 completed AS (

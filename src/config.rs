@@ -163,6 +163,13 @@ pub struct Config {
     /// A keep-alive connection idle this long between requests is closed.
     #[arg(long, env = "LEASEHOLD_IDLE_TIMEOUT_MS", default_value_t = 75_000)]
     pub idle_timeout_ms: u64,
+    /// An artifact upload or download that moves fewer than this many bytes in any window of
+    /// `LEASEHOLD_TRANSFER_WINDOW_MS` is closed (v1.3; an upload's part is removed).
+    #[arg(long, env = "LEASEHOLD_TRANSFER_MIN_BYTES", default_value_t = 65_536)]
+    pub transfer_min_bytes: u64,
+    /// The window of `LEASEHOLD_TRANSFER_MIN_BYTES` (the contract's 30 s; shorter in tests).
+    #[arg(long, env = "LEASEHOLD_TRANSFER_WINDOW_MS", default_value_t = 30_000)]
+    pub transfer_window_ms: u64,
     /// Open connections one replica holds at most; past it a new connection is closed at once.
     #[arg(long, env = "LEASEHOLD_MAX_CONNECTIONS", default_value_t = 20_000)]
     pub max_connections: usize,
@@ -203,6 +210,22 @@ pub struct Config {
         default_value_t = 1_073_741_824
     )]
     pub artifact_max_bytes: u64,
+    /// Most artifact files a job holds over all its attempts (v1.3); an upload past it is
+    /// `413 quota_exceeded`.
+    #[arg(long, env = "LEASEHOLD_ARTIFACT_MAX_FILES", default_value_t = 1000)]
+    pub artifact_max_files: u32,
+    /// Most bytes of artifacts a job holds over all its attempts (v1.3); an upload past it is
+    /// `413 quota_exceeded`.
+    #[arg(
+        long,
+        env = "LEASEHOLD_ARTIFACT_JOB_MAX_BYTES",
+        default_value_t = 10_737_418_240
+    )]
+    pub artifact_job_max_bytes: u64,
+    /// Most bytes of artifacts a workspace holds over all its jobs (v1.3; unset: no bound); an
+    /// upload past it is `413 quota_exceeded`.
+    #[arg(long, env = "LEASEHOLD_ARTIFACT_WORKSPACE_MAX_BYTES")]
+    pub artifact_workspace_max_bytes: Option<u64>,
     /// An upload whose replica has not touched it for this long (the replica died) is taken
     /// for dead and its partial bytes are deleted.
     #[arg(long, env = "LEASEHOLD_ARTIFACT_STALE_MS", default_value_t = 60_000)]

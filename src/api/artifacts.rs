@@ -4,7 +4,8 @@
 //! Invariants: the bytes stream through, a chunk at a time, in both directions (never a whole
 //! file in memory); an upload is fenced by its epoch before its first byte and again in the
 //! statement that makes it visible, so an upload by a runner superseded meanwhile leaves
-//! nothing; an upload that does not complete, for whatever reason (too large, cut off, past
+//! nothing; no byte is stored before room for it is reserved under the artifact bounds (a
+//! declared length whole, before the first byte); an upload that does not complete, for whatever reason (too large, cut off, past
 //! its deadline, superseded, the path taken meanwhile), has its partial bytes deleted at once
 //! ([`Unfinished`]), and by the stale-upload sweep if the replica died. The call's deadline
 //! runs from the last byte received, so a long upload that keeps moving is never cut off,
@@ -28,10 +29,14 @@ use super::auth::{Operator, RunnerToken};
 use super::deadline::LongPoll;
 use super::error::{ApiError, ApiResult};
 use super::extract::{truncate, QueryMap};
+use super::transfer::{Direction, TransferGuard, TransferSlot};
 use super::AppState;
 use crate::hub::Hub;
-use crate::store::artifacts::{self, BlobWriter, Published, Upload};
+use crate::store::artifacts::{
+    self, ArtifactBounds, ArtifactInfo, BlobWriter, Published, Refused, Reservation, Upload,
+};
 use crate::store::FenceMiss;
+use crate::telemetry::metrics::DirectionLabel;
 use crate::wire;
 use crate::wire::artifacts::{is_valid_path, PATH_RULE};
 
@@ -135,8 +140,23 @@ pub async fn upload(
     let blobs = st.artifacts.clone();
     let blob = Uuid::now_v7();
     let key = blobs.key(job, blob);
-    hub.artifact_blob_start(blob, job, blobs.kind(), key.as_deref())
-        .await?;
+    // The room is reserved before the first byte is stored: a declared length whole, else as
+    // the bytes come (RESERVE_AHEAD at a time).
+    let bounds = &st.limits.artifact_bounds;
+    let declared = declared_length(request.headers()).unwrap_or(0);
+    let mut reserved = hub
+        .artifact_reserve(
+            &Reservation {
+                blob,
+                job,
+                start: Some((blobs.kind(), key.as_deref())),
+                need: declared,
+                want: declared,
+            },
+            bounds,
+        )
+        .await?
+        .map_err(|refused| quota_exceeded(bounds, refused))?;
     let mut unfinished = Unfinished {
         hub: hub.clone(),
         blob,
@@ -149,12 +169,17 @@ pub async fn upload(
     let mut touched = Instant::now();
     let mut hasher = Sha256::new();
     let mut size: u64 = 0;
+    // Under the floor while the body is read: the connection counts what it reads.
+    let pace = paced(&st, &request, Direction::Upload);
     let mut body = request.into_body().into_data_stream();
     while let Some(frame) = body.next().await {
         let bytes = frame.map_err(|_| ApiError::bad("body: the upload was cut off"))?;
         size += bytes.len() as u64;
         if size > max {
             return Err(ApiError::ArtifactTooLarge(max));
+        }
+        if size > reserved {
+            reserved = reserve(&st, blob, job, size, size.saturating_add(RESERVE_AHEAD)).await?;
         }
         hasher.update(&bytes);
         writer.write(bytes).await?;
@@ -165,9 +190,14 @@ pub async fn upload(
             touched = Instant::now();
         }
     }
+    drop(pace);
     let chunk_size = writer.finish().await?;
     // Stored whole: from here on only the blob row needs deleting if it is not published.
     unfinished.writer = None;
+    if reserved > size {
+        // What was reserved ahead goes back: the blob holds its size from here on.
+        reserve(&st, blob, job, size, size).await?;
+    }
     let sha256 = hex(&hasher.finalize());
     let size = i64::try_from(size).map_err(|_| ApiError::ArtifactTooLarge(max))?;
     let published = hub
@@ -195,6 +225,51 @@ pub async fn upload(
     }
 }
 
+/// How far ahead of the bytes it has an upload of no declared length reserves room (one
+/// reservation per this many bytes).
+const RESERVE_AHEAD: u64 = 1024 * 1024;
+
+/// Move a running upload's reservation to `want` bytes and at least `need`: the bytes it holds
+/// now, or `413 quota_exceeded`.
+async fn reserve(st: &AppState, blob: Uuid, job: Uuid, need: u64, want: u64) -> ApiResult<u64> {
+    let bounds = &st.limits.artifact_bounds;
+    let r = Reservation {
+        blob,
+        job,
+        start: None,
+        need,
+        want,
+    };
+    st.hub
+        .artifact_reserve(&r, bounds)
+        .await?
+        .map_err(|refused| quota_exceeded(bounds, refused))
+}
+
+/// The refusal of a reservation, naming the bound.
+fn quota_exceeded(bounds: &ArtifactBounds, refused: Refused) -> ApiError {
+    ApiError::QuotaExceeded(match refused {
+        Refused::Files => format!(
+            "a job holds at most {} artifact files over all its attempts \
+             (LEASEHOLD_ARTIFACT_MAX_FILES)",
+            bounds.max_files
+        ),
+        Refused::JobBytes => format!(
+            "a job holds at most {} bytes of artifacts over all its attempts \
+             (LEASEHOLD_ARTIFACT_JOB_MAX_BYTES)",
+            bounds.job_max_bytes
+        ),
+        Refused::WorkspaceBytes => format!(
+            "a workspace holds at most {} bytes of artifacts \
+             (LEASEHOLD_ARTIFACT_WORKSPACE_MAX_BYTES)",
+            bounds.workspace_max_bytes.unwrap_or(u64::MAX)
+        ),
+        // The upload's blob went (the stale-upload sweep took it: the replica could not keep
+        // it fresh): the database is what failed.
+        Refused::Gone => return ApiError::Unavailable,
+    })
+}
+
 /// `Content-Length`, when the request declares one.
 pub fn declared_length(headers: &HeaderMap) -> Option<u64> {
     headers
@@ -203,40 +278,101 @@ pub fn declared_length(headers: &HeaderMap) -> Option<u64> {
         .and_then(|v| v.parse::<u64>().ok())
 }
 
-/// `GET /v1/jobs/{id}/artifacts`.
+/// Most artifacts a page of `GET /v1/jobs/{id}/artifacts` holds.
+const LIST_MAX: i64 = 1000;
+
+// The list's byte budget is the job list's (v1.3), and a full page of the largest items (a
+// 255-byte path, the sha256, the numbers and the field names: under 512 bytes as JSON) stays far
+// inside it, so no page is ever cut short by it: `limit` alone ends a page.
+const _: () = assert!(LIST_MAX as usize * 512 < super::jobs::LIST_PAGE_BYTES);
+
+/// A page's `next`, which the next page's `after` hands back: `<epoch>:<path>` of its last
+/// artifact.
+fn cursor(a: &ArtifactInfo) -> String {
+    format!("{}:{}", a.epoch, a.path)
+}
+
+/// An `after` as [`cursor`] writes it.
+fn parse_cursor(after: &str) -> ApiResult<(i64, &str)> {
+    after
+        .split_once(':')
+        .and_then(|(epoch, path)| {
+            let epoch = epoch.parse::<i64>().ok().filter(|e| *e >= 0)?;
+            is_valid_path(path).then_some((epoch, path))
+        })
+        .ok_or_else(|| ApiError::bad("after: must be the `next` of the previous page"))
+}
+
+/// `GET /v1/jobs/{id}/artifacts`: a page, newest epoch first, then by path (v1.3).
 pub async fn list(
     State(st): State<Arc<AppState>>,
     Operator(key): Operator,
     super::extract::PathId(job): super::extract::PathId,
+    query: QueryMap,
 ) -> ApiResult<Json<wire::ArtifactList>> {
+    let limit = query.int("limit", 1, LIST_MAX)?.unwrap_or(100);
+    let after = query.get("after").map(parse_cursor).transpose()?;
     let listed = st
         .hub
-        .artifacts(job, &key.workspace)
+        .artifacts(job, &key.workspace, after, limit)
         .await?
         .ok_or(ApiError::NotFound)?;
+    // Full: there may be more (as `GET /v1/jobs` says it).
+    let next = (listed.len() as i64 == limit)
+        .then(|| listed.last().map(cursor))
+        .flatten();
     Ok(Json(wire::ArtifactList {
         artifacts: listed
             .into_iter()
             .map(|a| wire::Artifact {
                 path: a.path,
+                epoch: a.epoch,
                 size: a.size,
                 sha256: a.sha256,
                 created_at: a.created_at,
             })
             .collect(),
+        next,
     }))
 }
 
-/// `GET /v1/jobs/{id}/artifacts/{path}`: the bytes, `206` for a satisfiable `Range`.
+/// Time a transfer going `direction` under the floor, on the connection `request` came on (none
+/// when it came in-process), until the guard drops.
+fn paced<B>(
+    st: &AppState,
+    request: &axum::http::Request<B>,
+    direction: Direction,
+) -> Option<TransferGuard> {
+    let slot = request.extensions().get::<TransferSlot>()?;
+    let metrics = &st.hub.metrics;
+    let too_slow = metrics
+        .transfers_too_slow
+        .get_or_create(&DirectionLabel {
+            direction: direction.label(),
+        })
+        .clone();
+    Some(slot.start(
+        direction,
+        st.limits.transfer_floor,
+        &metrics.transfers,
+        too_slow,
+    ))
+}
+
+/// `GET /v1/jobs/{id}/artifacts/{path}`: the bytes of the newest epoch's file of that path
+/// (`?epoch=N`: of epoch N), `206` for a satisfiable `Range`.
 pub async fn download(
     State(st): State<Arc<AppState>>,
     Operator(key): Operator,
     target: ArtifactPath,
-    headers: HeaderMap,
+    query: QueryMap,
+    request: Request,
 ) -> ApiResult<Response> {
+    let headers = request.headers();
+    let epoch = query.int("epoch", 0, i64::MAX)?;
     let found = st
         .hub
-        .artifact(target.job, &target.path, &key.workspace)
+        .artifact(target.job, &target.path, epoch, &key.workspace)
         .await?
         .ok_or(ApiError::NotFound)?;
     let size = found.blob.size;
@@ -264,6 +400,11 @@ pub async fn download(
         None => (StatusCode::OK, 0..size),
     };
     let stream = st.artifacts.read(&found.blob, bytes.clone()).await?;
+    // Under the floor while the answer is written: the guard goes with the body.
+    let pace = paced(&st, &request, Direction::Download);
+    let stream = stream.inspect(move |_| {
+        let _ = &pace;
+    });
     let name = target.path.rsplit('/').next().unwrap_or("artifact");
     let mut response = Response::builder()
         .status(status)

@@ -25,8 +25,10 @@ pub enum ApiError {
     CapabilityMismatch(String),
     /// An artifact upload over `LEASEHOLD_ARTIFACT_MAX_BYTES` (the limit in bytes).
     ArtifactTooLarge(u64),
-    /// An artifact upload to a path the job already has.
+    /// An artifact upload to a path the job already has at this epoch.
     ArtifactExists,
+    /// An artifact upload past one of the artifact bounds (v1.3); the message names it.
+    QuotaExceeded(String),
     /// A download's `Range` past the artifact's end (its size).
     RangeNotSatisfiable(u64),
     /// A lease call from a runner below `LEASEHOLD_MIN_RUNNER_VERSION`.
@@ -116,8 +118,9 @@ impl ApiError {
             ArtifactExists => (
                 StatusCode::CONFLICT,
                 "artifact_exists",
-                "the job already has an artifact at this path".into(),
+                "the job already has an artifact at this path from this attempt (epoch)".into(),
             ),
+            QuotaExceeded(m) => (StatusCode::PAYLOAD_TOO_LARGE, "quota_exceeded", m.clone()),
             RangeNotSatisfiable(size) => (
                 StatusCode::RANGE_NOT_SATISFIABLE,
                 "range_not_satisfiable",

@@ -23,6 +23,7 @@ pub mod reference;
 pub mod routes;
 mod runner;
 mod secrets;
+pub mod transfer;
 mod ui;
 pub mod validate;
 pub mod views;
@@ -85,6 +86,10 @@ pub struct Limits {
     pub max_body_bytes: usize,
     /// The largest artifact an upload may send.
     pub artifact_max_bytes: u64,
+    /// The artifact bounds per job and per workspace (v1.3).
+    pub artifact_bounds: crate::store::artifacts::ArtifactBounds,
+    /// The floor under an artifact transfer's rate (v1.3).
+    pub transfer_floor: transfer::Floor,
     /// After this long without a byte an upload is stale (its blob is touched well before).
     pub artifact_stale_ms: u64,
     /// A request's deadline (`deadline.rs`).
@@ -105,6 +110,15 @@ impl Limits {
             lease_ttl_ms: config.lease_ttl_ms,
             max_body_bytes: config.max_body_bytes,
             artifact_max_bytes: config.artifact_max_bytes,
+            artifact_bounds: crate::store::artifacts::ArtifactBounds {
+                max_files: config.artifact_max_files,
+                job_max_bytes: config.artifact_job_max_bytes,
+                workspace_max_bytes: config.artifact_workspace_max_bytes,
+            },
+            transfer_floor: transfer::Floor {
+                min_bytes: config.transfer_min_bytes,
+                window: Duration::from_millis(config.transfer_window_ms.max(1)),
+            },
             artifact_stale_ms: config.artifact_stale_ms,
             request_timeout: config.request_timeout(),
             min_runner_version: config.min_runner_version.clone(),

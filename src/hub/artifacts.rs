@@ -1,11 +1,14 @@
-//! What the API asks about artifacts: an upload's fence, its blob row (started, kept fresh,
-//! deleted when it does not finish) and its publication; a job's list and one artifact's
-//! blob. The bytes themselves go through the replica's blob store (`AppState::artifacts`).
+//! What the API asks about artifacts: an upload's fence, its blob row (started and grown under
+//! the artifact bounds, kept fresh, deleted when it does not finish) and its publication; a
+//! job's list and one artifact's blob. The bytes themselves go through the replica's blob
+//! store (`AppState::artifacts`).
 
 use uuid::Uuid;
 
 use super::Hub;
-use crate::store::artifacts::{ArtifactInfo, Published, StoredArtifact, Upload};
+use crate::store::artifacts::{
+    ArtifactBounds, ArtifactInfo, Published, Refused, Reservation, StoredArtifact, Upload,
+};
 use crate::store::jobs::Fenced;
 use crate::store::Result;
 
@@ -26,18 +29,17 @@ impl Hub {
             .await
     }
 
-    /// Record an upload's blob before its first byte (`kind` and `key` say where it is kept).
+    /// Reserve room for an upload under `bounds` (its start records its blob before its first
+    /// byte, holding one file): the bytes it now holds, or the bound that refused it.
     ///
     /// # Errors
     /// The database failed.
-    pub async fn artifact_blob_start(
+    pub async fn artifact_reserve(
         &self,
-        blob: Uuid,
-        job: Uuid,
-        kind: &str,
-        key: Option<&str>,
-    ) -> Result<()> {
-        self.store.artifact_blob_start(blob, job, kind, key).await
+        r: &Reservation<'_>,
+        bounds: &ArtifactBounds,
+    ) -> Result<std::result::Result<u64, Refused>> {
+        self.store.artifact_reserve(r, bounds).await
     }
 
     /// Mark an upload's blob as still moving (the stale-upload sweep leaves it).
@@ -64,15 +66,23 @@ impl Hub {
         self.store.artifact_blob_delete(blob).await
     }
 
-    /// A job's artifacts, when the job is of `workspace`.
+    /// A page of a job's artifacts (at most `limit` after `(epoch, path)`), when the job is of
+    /// `workspace`.
     ///
     /// # Errors
     /// The database failed. `Ok(None)`: no such job in the workspace.
-    pub async fn artifacts(&self, job: Uuid, workspace: &str) -> Result<Option<Vec<ArtifactInfo>>> {
-        self.store.artifacts(job, workspace).await
+    pub async fn artifacts(
+        &self,
+        job: Uuid,
+        workspace: &str,
+        after: Option<(i64, &str)>,
+        limit: i64,
+    ) -> Result<Option<Vec<ArtifactInfo>>> {
+        self.store.artifacts(job, workspace, after, limit).await
     }
 
-    /// One artifact of a job of `workspace`, with where its bytes are.
+    /// One artifact of a job of `workspace` (the file of `epoch`, or the newest epoch's), with
+    /// where its bytes are.
     ///
     /// # Errors
     /// The database failed. `Ok(None)`: no such job or artifact.
@@ -80,8 +90,9 @@ impl Hub {
         &self,
         job: Uuid,
         path: &str,
+        epoch: Option<i64>,
         workspace: &str,
     ) -> Result<Option<StoredArtifact>> {
-        self.store.artifact(job, path, workspace).await
+        self.store.artifact(job, path, epoch, workspace).await
     }
 }

@@ -27,9 +27,13 @@ use tokio_util::task::TaskTracker;
 
 use super::accept::ClientListener;
 use super::limits::{AnswerBody, Deadlines, Guarded, Phase};
+use crate::api::transfer::TransferSlot;
 
 /// The largest request head (request line and headers) a connection may send.
 pub const MAX_HEAD: usize = 64 * 1024;
+
+/// The most hyper buffers of a connection's reads, and of its writes.
+pub const MAX_BUF: usize = 256 * 1024;
 
 /// Serve `app` on every connection `listener` accepts until `shutdown` fires, then let the
 /// open connections finish and return. Handlers see the client's address (the listener's,
@@ -42,6 +46,9 @@ pub async fn serve(
 ) {
     let mut http = hyper::server::conn::http1::Builder::new();
     http.max_header_size(MAX_HEAD);
+    // What hyper buffers of one connection each way (its default is 400 KiB): with the blob
+    // stores' chunks, an artifact transfer holds at most a mebibyte (docs/security.md).
+    http.max_buf_size(MAX_BUF);
     let connections = TaskTracker::new();
     loop {
         let (io, client, slot) = tokio::select! {
@@ -50,12 +57,14 @@ pub async fn serve(
         };
         let app = app.clone();
         let phase = Phase::new(deadlines);
-        let io = Guarded::new(io, phase.clone(), slot);
+        let transfer = TransferSlot::default();
+        let io = Guarded::new(io, phase.clone(), transfer.clone(), slot);
         let service = hyper::service::service_fn(move |mut request: Request<Incoming>| {
             let answering = phase.answering();
             request
                 .extensions_mut()
                 .insert(ConnectInfo::<SocketAddr>(client));
+            request.extensions_mut().insert(transfer.clone());
             // A router is always ready: no `poll_ready` needed before the call.
             let answer = tower_service::Service::call(&mut app.clone(), request);
             async move {

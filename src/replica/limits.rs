@@ -11,6 +11,10 @@
 //! connection's [`Phase`] when a request arrives and when its answer's body is done, and the
 //! stream's reads see the bytes that start the next head.
 //!
+//! The stream also counts the bytes of the artifact transfer a request runs (an upload's body
+//! read, a download's answer written: [`crate::api::transfer`]) and closes the connection when
+//! the transfer falls under its floor, whether or not hyper is polling the transfer's body.
+//!
 //! Invariants: a connection past a deadline gets an I/O error from its stream, which makes
 //! hyper drop it (the socket closes, its buffers are freed); a request being answered (from
 //! its head to its answer's last body frame) has no read deadline (the handler's own deadline
@@ -27,6 +31,8 @@ use hyper::body::{Body, Frame, SizeHint};
 use parking_lot::Mutex;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep};
+
+use crate::api::transfer::{Direction, TransferSlot};
 
 /// The cap on open connections (`LEASEHOLD_MAX_CONNECTIONS`).
 #[derive(Clone)]
@@ -198,11 +204,12 @@ impl<B: Body> Body for AnswerBody<B> {
     }
 }
 
-/// A connection's stream under its [`Phase`]'s read deadline and the write deadline, holding
-/// its [`Slot`].
+/// A connection's stream under its [`Phase`]'s read deadline, the write deadline and the floor
+/// of the artifact transfer its [`TransferSlot`] holds, if any; holding its [`Slot`].
 pub struct Guarded<S> {
     inner: S,
     phase: Phase,
+    transfer: TransferSlot,
     read_timer: Option<Pin<Box<Sleep>>>,
     /// When the write blocked now must give up; `None` while writes go through.
     write_by: Option<Instant>,
@@ -211,10 +218,11 @@ pub struct Guarded<S> {
 }
 
 impl<S> Guarded<S> {
-    pub fn new(inner: S, phase: Phase, slot: Slot) -> Self {
+    pub fn new(inner: S, phase: Phase, transfer: TransferSlot, slot: Slot) -> Self {
         Self {
             inner,
             phase,
+            transfer,
             read_timer: None,
             write_by: None,
             write_timer: None,
@@ -225,6 +233,24 @@ impl<S> Guarded<S> {
 
 fn timed_out(what: &str) -> io::Error {
     io::Error::new(io::ErrorKind::TimedOut, what.to_owned())
+}
+
+/// The earlier of two deadlines, either of which may be missing.
+fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// The error a connection is closed with when `pace` (its transfer's deadline) has passed, else
+/// the one `other` names.
+fn closing(transfer: &TransferSlot, pace: Option<Instant>, other: &str) -> io::Error {
+    if pace.is_some_and(|p| Instant::now() >= p) {
+        transfer.closing();
+        return timed_out("the transfer moved less than LEASEHOLD_TRANSFER_MIN_BYTES in a window");
+    }
+    timed_out(other)
 }
 
 /// Wake `cx` at `at`: `true` when `at` has passed already.
@@ -250,11 +276,15 @@ impl<S: AsyncWrite + Unpin> Guarded<S> {
     ) -> Poll<io::Result<T>> {
         match polled {
             Poll::Pending => {
-                let at = *self
+                let blocked = *self
                     .write_by
                     .get_or_insert_with(|| Instant::now() + self.phase.deadlines.write);
+                let pace = self.transfer.deadline(Direction::Download);
+                let at = earliest(Some(blocked), pace).unwrap_or(blocked);
                 if arm(&mut self.write_timer, at, cx) {
-                    return Poll::Ready(Err(timed_out(
+                    return Poll::Ready(Err(closing(
+                        &self.transfer,
+                        pace,
                         "the client did not read its answer in time",
                     )));
                 }
@@ -278,22 +308,29 @@ impl<S: AsyncRead + Unpin> AsyncRead for Guarded<S> {
         let this = self.get_mut();
         let before = buf.filled().len();
         match Pin::new(&mut this.inner).poll_read(cx, buf) {
-            Poll::Pending => match this.phase.read_deadline(cx) {
-                Some(at) => {
-                    if arm(&mut this.read_timer, at, cx) {
-                        return Poll::Ready(Err(timed_out(
-                            "no whole request head in time, or idle too long",
-                        )));
+            Poll::Pending => {
+                let pace = this.transfer.deadline(Direction::Upload);
+                match earliest(this.phase.read_deadline(cx), pace) {
+                    Some(at) => {
+                        if arm(&mut this.read_timer, at, cx) {
+                            return Poll::Ready(Err(closing(
+                                &this.transfer,
+                                pace,
+                                "no whole request head in time, or idle too long",
+                            )));
+                        }
+                        Poll::Pending
                     }
-                    Poll::Pending
+                    None => {
+                        this.read_timer = None;
+                        Poll::Pending
+                    }
                 }
-                None => {
-                    this.read_timer = None;
-                    Poll::Pending
-                }
-            },
+            }
             Poll::Ready(Ok(())) if buf.filled().len() > before => {
                 this.phase.read_some();
+                this.transfer
+                    .moved(Direction::Upload, buf.filled().len() - before);
                 Poll::Ready(Ok(()))
             }
             ready => ready,
@@ -309,6 +346,9 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Guarded<S> {
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
         let polled = Pin::new(&mut this.inner).poll_write(cx, buf);
+        if let Poll::Ready(Ok(n)) = polled {
+            this.transfer.moved(Direction::Download, n);
+        }
         this.written(polled, cx)
     }
 
@@ -319,6 +359,9 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Guarded<S> {
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
         let polled = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
+        if let Poll::Ready(Ok(n)) = polled {
+            this.transfer.moved(Direction::Download, n);
+        }
         this.written(polled, cx)
     }
 

@@ -51,6 +51,12 @@ pub struct StateLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DirectionLabel {
+    /// `upload` or `download`.
+    pub direction: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct SqlStateLabel {
     /// A five-character SQLSTATE, or `none` for a failure below SQL (I/O, protocol, pool).
     pub sqlstate: String,
@@ -122,6 +128,10 @@ pub struct Metrics {
     pub claims_from_places: Gauge,
     pub background_failures: Family<TaskLabel, Counter>,
     pub jobs: Family<StateLabel, Gauge>,
+    /// Artifact uploads and downloads moving now (v1.3).
+    pub transfers: Gauge,
+    /// Artifact transfers closed for moving under the floor, by direction.
+    pub transfers_too_slow: Family<DirectionLabel, Counter>,
 }
 
 impl Default for Metrics {
@@ -243,6 +253,18 @@ impl Metrics {
             "Jobs parked and leased in the whole database, from a periodic query.",
             jobs.clone(),
         );
+        let transfers = Gauge::default();
+        r.register(
+            "leasehold_transfers",
+            "Artifact uploads and downloads this replica is moving now.",
+            transfers.clone(),
+        );
+        let transfers_too_slow = Family::<DirectionLabel, Counter>::default();
+        r.register(
+            "leasehold_transfers_too_slow",
+            "Artifact transfers closed for moving fewer than LEASEHOLD_TRANSFER_MIN_BYTES in a window, by direction (upload, download).",
+            transfers_too_slow.clone(),
+        );
         r.register(
             "leasehold_db_errors",
             "Database statement errors by SQLSTATE, process-wide.",
@@ -268,6 +290,8 @@ impl Metrics {
             claims_from_places,
             background_failures,
             jobs,
+            transfers,
+            transfers_too_slow,
         }
     }
 

@@ -207,7 +207,7 @@ pub fn sha(data: &[u8]) -> String {
         .collect()
 }
 
-async fn put(
+pub async fn put(
     runner: &Client,
     job: &wire::LeasedJob,
     path: &str,
@@ -231,7 +231,7 @@ fn channel_body() -> (
     (tx, reqwest::Body::wrap_stream(stream))
 }
 
-async fn rows(database_url: &str, table: &str) -> i64 {
+pub async fn rows(database_url: &str, table: &str) -> i64 {
     connect(database_url)
         .await
         .query_one(&format!("SELECT count(*) FROM {table}"), &[])
@@ -241,7 +241,7 @@ async fn rows(database_url: &str, table: &str) -> i64 {
 }
 
 /// Both stores hold nothing of any upload: no blob, no chunk, (S3) no object.
-async fn nothing_stored(app: &TestApp, bucket: &Option<Bucket>, what: &str) {
+pub async fn nothing_stored(app: &TestApp, bucket: &Option<Bucket>, what: &str) {
     eventually(Duration::from_secs(30), what, || async {
         let blobs = rows(&app.database_url, "artifact_blobs").await;
         let chunks = rows(&app.database_url, "artifact_chunks").await;
@@ -254,6 +254,7 @@ async fn nothing_stored(app: &TestApp, bucket: &Option<Bucket>, what: &str) {
     .await;
 }
 
+/// Each case `$case(backend, test name)` as two tests, `$case::postgres` and `$case::s3`.
 macro_rules! both_stores {
     ($($case:ident),* $(,)?) => {
         $(
@@ -270,6 +271,7 @@ macro_rules! both_stores {
         )*
     };
 }
+pub(crate) use both_stores;
 
 both_stores!(
     upload_list_and_download_whole_and_by_range_from_any_replica,
@@ -277,6 +279,10 @@ both_stores!(
     a_runner_superseded_mid_upload_leaves_nothing,
     an_upload_cut_off_leaves_no_artifact_and_no_bytes,
     deleting_a_job_deletes_its_artifacts,
+    each_attempt_keeps_its_own_artifacts_and_the_newest_is_served,
+    the_list_pages_newest_epoch_first_like_the_job_list,
+    quotas_refuse_past_each_bound_over_every_attempt_and_keep_nothing,
+    concurrent_uploads_of_one_job_never_pass_its_bound_together,
 );
 
 async fn upload_list_and_download_whole_and_by_range_from_any_replica(
@@ -519,39 +525,12 @@ async fn paths_epochs_and_sizes_are_checked_as_the_contract_says(backend: Backen
     // (The head alone, by hand: a client sending the body may see the connection close
     // under it before it reads the answer.)
     let over = bytes(6 * 1024 * 1024 + 1, 1);
-    let mut tcp = tokio::net::TcpStream::connect(app.replicas[0].addr)
-        .await
-        .unwrap();
-    let head = format!(
-        "PUT /v1/runner/jobs/{}/artifacts/big{epoch} HTTP/1.1\r\nhost: x\r\n\
-         authorization: Bearer {token}\r\ncontent-length: {}\r\n\r\n",
-        job.id,
-        over.len()
-    );
-    tcp.write_all(head.as_bytes()).await.unwrap();
-    let mut answer = vec![0u8; 4096];
-    let n = tokio::io::AsyncReadExt::read(&mut tcp, &mut answer)
-        .await
-        .unwrap();
-    let answer = String::from_utf8_lossy(&answer[..n]).into_owned();
+    let answer = head_only_answer(&app, &runner, &job, over.len()).await;
     assert!(
         answer.starts_with("HTTP/1.1 413") && answer.contains("\"too_large\""),
         "{answer}"
     );
-    drop(tcp);
-    let (tx, body) = channel_body();
-    let feed = tokio::spawn(async move {
-        for piece in over.chunks(256 * 1024) {
-            if tx.send(Ok(piece.to_vec())).await.is_err() {
-                return;
-            }
-        }
-    });
-    let err = runner
-        .upload_artifact(job.id, job.epoch, "big", body, None)
-        .await
-        .unwrap_err();
-    let _ = feed.await;
+    let err = put_chunked(&runner, &job, "big", over).await.unwrap_err();
     // The server answers 413 before it has read the whole body; the client may see the
     // answer or the connection closing under it, never a success.
     if let Some(status) = err.status() {
@@ -590,19 +569,7 @@ async fn paths_epochs_and_sizes_are_checked_as_the_contract_says(backend: Backen
     let err = put(&runner, &job, "late", b"x".to_vec()).await.unwrap_err();
     assert_eq!(err.code(), Some("job_terminal"));
     // Nothing of the refused uploads is stored: only the three artifacts' blobs.
-    eventually(
-        Duration::from_secs(30),
-        "only published blobs are left",
-        || async {
-            let blobs = rows(&app.database_url, "artifact_blobs").await;
-            let objects = match &bucket {
-                Some(b) => b.objects().await.len() as i64,
-                None => 3,
-            };
-            (blobs == 3 && objects == 3).then_some(())
-        },
-    )
-    .await;
+    holds_only(&app, &bucket, 3, (1 + 6 * MIB + 5) as i64).await;
 }
 
 /// A PUT sent by hand over one connection: the status and the body.
@@ -718,6 +685,524 @@ async fn an_upload_cut_off_leaves_no_artifact_and_no_bytes(backend: Backend, tes
         .unwrap();
 }
 
+/// `GET` of a job's artifacts (one page, as the API answers it): the status and the JSON.
+async fn list_answer(
+    app: &TestApp,
+    alice: &Client,
+    job: Uuid,
+    query: &str,
+) -> (u16, serde_json::Value) {
+    let r = reqwest::Client::new()
+        .get(format!("{}/v1/jobs/{job}/artifacts{query}", app.url(0)))
+        .bearer_auth(alice.token().unwrap())
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    (status, r.json().await.unwrap())
+}
+
+/// A page of a job's artifacts, as JSON.
+async fn list_json(app: &TestApp, alice: &Client, job: Uuid, query: &str) -> serde_json::Value {
+    let (status, body) = list_answer(app, alice, job, query).await;
+    assert_eq!(status, 200, "{query}: {body}");
+    body
+}
+
+/// The body (or the error code) of `GET .../artifacts/{path}{query}`.
+async fn fetch(app: &TestApp, alice: &Client, job: Uuid, path_query: &str) -> (u16, String) {
+    let r = reqwest::Client::new()
+        .get(format!(
+            "{}/v1/jobs/{job}/artifacts/{path_query}",
+            app.url(0)
+        ))
+        .bearer_auth(alice.token().unwrap())
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    let text = r.text().await.unwrap();
+    if status >= 400 {
+        let body: serde_json::Value = serde_json::from_str(&text).unwrap();
+        return (status, body["error"]["code"].as_str().unwrap().to_owned());
+    }
+    (status, text)
+}
+
+/// v1.3 "Artifacts per attempt": after a retry the next attempt uploads the same paths as its
+/// own files; `409 artifact_exists` holds within one epoch only; the list names each file's
+/// epoch, newest epoch first, then by path; a download serves the newest epoch's file of a
+/// path, `?epoch=N` an older one.
+async fn each_attempt_keeps_its_own_artifacts_and_the_newest_is_served(
+    backend: Backend,
+    test: &str,
+) {
+    let Some((app, _bucket)) = app(test, backend, 1, |_| {}).await else {
+        return;
+    };
+    let (alice, runner, first) = leased_job(&app).await;
+    put(&runner, &first, "out.txt", b"one".to_vec())
+        .await
+        .unwrap();
+    put(&runner, &first, "first-only.txt", b"only in 1".to_vec())
+        .await
+        .unwrap();
+    // A retry supersedes the lease (epoch + 1) and parks the job; the next lease is the next
+    // attempt, at a later epoch still.
+    alice.retry_job(first.id, None).await.unwrap();
+    let second = lease(&runner, 5_000, 1).await.remove(0);
+    assert_eq!(second.id, first.id);
+    assert!(second.epoch > first.epoch);
+    let up = put(&runner, &second, "out.txt", b"two".to_vec())
+        .await
+        .expect("attempt 2 uploads its own out.txt");
+    assert_eq!(up.sha256, sha(b"two"));
+    put(&runner, &second, "b.txt", b"b".to_vec()).await.unwrap();
+    // Within one epoch a path is still taken.
+    let err = put(&runner, &second, "out.txt", b"again".to_vec())
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (err.status().map(|s| s.as_u16()), err.code()),
+        (Some(409), Some("artifact_exists"))
+    );
+    // The superseded attempt uploads nothing more.
+    let err = put(&runner, &first, "late.txt", b"x".to_vec())
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some("lease_superseded"));
+
+    // Newest epoch first, then by path; each with its epoch.
+    let seen = listed(&list_json(&app, &alice, first.id, "").await);
+    let (e1, e2) = (first.epoch, second.epoch);
+    assert_eq!(
+        seen,
+        [
+            (e2, "b.txt".to_owned(), sha(b"b")),
+            (e2, "out.txt".to_owned(), sha(b"two")),
+            (e1, "first-only.txt".to_owned(), sha(b"only in 1")),
+            (e1, "out.txt".to_owned(), sha(b"one")),
+        ]
+    );
+    // The newest epoch's file of a path, an older one by ?epoch=N; a path only an older
+    // attempt uploaded is served from it.
+    let job = first.id;
+    for (asked, want) in [
+        ("out.txt".to_owned(), (200, "two")),
+        (format!("out.txt?epoch={e1}"), (200, "one")),
+        (format!("out.txt?epoch={e2}"), (200, "two")),
+        ("first-only.txt".to_owned(), (200, "only in 1")),
+        (format!("first-only.txt?epoch={e2}"), (404, "not_found")),
+        ("out.txt?epoch=x".to_owned(), (400, "bad_request")),
+    ] {
+        let got = fetch(&app, &alice, job, &asked).await;
+        assert_eq!((got.0, got.1.as_str()), want, "{asked}");
+    }
+    // The ETag and a Range follow the epoch asked for.
+    let r = reqwest::Client::new()
+        .get(format!(
+            "{}/v1/jobs/{job}/artifacts/out.txt?epoch={e1}",
+            app.url(0)
+        ))
+        .bearer_auth(alice.token().unwrap())
+        .header("range", "bytes=1-")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 206);
+    assert_eq!(
+        r.headers()["etag"].to_str().unwrap(),
+        format!("\"{}\"", sha(b"one"))
+    );
+    assert_eq!(r.text().await.unwrap(), "ne");
+}
+
+/// `(epoch, path, sha256)` of each listed artifact of a page.
+fn listed(page: &serde_json::Value) -> Vec<(i64, String, String)> {
+    page["artifacts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| {
+            (
+                a["epoch"].as_i64().unwrap_or(-1),
+                a["path"].as_str().unwrap().to_owned(),
+                a["sha256"].as_str().unwrap_or("").to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// `(epoch, path)` of each listed artifact of a page.
+fn epochs_and_paths(page: &serde_json::Value) -> Vec<(i64, String)> {
+    listed(page).into_iter().map(|(e, p, _)| (e, p)).collect()
+}
+
+/// v1.3: the list pages like `GET /v1/jobs` (`limit` 1..1000, default 100; `after` the `next`
+/// of the last page, set when the page is full) in its order, newest epoch first then by
+/// path; the client and MCP's `list_artifacts` follow it.
+async fn the_list_pages_newest_epoch_first_like_the_job_list(backend: Backend, test: &str) {
+    let Some((app, _bucket)) = app(test, backend, 1, |_| {}).await else {
+        return;
+    };
+    let (alice, runner, first) = leased_job(&app).await;
+    // 101 files at the first epoch, two at the next.
+    let names: Vec<String> = (0..=100).map(|i| format!("f{i:03}")).collect();
+    futures_util::stream::iter(names.iter())
+        .for_each_concurrent(8, |name| {
+            let (runner, first) = (&runner, &first);
+            async move {
+                put(runner, first, name, name.as_bytes().to_vec())
+                    .await
+                    .unwrap();
+            }
+        })
+        .await;
+    alice.retry_job(first.id, None).await.unwrap();
+    let second = lease(&runner, 5_000, 1).await.remove(0);
+    for name in ["f000", "d/zz"] {
+        put(&runner, &second, name, b"2".to_vec()).await.unwrap();
+    }
+    let mut all = vec![
+        (second.epoch, "d/zz".to_owned()),
+        (second.epoch, "f000".to_owned()),
+    ];
+    all.extend(names.iter().map(|n| (first.epoch, n.clone())));
+    let job = first.id;
+
+    // The default page: 100, with `next`; after it the rest, and `next` null.
+    let page = list_json(&app, &alice, job, "").await;
+    assert_eq!(epochs_and_paths(&page), all[..100]);
+    let next = page["next"]
+        .as_str()
+        .expect("a full page has next")
+        .to_owned();
+    let page = list_json(&app, &alice, job, &format!("?after={next}")).await;
+    assert_eq!(epochs_and_paths(&page), all[100..]);
+    assert!(page["next"].is_null(), "{page}");
+    // Small pages walk the same order; a page that ends exactly at the end is full (next
+    // set) and the one after it is empty.
+    for limit in [2, 7, 103] {
+        let (mut seen, mut after) = (Vec::new(), String::new());
+        loop {
+            let page = list_json(&app, &alice, job, &format!("?limit={limit}{after}")).await;
+            let got = epochs_and_paths(&page);
+            assert!(got.len() <= limit);
+            seen.extend(got.iter().cloned());
+            match page["next"].as_str() {
+                Some(n) => {
+                    assert_eq!(got.len(), limit, "next only on a full page");
+                    after = format!("&after={}", urlencoding(n));
+                }
+                None => break,
+            }
+        }
+        assert_eq!(seen, all, "limit {limit}");
+    }
+    // Bounds: the contract's error for anything outside them.
+    for bad in [
+        "limit=0",
+        "limit=1001",
+        "limit=x",
+        "after=nonsense",
+        "after=1",
+    ] {
+        let (status, body) = list_answer(&app, &alice, job, &format!("?{bad}")).await;
+        assert_eq!(
+            (status, body["error"]["code"].as_str()),
+            (400, Some("bad_request")),
+            "{bad}: {body}"
+        );
+        let field = bad.split('=').next().unwrap();
+        assert!(
+            body["error"]["message"].as_str().unwrap().contains(field),
+            "{bad}: {body}"
+        );
+    }
+    let page = list_json(&app, &alice, job, "?limit=1000").await;
+    assert_eq!(epochs_and_paths(&page), all);
+    assert!(page["next"].is_null());
+
+    // The client follows the pages.
+    let listed = alice.artifacts(job).await.unwrap();
+    let got: Vec<(i64, String)> = listed.iter().map(|a| (a.epoch, a.path.clone())).collect();
+    assert_eq!(got, all);
+    // MCP's list_artifacts takes limit and after.
+    let key = alice.token().unwrap();
+    let call = |args: serde_json::Value| {
+        serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                           "params": {"name": "list_artifacts", "arguments": args}})
+    };
+    let body: serde_json::Value = crate::mcp::rpc(
+        &app.url(0),
+        key,
+        call(serde_json::json!({"id": job, "limit": 2})),
+    )
+    .await
+    .json()
+    .await
+    .unwrap();
+    let page = &body["result"]["structuredContent"];
+    assert_eq!(epochs_and_paths(page), all[..2], "{body}");
+    let next = page["next"].as_str().unwrap().to_owned();
+    let body: serde_json::Value = crate::mcp::rpc(
+        &app.url(0),
+        key,
+        call(serde_json::json!({"id": job, "limit": 2, "after": next})),
+    )
+    .await
+    .json()
+    .await
+    .unwrap();
+    assert_eq!(
+        epochs_and_paths(&body["result"]["structuredContent"]),
+        all[2..4],
+        "{body}"
+    );
+}
+
+/// `s` percent-encoded for a query string.
+fn urlencoding(s: &str) -> String {
+    form_urlencoded::byte_serialize(s.as_bytes()).collect()
+}
+
+const MIB: usize = 1024 * 1024;
+
+/// `(status, code)` of an upload's answer: `(0, "")` when the connection closed under it (a
+/// refused chunked upload may see that instead of its answer).
+fn refusal<T: std::fmt::Debug>(r: leasehold::client::Result<T>) -> (u16, String) {
+    let err = r.unwrap_err();
+    (
+        err.status().map_or(0, |s| s.as_u16()),
+        err.code().unwrap_or("").to_owned(),
+    )
+}
+
+/// A chunked upload of `data` in 64 KiB pieces, fed as the server reads them.
+async fn put_chunked(
+    runner: &Client,
+    job: &wire::LeasedJob,
+    path: &str,
+    data: Vec<u8>,
+) -> leasehold::client::Result<wire::ArtifactUploaded> {
+    let (tx, body) = channel_body();
+    let feed = tokio::spawn(async move {
+        for piece in data.chunks(64 * 1024) {
+            if tx.send(Ok(piece.to_vec())).await.is_err() {
+                return;
+            }
+        }
+    });
+    let answer = runner
+        .upload_artifact(job.id, job.epoch, path, body, None)
+        .await;
+    let _ = feed.await;
+    answer
+}
+
+/// The answer to the head of an upload declaring `length` bytes, sent alone: a refusal comes
+/// before any byte of the body.
+async fn head_only_answer(
+    app: &TestApp,
+    runner: &Client,
+    job: &wire::LeasedJob,
+    length: usize,
+) -> String {
+    let mut tcp = tokio::net::TcpStream::connect(app.replicas[0].addr)
+        .await
+        .unwrap();
+    let head = format!(
+        "PUT /v1/runner/jobs/{}/artifacts/declared?epoch={} HTTP/1.1\r\nhost: x\r\n\
+         authorization: Bearer {}\r\ncontent-length: {length}\r\n\r\n",
+        job.id,
+        job.epoch,
+        runner.token().unwrap()
+    );
+    tcp.write_all(head.as_bytes()).await.unwrap();
+    let mut answer = vec![0u8; 4096];
+    let n = tokio::io::AsyncReadExt::read(&mut tcp, &mut answer)
+        .await
+        .unwrap();
+    String::from_utf8_lossy(&answer[..n]).into_owned()
+}
+
+/// Blobs (stored or being stored) and, for S3, objects: what the stores hold.
+async fn stored(app: &TestApp, bucket: &Option<Bucket>) -> (i64, usize) {
+    let blobs = rows(&app.database_url, "artifact_blobs").await;
+    let objects = match bucket {
+        Some(b) => b.objects().await.len(),
+        None => 0,
+    };
+    (blobs, objects)
+}
+
+/// Wait until the stores hold exactly `files` published files (and nothing of any other
+/// upload), `bytes` bytes in all.
+async fn holds_only(app: &TestApp, bucket: &Option<Bucket>, files: i64, bytes: i64) {
+    eventually(
+        Duration::from_secs(30),
+        "only published files are stored",
+        || async {
+            let (blobs, objects) = stored(app, bucket).await;
+            let row = connect(&app.database_url)
+                .await
+                .query_one(
+                    "SELECT count(*), COALESCE(sum(size), 0)::bigint, \
+                            COALESCE(sum(ceil(size::numeric / chunk_size)), 0)::bigint \
+                       FROM artifacts",
+                    &[],
+                )
+                .await
+                .unwrap();
+            let (published, total, chunks): (i64, i64, i64) = (row.get(0), row.get(1), row.get(2));
+            // In a bucket, one object per chunk of each published file and no other.
+            let objects_ok = bucket.is_none() || objects as i64 == chunks;
+            (blobs == files && published == files && total == bytes && objects_ok).then_some(())
+        },
+    )
+    .await;
+}
+
+/// v1.3 "Artifact bounds": files and bytes per job over all its attempts, bytes per workspace;
+/// past one, `413 quota_exceeded`, before anything is stored when the length is declared and as
+/// soon as the bound is crossed when it is not, and nothing of the refused upload is kept.
+async fn quotas_refuse_past_each_bound_over_every_attempt_and_keep_nothing(
+    backend: Backend,
+    test: &str,
+) {
+    let Some((app, bucket)) = app(test, backend, 1, |c| {
+        c.artifact_max_files = 4;
+        c.artifact_job_max_bytes = 3 * MIB as u64;
+        c.artifact_workspace_max_bytes = Some(5 * MIB as u64);
+    })
+    .await
+    else {
+        return;
+    };
+    let (alice, runner, job) = leased_job(&app).await;
+    put(&runner, &job, "a", bytes(MIB, 1)).await.unwrap();
+    put_chunked(&runner, &job, "b", bytes(MIB, 2))
+        .await
+        .unwrap();
+    // Declared past the job's bytes: refused from the head alone.
+    let answer = head_only_answer(&app, &runner, &job, MIB + MIB / 2).await;
+    assert!(
+        answer.starts_with("HTTP/1.1 413") && answer.contains("\"quota_exceeded\""),
+        "{answer}"
+    );
+    assert!(
+        answer.contains("LEASEHOLD_ARTIFACT_JOB_MAX_BYTES"),
+        "{answer}"
+    );
+    assert_eq!(stored(&app, &bucket).await.0, 2, "nothing of it was stored");
+    // Chunked past it: refused once the bound is crossed, and what it sent is removed.
+    assert_eq!(
+        refusal(put_chunked(&runner, &job, "c", bytes(MIB + MIB / 2, 3)).await),
+        (413, "quota_exceeded".into())
+    );
+    holds_only(&app, &bucket, 2, 2 * MIB as i64).await;
+    // Up to the bound exactly is fine; then only empty files, up to the file count.
+    put_chunked(&runner, &job, "c", bytes(MIB, 3))
+        .await
+        .unwrap();
+    assert_eq!(
+        refusal(put(&runner, &job, "d", vec![0]).await),
+        (413, "quota_exceeded".into())
+    );
+    put(&runner, &job, "d", Vec::new()).await.unwrap();
+    let err = put(&runner, &job, "e", Vec::new()).await.unwrap_err();
+    assert_eq!(err.code(), Some("quota_exceeded"));
+    assert!(
+        err.to_string().contains("LEASEHOLD_ARTIFACT_MAX_FILES"),
+        "{err}"
+    );
+    // Over all its attempts: the next attempt has no room either.
+    alice.retry_job(job.id, None).await.unwrap();
+    let second = lease(&runner, 5_000, 1).await.remove(0);
+    assert_eq!(
+        refusal(put(&runner, &second, "a", Vec::new()).await),
+        (413, "quota_exceeded".into())
+    );
+    holds_only(&app, &bucket, 4, 3 * MIB as i64).await;
+
+    // The workspace's bytes: another job of it has 2 MiB left, whatever its own bound.
+    let job2 = dispatch(&alice, personal(), serde_json::json!({"argv": ["true"]})).await;
+    let other = lease(&runner, 5_000, 1).await.remove(0);
+    assert_eq!(other.id, job2.id);
+    assert_eq!(
+        refusal(put_chunked(&runner, &other, "x", bytes(2 * MIB + 1, 4)).await),
+        (413, "quota_exceeded".into())
+    );
+    let err = put(&runner, &other, "x", bytes(2 * MIB + 1, 4))
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("LEASEHOLD_ARTIFACT_WORKSPACE_MAX_BYTES"),
+        "{err}"
+    );
+    put(&runner, &other, "x", bytes(2 * MIB, 4)).await.unwrap();
+    holds_only(&app, &bucket, 5, 5 * MIB as i64).await;
+    // Another workspace is not bound by this one's bytes.
+    let bob = app.operator("beta", "bob", false).await;
+    let (_, bobs_runner) = pair(&bob, wire::Tier::Personal, &["linux"], 1).await;
+    dispatch(&bob, personal(), serde_json::json!({"argv": ["true"]})).await;
+    let bobs = lease(&bobs_runner, 5_000, 1).await.remove(0);
+    put(&bobs_runner, &bobs, "y", bytes(MIB, 5)).await.unwrap();
+    // Deleting a job gives its room back.
+    runner
+        .complete(other.id, other.epoch, serde_json::json!({"exit_code": 0}))
+        .await
+        .unwrap();
+    connect(&app.database_url)
+        .await
+        .execute("DELETE FROM jobs WHERE id = $1", &[&other.id])
+        .await
+        .unwrap();
+    let job3 = dispatch(&alice, personal(), serde_json::json!({"argv": ["true"]})).await;
+    let third = lease(&runner, 5_000, 1).await.remove(0);
+    assert_eq!(third.id, job3.id);
+    put(&runner, &third, "z", bytes(2 * MIB, 6)).await.unwrap();
+}
+
+/// Concurrent chunked uploads of one job (through two replicas) together never hold more than
+/// its bound: the room is reserved in the database before bytes are stored, not checked and
+/// then written.
+async fn concurrent_uploads_of_one_job_never_pass_its_bound_together(backend: Backend, test: &str) {
+    let Some((app, bucket)) = app(test, backend, 2, |c| {
+        c.artifact_job_max_bytes = 4 * MIB as u64;
+    })
+    .await
+    else {
+        return;
+    };
+    let (_alice, runner, job) = leased_job(&app).await;
+    let other = Client::new(app.url(1), runner.token().map(str::to_owned));
+    let uploads = (0..8).map(|i| {
+        let client = if i % 2 == 0 {
+            runner.clone()
+        } else {
+            other.clone()
+        };
+        let job = job.clone();
+        async move { put_chunked(&client, &job, &format!("part{i}"), bytes(MIB, i as u8)).await }
+    });
+    let answers = futures_util::future::join_all(uploads).await;
+    let ok = answers.iter().filter(|a| a.is_ok()).count();
+    for a in answers.iter().filter_map(|a| a.as_ref().err()) {
+        // A refusal, or the connection closing under a refused chunked upload.
+        assert!(
+            a.code() == Some("quota_exceeded") || a.status().is_none(),
+            "{a:?}"
+        );
+    }
+    assert!(
+        (1..=4).contains(&ok),
+        "{ok} of 8 uploads of 1 MiB fit a 4 MiB bound"
+    );
+    holds_only(&app, &bucket, ok as i64, (ok * MIB) as i64).await;
+}
+
 async fn deleting_a_job_deletes_its_artifacts(backend: Backend, test: &str) {
     let Some((app, bucket)) = app(test, backend, 1, |_| {}).await else {
         return;
@@ -727,10 +1212,15 @@ async fn deleting_a_job_deletes_its_artifacts(backend: Backend, test: &str) {
         .await
         .unwrap();
     put(&runner, &job, "b/c.txt", b"c".to_vec()).await.unwrap();
+    // In chunks: 3 MiB is 12 of 256 KiB, and the 1-byte file one.
+    let chunks = (3 * 1024 * 1024usize).div_ceil(leasehold::store::artifacts::chunks::CHUNK) + 1;
     if let Some(b) = &bucket {
-        assert_eq!(b.objects().await.len(), 2);
+        assert_eq!(b.objects().await.len(), chunks);
     } else {
-        assert!(rows(&app.database_url, "artifact_chunks").await >= 3);
+        assert_eq!(
+            rows(&app.database_url, "artifact_chunks").await,
+            chunks as i64
+        );
     }
     runner
         .complete(job.id, job.epoch, serde_json::json!({"exit_code": 0}))
@@ -769,7 +1259,7 @@ async fn a_dead_replicas_partial_upload_is_swept() {
     let (stale, live) = (Uuid::now_v7(), Uuid::now_v7());
     for blob in [stale, live] {
         db.execute(
-            "INSERT INTO artifact_blobs (id, job_id, store) VALUES ($1, $2, 'pg')",
+            "INSERT INTO artifact_blobs (id, job_id, workspace, store) VALUES ($1, $2, 'acme', 'pg')",
             &[&blob, &job.id],
         )
         .await
@@ -908,7 +1398,7 @@ async fn concurrent_large_transfers_keep_a_replica_small() {
     );
 }
 
-fn rss_kib(pid: u32) -> u64 {
+pub fn rss_kib(pid: u32) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|s| {
@@ -1023,9 +1513,69 @@ async fn the_runner_uploads_matches_and_never_follows_a_link() {
     }
 }
 
+/// The reference runner stops uploading a job's artifacts at the first `quota_exceeded`: the
+/// bound is the job's (or its workspace's), so the files after it would be refused too. The
+/// refused file is reported `failed` with the code, and nothing after it is tried.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_runner_stops_uploading_at_the_first_quota_exceeded() {
+    let app = TestApp::spawn_with(1, |c| c.artifact_max_files = 2).await;
+    let rig = crate::procs::RunnerRig::new(app, "artifacts-quota").await;
+    let (_config, _runner) = rig.start_runner(&[], &["--unconfined"]).await;
+    let out = rig
+        .submit_wait(&[
+            "--artifact",
+            "out/*",
+            "--",
+            "sh",
+            "-c",
+            "mkdir out && for f in 1 2 3 4 5 6; do echo $f > out/$f; done",
+        ])
+        .await;
+    assert_eq!(out.code, Some(0), "{out:?}");
+    let id = rig.alice.jobs(None, None, None).await.unwrap().jobs[0].id;
+    assert_eq!(rig.alice.artifacts(id).await.unwrap().len(), 2);
+    let events = rig.alice.events(id, 0, 0).await.unwrap().events;
+    let outcomes: Vec<(String, Option<String>)> = events
+        .iter()
+        .filter(|e| e.kind == "artifact")
+        .map(|e| {
+            (
+                e.data["state"].as_str().unwrap_or("").to_owned(),
+                e.data["code"].as_str().map(str::to_owned),
+            )
+        })
+        .collect();
+    assert_eq!(
+        outcomes,
+        [
+            ("uploaded".to_owned(), None),
+            ("uploaded".to_owned(), None),
+            ("failed".to_owned(), Some("quota_exceeded".to_owned())),
+        ],
+        "{events:?}"
+    );
+}
+
+/// `leasehold job artifacts ID ARGS...` as alice.
+async fn job_artifacts(
+    rig: &crate::procs::RunnerRig,
+    id: &str,
+    args: &[&str],
+) -> crate::procs::Output {
+    let all = [&["job", "artifacts", id], args].concat();
+    crate::procs::cli(&rig.url(), &rig.key, &all, crate::procs::LONG).await
+}
+
+/// `job artifacts ID --json ARGS...`, parsed.
+async fn job_artifacts_json(rig: &crate::procs::RunnerRig, id: &str) -> serde_json::Value {
+    let out = job_artifacts(rig, id, &["--json"]).await;
+    serde_json::from_str(&out.stdout).unwrap_or_else(|_| panic!("{out:?}"))
+}
+
 /// The CLI: `job submit --artifact GLOB` (repeatable) reaches the runner, `job artifacts ID`
 /// lists (table and `--json`), and `--download DIR [PATH...]` writes the files, sha256
-/// checked.
+/// checked; after a retry it lists both attempts' files, downloads the newest, and `--epoch N`
+/// the attempt asked for.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cli_submits_globs_lists_and_downloads() {
     use crate::procs::{cli, LONG};
@@ -1048,31 +1598,22 @@ async fn the_cli_submits_globs_lists_and_downloads() {
     let listed = cli(&rig.url(), &rig.key, &["job", "list", "--json"], LONG).await;
     let jobs: serde_json::Value = serde_json::from_str(&listed.stdout).unwrap();
     let id = jobs["jobs"][0]["id"].as_str().unwrap().to_owned();
-    let table = cli(&rig.url(), &rig.key, &["job", "artifacts", &id], LONG).await;
+    let table = job_artifacts(&rig, &id, &[]).await;
     assert_eq!(table.code, Some(0), "{table:?}");
-    assert!(table.stdout.starts_with("PATH"), "{}", table.stdout);
+    let header = table.stdout.lines().next().unwrap_or("");
+    assert!(
+        header.starts_with("PATH") && header.contains("EPOCH"),
+        "{}",
+        table.stdout
+    );
     for p in ["big.bin", "out/a.txt", "out/b.txt"] {
         assert!(table.stdout.contains(p), "{}", table.stdout);
     }
     assert!(!table.stdout.contains("c.log"));
-    let json = cli(
-        &rig.url(),
-        &rig.key,
-        &["job", "artifacts", &id, "--json"],
-        LONG,
-    )
-    .await;
-    let json: serde_json::Value =
-        serde_json::from_str(&json.stdout).unwrap_or_else(|_| panic!("{json:?}"));
+    let json = job_artifacts_json(&rig, &id).await;
     let sha_big = json["artifacts"][0]["sha256"].as_str().unwrap().to_owned();
     let dir = rig.dir.join("down");
-    let got = cli(
-        &rig.url(),
-        &rig.key,
-        &["job", "artifacts", &id, "--download", dir.to_str().unwrap()],
-        LONG,
-    )
-    .await;
+    let got = job_artifacts(&rig, &id, &["--download", dir.to_str().unwrap()]).await;
     assert_eq!(got.code, Some(0), "{got:?}");
     assert_eq!(
         std::fs::read_to_string(dir.join("out/a.txt")).unwrap(),
@@ -1081,35 +1622,71 @@ async fn the_cli_submits_globs_lists_and_downloads() {
     assert_eq!(sha(&std::fs::read(dir.join("big.bin")).unwrap()), sha_big);
     // Only the paths named; an unknown one fails.
     let one = rig.dir.join("one");
-    let got = cli(
-        &rig.url(),
-        &rig.key,
-        &[
-            "job",
-            "artifacts",
-            &id,
-            "--download",
-            one.to_str().unwrap(),
-            "out/b.txt",
-        ],
-        LONG,
+    let got = job_artifacts(
+        &rig,
+        &id,
+        &["--download", one.to_str().unwrap(), "out/b.txt"],
     )
     .await;
     assert_eq!(got.code, Some(0), "{got:?}");
     assert!(one.join("out/b.txt").exists() && !one.join("big.bin").exists());
-    let bad = cli(
-        &rig.url(),
-        &rig.key,
-        &[
-            "job",
-            "artifacts",
-            &id,
-            "--download",
-            one.to_str().unwrap(),
-            "nope",
-        ],
-        LONG,
+    let bad = job_artifacts(&rig, &id, &["--download", one.to_str().unwrap(), "nope"]).await;
+    assert_ne!(bad.code, Some(0));
+
+    // Run again (v1.3): the new attempt uploads its own big.bin (other random bytes).
+    let first_epoch = json["artifacts"][0]["epoch"].as_i64().unwrap();
+    let job_id: Uuid = id.parse().unwrap();
+    let again = cli(&rig.url(), &rig.key, &["job", "retry", &id], LONG).await;
+    assert_eq!(again.code, Some(0), "{again:?}");
+    eventually(
+        Duration::from_secs(90),
+        "the retried job completes",
+        || async {
+            let j = rig.alice.wait_job(job_id, 5_000).await.ok()?;
+            (j.state == "completed" && j.epoch > first_epoch).then_some(())
+        },
     )
     .await;
-    assert_ne!(bad.code, Some(0));
+    let json = job_artifacts_json(&rig, &id).await;
+    let bigs: Vec<(i64, &str)> = json["artifacts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| a["path"] == "big.bin")
+        .map(|a| (a["epoch"].as_i64().unwrap(), a["sha256"].as_str().unwrap()))
+        .collect();
+    assert_eq!(bigs.len(), 2, "{json}");
+    assert!(bigs[0].0 > bigs[1].0, "newest epoch first: {bigs:?}");
+    assert_eq!(bigs[1], (first_epoch, sha_big.as_str()));
+    let table = job_artifacts(&rig, &id, &[]).await;
+    assert_eq!(
+        table.stdout.matches("big.bin").count(),
+        2,
+        "{}",
+        table.stdout
+    );
+    // The newest by default; --epoch N the attempt asked for.
+    let newest = rig.dir.join("newest");
+    let got = job_artifacts(&rig, &id, &["--download", newest.to_str().unwrap()]).await;
+    assert_eq!(got.code, Some(0), "{got:?}");
+    assert_eq!(
+        sha(&std::fs::read(newest.join("big.bin")).unwrap()),
+        bigs[0].1
+    );
+    let older = rig.dir.join("older");
+    let first = first_epoch.to_string();
+    let got = job_artifacts(
+        &rig,
+        &id,
+        &[
+            "--epoch",
+            &first,
+            "--download",
+            older.to_str().unwrap(),
+            "big.bin",
+        ],
+    )
+    .await;
+    assert_eq!(got.code, Some(0), "{got:?}");
+    assert_eq!(sha(&std::fs::read(older.join("big.bin")).unwrap()), sha_big);
 }

@@ -51,6 +51,7 @@ mod sources;
 mod tenancy;
 mod tls;
 mod traces;
+mod transfers;
 mod transport;
 mod trust;
 mod vendor;

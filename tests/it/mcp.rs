@@ -344,7 +344,7 @@ async fn the_mcp_inspector_cli_lists_the_thirteen_tools_and_calls_one() {
 
 /// One JSON-RPC request to `/mcp` as a client without an SDK sends it: no session, a protocol
 /// version header, both media types accepted.
-async fn rpc(url: &str, key: &str, body: Value) -> reqwest::Response {
+pub async fn rpc(url: &str, key: &str, body: Value) -> reqwest::Response {
     reqwest::Client::new()
         .post(format!("{url}/mcp"))
         .bearer_auth(key)

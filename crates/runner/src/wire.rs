@@ -813,13 +813,18 @@ pub struct ArtifactUploaded {
 #[derive(utoipa::ToSchema, Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Artifact {
     pub path: String,
+    /// The epoch of the attempt that uploaded it (v1.3).
+    pub epoch: i64,
     pub size: i64,
     pub sha256: String,
     pub created_at: DateTime<Utc>,
 }
 
-/// `GET /v1/jobs/{id}/artifacts`: by path.
+/// `GET /v1/jobs/{id}/artifacts`: a page, newest epoch first, then by path (v1.3).
 #[derive(utoipa::ToSchema, Debug, Clone, Serialize, Deserialize)]
 pub struct ArtifactList {
     pub artifacts: Vec<Artifact>,
+    /// Set when the page is full: the next page's `after`.
+    #[serde(default)]
+    pub next: Option<String>,
 }

@@ -78,7 +78,7 @@ fn specs() -> Vec<Spec> {
                 "Run a job again (POST /v1/jobs/{id}/retry): a settled job is parked again, a leased one is superseded (its runner is told to stop); same id, epoch + 1.")
         },
         spec("list_artifacts", Method::GET, "/v1/jobs/{id}/artifacts", Read,
-            "List the files a job's runner uploaded (GET /v1/jobs/{id}/artifacts): path, size, sha256."),
+            "List the files a job's runners uploaded (GET /v1/jobs/{id}/artifacts): path, epoch (the attempt), size, sha256; newest attempt first, a page at a time (`limit`, and `after` the previous answer's `next`)."),
         Spec {
             shape: Some(repo_targets),
             ..spec("list_repo_targets", Method::GET, "/v1/workspace/runners", Read,

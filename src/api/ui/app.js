@@ -355,7 +355,7 @@ async function renderJob(id) {
   renderLog(events);
   renderTimeline(job, events);
   renderEvents(events);
-  renderArtifacts(id, artifacts.artifacts);
+  renderArtifacts(id, artifacts);
 }
 
 // The log as text: each lease's standard output and error, lines in the order they were
@@ -467,24 +467,31 @@ function renderEvents(events) {
   $("events").replaceChildren(...list);
 }
 
-// A job's artifacts, each a download link. The API needs the key in a header, so a click
-// fetches the bytes and hands them to the browser as a file.
-function renderArtifacts(id, artifacts) {
-  const items = artifacts.map((a) => {
+// A job's artifacts (newest attempt first), each a download link to its attempt's file. The
+// API needs the key in a header, so a click fetches the bytes and hands them to the browser as
+// a file.
+function renderArtifacts(id, page) {
+  const items = page.artifacts.map((a) => {
     const li = el("li");
     const link = el("a", a.path);
-    const epoch = Number.isInteger(a.epoch) ? "?epoch=" + a.epoch : "";
-    link.href = "/v1/jobs/" + id + "/artifacts/" + a.path + epoch;
+    link.href = "/v1/jobs/" + id + "/artifacts/" + a.path + "?epoch=" + a.epoch;
     link.dataset.path = a.path;
+    link.dataset.epoch = a.epoch;
     link.addEventListener("click", (ev) => {
       ev.preventDefault();
       download(link.href, a.path.split("/").pop()).catch(fail);
     });
-    li.append(link, el("span", size(a.size), "sub"));
-    if (Number.isInteger(a.epoch)) li.append(el("span", "epoch " + a.epoch, "sub"));
+    li.append(
+      link,
+      el("span", "epoch " + a.epoch, "sub"),
+      el("span", size(a.size), "sub"),
+      el("code", a.sha256.slice(0, 12), "sub"),
+    );
     return li;
   });
   if (items.length === 0) items.push(el("li", "none", "sub"));
+  // The first page (100); the rest with `leasehold job artifacts ID`.
+  if (page.next) items.push(el("li", "… more: leasehold job artifacts " + id, "sub"));
   $("artifacts").replaceChildren(...items);
 }
 

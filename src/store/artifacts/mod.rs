@@ -8,9 +8,10 @@
 //! held at the upload's epoch, checked in the statement that publishes it
 //! (`artifact_publish.sql`). Every blob hangs off its job (`ON DELETE CASCADE`), so deleting a
 //! job deletes its artifacts in both stores: an S3 blob's key goes to `artifact_garbage` by
-//! trigger and [`Store::collect_artifact_garbage`] removes the object. A blob that never
+//! trigger and [`Store::collect_artifact_garbage`] removes its objects. A blob that never
 //! completes is deleted by the replica that wrote it, or by the stale-upload sweep.
 
+pub mod chunks;
 pub mod pg;
 pub mod s3;
 
@@ -88,6 +89,8 @@ pub struct StoredBlob {
 #[derive(Debug, Clone)]
 pub struct ArtifactInfo {
     pub path: String,
+    /// The epoch it was uploaded at (v1.3: each attempt has its own files).
+    pub epoch: i64,
     pub size: i64,
     pub sha256: String,
     pub created_at: DateTime<Utc>,
@@ -96,6 +99,7 @@ pub struct ArtifactInfo {
 /// An artifact with where its bytes are.
 #[derive(Debug, Clone)]
 pub struct StoredArtifact {
+    pub epoch: i64,
     pub sha256: String,
     pub created_at: DateTime<Utc>,
     pub blob: StoredBlob,
@@ -108,6 +112,40 @@ pub enum Published {
     Visible(DateTime<Utc>),
     /// Another upload of the same path was published first.
     Taken,
+}
+
+/// The artifact bounds (v1.3): per job over all its attempts, and per workspace.
+#[derive(Debug, Clone, Copy)]
+pub struct ArtifactBounds {
+    /// `LEASEHOLD_ARTIFACT_MAX_FILES`.
+    pub max_files: u32,
+    /// `LEASEHOLD_ARTIFACT_JOB_MAX_BYTES`.
+    pub job_max_bytes: u64,
+    /// `LEASEHOLD_ARTIFACT_WORKSPACE_MAX_BYTES` (`None`: no bound).
+    pub workspace_max_bytes: Option<u64>,
+}
+
+/// A move of an upload's reservation: blob `blob` of job `job` to `want` bytes, and at least
+/// `need` (less than it holds gives the rest back).
+#[derive(Debug, Clone)]
+pub struct Reservation<'a> {
+    pub blob: Uuid,
+    pub job: Uuid,
+    /// The upload starts: its blob is recorded (in the store of this kind, under this key)
+    /// holding one of the job's files.
+    pub start: Option<(&'a str, Option<&'a str>)>,
+    pub need: u64,
+    pub want: u64,
+}
+
+/// Which bound refused a reservation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refused {
+    Files,
+    JobBytes,
+    WorkspaceBytes,
+    /// The job, or the blob to grow, is gone.
+    Gone,
 }
 
 /// An upload ready to publish.
@@ -142,20 +180,50 @@ impl Store {
         self.fenced(job, token_hash, taken).await
     }
 
-    /// Record that blob `blob` of job `job` is being written to `blobs`.
+    /// Move an upload's reservation under `bounds` (`artifact_reserve.sql`): the bytes its blob
+    /// now holds, or the bound that refused it.
     ///
     /// # Errors
     /// The database failed.
-    pub async fn artifact_blob_start(
+    pub async fn artifact_reserve(
         &self,
-        blob: Uuid,
-        job: Uuid,
-        kind: &str,
-        key: Option<&str>,
-    ) -> Result<()> {
-        self.execute(sql::ARTIFACT_BLOB_INSERT, &[&blob, &job, &kind, &key])
-            .await
-            .map(drop)
+        r: &Reservation<'_>,
+        bounds: &ArtifactBounds,
+    ) -> Result<std::result::Result<u64, Refused>> {
+        let (start, kind, key) = match r.start {
+            Some((kind, key)) => (true, Some(kind), key),
+            None => (false, None, None),
+        };
+        let int = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        let max_files = i32::try_from(bounds.max_files).unwrap_or(i32::MAX);
+        let workspace = bounds.workspace_max_bytes.map(int);
+        let row = self
+            .query_opt(
+                sql::ARTIFACT_RESERVE,
+                &[
+                    &r.blob,
+                    &r.job,
+                    &start,
+                    &kind,
+                    &key,
+                    &int(r.need),
+                    &int(r.want),
+                    &max_files,
+                    &int(bounds.job_max_bytes),
+                    &workspace,
+                ],
+            )
+            .await?
+            .ok_or_else(|| StoreError::Invalid("artifact_reserve.sql returned no row".into()))?;
+        Ok(match row.get::<_, Option<i64>>("reserved") {
+            Some(n) => Ok(n.max(0) as u64),
+            None => Err(match row.get::<_, Option<String>>("refused").as_deref() {
+                Some("files") => Refused::Files,
+                Some("job_bytes") => Refused::JobBytes,
+                Some("workspace_bytes") => Refused::WorkspaceBytes,
+                _ => Refused::Gone,
+            }),
+        })
     }
 
     /// Store chunk `seq` of blob `blob`.
@@ -219,12 +287,27 @@ impl Store {
             .map(drop)
     }
 
-    /// Job `job`'s artifacts as `workspace` sees it; `None` when the job is not visible.
+    /// A page of job `job`'s artifacts as `workspace` sees it, newest epoch first, then by
+    /// path: at most `limit` after the artifact `after` names (`(epoch, path)`, exclusive);
+    /// `None` when the job is not visible.
     ///
     /// # Errors
     /// The database failed.
-    pub async fn artifacts(&self, job: Uuid, workspace: &str) -> Result<Option<Vec<ArtifactInfo>>> {
-        let rows = self.query(sql::ARTIFACTS_LIST, &[&job, &workspace]).await?;
+    pub async fn artifacts(
+        &self,
+        job: Uuid,
+        workspace: &str,
+        after: Option<(i64, &str)>,
+        limit: i64,
+    ) -> Result<Option<Vec<ArtifactInfo>>> {
+        // The first page starts after an epoch above any (and a path below any).
+        let (epoch, path) = after.unwrap_or((i64::MAX, ""));
+        let rows = self
+            .query(
+                sql::ARTIFACTS_LIST,
+                &[&job, &workspace, &epoch, &path, &limit],
+            )
+            .await?;
         if rows.is_empty() {
             return Ok(None);
         }
@@ -233,6 +316,7 @@ impl Store {
                 .filter_map(|r| {
                     Some(ArtifactInfo {
                         path: r.get::<_, Option<String>>("path")?,
+                        epoch: r.get("epoch"),
                         size: r.get("size"),
                         sha256: r.get("sha256"),
                         created_at: r.get("created_at"),
@@ -242,7 +326,8 @@ impl Store {
         ))
     }
 
-    /// Artifact `path` of job `job` as `workspace` sees it.
+    /// Artifact `path` of job `job` as `workspace` sees it: the file of `epoch`, or the newest
+    /// epoch's.
     ///
     /// # Errors
     /// The database failed.
@@ -250,12 +335,14 @@ impl Store {
         &self,
         job: Uuid,
         path: &str,
+        epoch: Option<i64>,
         workspace: &str,
     ) -> Result<Option<StoredArtifact>> {
         let row = self
-            .query_opt(sql::ARTIFACT_GET, &[&job, &path, &workspace])
+            .query_opt(sql::ARTIFACT_GET, &[&job, &path, &workspace, &epoch])
             .await?;
         Ok(row.map(|r| StoredArtifact {
+            epoch: r.get("epoch"),
             sha256: r.get("sha256"),
             created_at: r.get("created_at"),
             blob: StoredBlob {
@@ -268,30 +355,21 @@ impl Store {
         }))
     }
 
-    /// Chunks `first..=last` of blob `blob`, in order, as `(seq, bytes)`: the first from
-    /// offset `from`, the last up to offset `to` (exclusive), the others whole; one statement.
+    /// Bytes `from..to` of chunk `seq` of blob `blob` (empty when there is no such chunk).
     ///
     /// # Errors
     /// The database failed.
-    pub async fn artifact_chunks_read(
+    pub async fn artifact_chunk_read(
         &self,
         blob: Uuid,
-        first: i32,
-        last: i32,
+        seq: i32,
         from: i32,
         to: i32,
-    ) -> Result<Vec<(i32, Bytes)>> {
-        let rows = self
-            .query(
-                sql::ARTIFACT_CHUNKS_READ,
-                &[&blob, &first, &last, &from, &to],
-            )
+    ) -> Result<Bytes> {
+        let row = self
+            .query_opt(sql::ARTIFACT_CHUNK_READ, &[&blob, &seq, &from, &to])
             .await?;
-        // Each row is dropped once copied, so a batch is not held twice.
-        Ok(rows
-            .into_iter()
-            .map(|r| (r.get("seq"), Bytes::from(r.get::<_, Vec<u8>>("data"))))
-            .collect())
+        Ok(row.map_or_else(Bytes::new, |r| Bytes::from(r.get::<_, Vec<u8>>("data"))))
     }
 
     /// Delete up to a batch of uploads untouched for `stale_ms`; how many.

@@ -1,29 +1,33 @@
-//! The S3 blob store (`LEASEHOLD_ARTIFACT_STORE=s3://bucket/prefix`): a blob is one object,
-//! `<prefix>/<job id>/<blob id>`, written as a multipart upload of [`PART`]-byte parts as the
-//! bytes arrive, read back with ranged GETs. Credentials, region and endpoint come from the
-//! standard `AWS_*` variables (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`,
-//! `AWS_ENDPOINT_URL`, `AWS_ALLOW_HTTP` for a plain-HTTP endpoint), through `object_store`.
+//! The S3 blob store (`LEASEHOLD_ARTIFACT_STORE=s3://bucket/prefix`): a blob is a run of
+//! objects of [`chunks::CHUNK`] bytes (the last may be shorter), `<prefix>/<job id>/<blob id>/<n>` for
+//! n from 0, each written by one PUT as the bytes arrive and read back by ranged GETs.
+//! Credentials, region and endpoint come from the standard `AWS_*` variables
+//! (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`, `AWS_ENDPOINT_URL`,
+//! `AWS_ALLOW_HTTP` for a plain-HTTP endpoint), through `object_store`.
 //!
-//! Invariant: an upload holds at most one part it is filling and one in flight; an upload
-//! given up is aborted, and an object whose blob row is deleted is removed by the garbage
-//! sweep ([`super::sweep`]).
+//! Chunk objects rather than one multipart upload: S3's smallest part is 5 MiB, and a replica
+//! keeps at most a mebibyte of any one transfer in memory (contract v1.3). A blob's key, as
+//! `artifact_blobs.key` records it, ends with `/`: its chunks are the objects under it. A key
+//! without the slash is one whole object, as blobs written before v1.3 are.
+//!
+//! Invariant: an upload holds at most one chunk it is filling and one being PUT, a download one
+//! slice at a time ([`super::chunks`]). An upload given up stops its PUT; the chunks it left,
+//! like those of any deleted blob, are removed by the garbage sweep ([`super::sweep`]).
 
 use std::ops::Range;
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use futures_util::stream::{self, StreamExt, TryStreamExt};
+use futures_util::stream::{StreamExt, TryStreamExt};
 use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
 use object_store::path::Path;
-use object_store::{GetOptions, GetRange, ObjectStore, WriteMultipart};
+use object_store::{ObjectStore, PutPayload};
 use uuid::Uuid;
 
+use super::chunks::{self, ChunkSink, Chunked};
 use super::{BlobStore, BlobWriter, ByteStream, StoredBlob};
 use crate::store::{Result, StoreError};
-
-/// Bytes per part of a multipart upload (S3's smallest allowed part is 5 MiB).
-pub const PART: usize = 5 * 1024 * 1024;
 
 /// Blobs as objects of one bucket, under one prefix.
 pub struct S3Blobs {
@@ -33,6 +37,11 @@ pub struct S3Blobs {
 
 fn unavailable(e: object_store::Error) -> StoreError {
     StoreError::Unavailable(format!("artifact bucket: {e}"))
+}
+
+/// The object of chunk `seq` of the blob under `key` (which ends with `/`).
+fn chunk_path(key: &str, seq: u64) -> Path {
+    Path::from(format!("{key}{seq:010}"))
 }
 
 impl S3Blobs {
@@ -74,48 +83,58 @@ impl BlobStore for S3Blobs {
 
     fn key(&self, job: Uuid, blob: Uuid) -> Option<String> {
         Some(if self.prefix.is_empty() {
-            format!("{job}/{blob}")
+            format!("{job}/{blob}/")
         } else {
-            format!("{}/{job}/{blob}", self.prefix)
+            format!("{}/{job}/{blob}/", self.prefix)
         })
     }
 
     async fn writer(&self, _blob: Uuid, key: Option<String>) -> Result<Box<dyn BlobWriter>> {
         let key = key.ok_or_else(|| StoreError::Invalid("an S3 blob without a key".into()))?;
-        let upload = self
-            .bucket
-            .put_multipart(&Path::from(key))
-            .await
-            .map_err(unavailable)?;
-        Ok(Box::new(S3Writer {
-            upload: Some(WriteMultipart::new_with_chunk_size(upload, PART)),
-        }))
+        Ok(Box::new(Chunked::new(S3Chunks {
+            bucket: self.bucket.clone(),
+            key,
+        })))
     }
 
     async fn read(&self, blob: &StoredBlob, range: Range<u64>) -> Result<ByteStream> {
-        if range.is_empty() {
-            return Ok(stream::empty().boxed());
-        }
         let key = blob
             .key
             .clone()
             .ok_or_else(|| StoreError::Invalid("an S3 blob without a key".into()))?;
-        let got = self
-            .bucket
-            .get_opts(
-                &Path::from(key),
-                GetOptions {
-                    range: Some(GetRange::Bounded(range)),
-                    ..GetOptions::default()
-                },
-            )
-            .await
-            .map_err(unavailable)?;
-        Ok(got.into_stream().map_err(unavailable).boxed())
+        let bucket = self.bucket.clone();
+        // A blob of chunk objects, or a whole object (from before v1.3) read as one chunk.
+        let chunked = key.ends_with('/');
+        let chunk = if chunked { blob.chunk_size } else { u64::MAX };
+        Ok(chunks::read(range, chunk, move |seq, within| {
+            let bucket = bucket.clone();
+            let path = if chunked {
+                chunk_path(&key, seq)
+            } else {
+                Path::from(key.as_str())
+            };
+            async move { bucket.get_range(&path, within).await.map_err(unavailable) }
+        }))
     }
 
     async fn remove(&self, keys: &[String]) -> Result<()> {
         for key in keys {
+            if key.ends_with('/') {
+                let prefix = Path::from(key.as_str());
+                let listed = self
+                    .bucket
+                    .list(Some(&prefix))
+                    .map_ok(|o| o.location)
+                    .boxed();
+                let mut deleted = self.bucket.delete_stream(listed);
+                while let Some(r) = deleted.next().await {
+                    match r {
+                        Ok(_) | Err(object_store::Error::NotFound { .. }) => {}
+                        Err(e) => return Err(unavailable(e)),
+                    }
+                }
+                continue;
+            }
             match self.bucket.delete(&Path::from(key.as_str())).await {
                 Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
                 Err(e) => return Err(unavailable(e)),
@@ -125,44 +144,20 @@ impl BlobStore for S3Blobs {
     }
 }
 
-/// A multipart upload on its way.
-struct S3Writer {
-    /// `None` once finished or aborted.
-    upload: Option<WriteMultipart>,
-}
-
-impl S3Writer {
-    fn upload(&mut self) -> Result<&mut WriteMultipart> {
-        self.upload
-            .as_mut()
-            .ok_or_else(|| StoreError::Invalid("an S3 upload used after it ended".into()))
-    }
+/// Where an upload's chunks go: the objects under its blob's key.
+struct S3Chunks {
+    bucket: Arc<dyn ObjectStore>,
+    /// The blob's key (ending with `/`).
+    key: String,
 }
 
 #[async_trait]
-impl BlobWriter for S3Writer {
-    async fn write(&mut self, bytes: Bytes) -> Result<()> {
-        let upload = self.upload()?;
-        // One part in flight at most, besides the one being filled.
-        upload.wait_for_capacity(1).await.map_err(unavailable)?;
-        upload.put(bytes);
-        Ok(())
-    }
-
-    async fn finish(&mut self) -> Result<i32> {
-        let upload = self
-            .upload
-            .take()
-            .ok_or_else(|| StoreError::Invalid("an S3 upload finished twice".into()))?;
-        upload.finish().await.map_err(unavailable)?;
-        Ok(PART as i32)
-    }
-
-    async fn abort(&mut self) {
-        if let Some(upload) = self.upload.take() {
-            if let Err(e) = upload.abort().await {
-                tracing::warn!(error = %e, "could not abort an S3 multipart upload");
-            }
-        }
+impl ChunkSink for S3Chunks {
+    async fn put(&self, seq: u64, chunk: Bytes) -> Result<()> {
+        self.bucket
+            .put(&chunk_path(&self.key, seq), PutPayload::from_bytes(chunk))
+            .await
+            .map(drop)
+            .map_err(unavailable)
     }
 }

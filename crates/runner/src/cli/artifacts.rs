@@ -1,10 +1,13 @@
-//! `leasehold job artifacts ID [--download DIR [PATH...]]`: list a job's artifacts, or
-//! download them under a directory with a progress line on long transfers and each file's
-//! sha256 checked against the listing before it takes its name.
+//! `leasehold job artifacts ID [--epoch N] [--download DIR [PATH...]]`: list a job's
+//! artifacts (every attempt's, newest epoch first, with an EPOCH column), or download them under
+//! a directory with a progress line on long transfers and each file's sha256 checked against
+//! the listing before it takes its name. A download takes each path's newest epoch's file, or
+//! with `--epoch N` attempt N's files.
 //!
 //! Invariant: a download is streamed to `DIR/<path>.part` and renamed only once its size and
-//! sha256 match what the service listed, so a file under its own name is always whole; the
-//! path rule keeps every file inside `DIR`.
+//! sha256 match what the service listed (the file of the epoch listed is asked for, so a newer
+//! attempt's upload meanwhile changes nothing), so a file under its own name is always whole;
+//! the path rule keeps every file inside `DIR`.
 
 use std::io::Write;
 use std::path::Path;
@@ -23,7 +26,8 @@ use crate::wire::{self, artifacts::is_valid_path};
 /// After how long a transfer shows a progress line.
 const PROGRESS_AFTER: Duration = Duration::from_secs(1);
 
-/// List (a table, or `--json`), or download `paths` (all when empty) under `download`.
+/// List (a table, or `--json`), or download `paths` (all when empty) under `download`: of
+/// epoch `epoch` only, or each path's newest.
 ///
 /// # Errors
 /// The service refused a call, a path was not listed, a file could not be written, or a
@@ -32,37 +36,53 @@ pub async fn run(
     client: &Client,
     json: bool,
     id: Uuid,
+    epoch: Option<i64>,
     download: Option<&Path>,
     paths: &[String],
 ) -> anyhow::Result<i32> {
-    let listed = client.artifacts(id).await?;
+    let mut listed = client.artifacts(id).await?;
+    if let Some(e) = epoch {
+        listed.retain(|a| a.epoch == e);
+    }
     let Some(dir) = download else {
         if json {
-            print_json(&wire::ArtifactList { artifacts: listed });
+            print_json(&wire::ArtifactList {
+                artifacts: listed,
+                next: None,
+            });
         } else {
             let rows: Vec<Vec<String>> = listed
                 .iter()
                 .map(|a| {
                     vec![
                         a.path.clone(),
+                        a.epoch.to_string(),
                         a.size.to_string(),
                         a.sha256.clone(),
                         when(Some(a.created_at)),
                     ]
                 })
                 .collect();
-            print_table(&["PATH", "SIZE", "SHA256", "CREATED"], &rows);
+            print_table(&["PATH", "EPOCH", "SIZE", "SHA256", "CREATED"], &rows);
         }
         return Ok(0);
     };
+    // Newest epoch first: the first of each path is its newest file.
+    let mut newest: Vec<&wire::Artifact> = Vec::new();
+    for a in &listed {
+        if !newest.iter().any(|n| n.path == a.path) {
+            newest.push(a);
+        }
+    }
     let wanted: Vec<&wire::Artifact> = if paths.is_empty() {
-        listed.iter().collect()
+        newest
     } else {
         paths
             .iter()
             .map(|p| {
-                listed
+                newest
                     .iter()
+                    .copied()
                     .find(|a| &a.path == p)
                     .with_context(|| format!("job {id} has no artifact {p}"))
             })
@@ -99,7 +119,9 @@ async fn fetch(client: &Client, id: Uuid, a: &wire::Artifact, dir: &Path) -> any
     let mut out = tokio::fs::File::create(&part)
         .await
         .with_context(|| format!("create {}", part.display()))?;
-    let response = client.download_artifact(id, &a.path, None).await?;
+    let response = client
+        .download_artifact_at(id, &a.path, Some(a.epoch), None)
+        .await?;
     let mut body = response.bytes_stream();
     let (mut hasher, mut got, started) = (Sha256::new(), 0u64, Instant::now());
     let mut shown = Instant::now();

@@ -68,17 +68,51 @@ impl Client {
         })
     }
 
-    /// Job `id`'s artifacts, by path.
+    /// Job `id`'s artifacts, newest epoch first, then by path: every page, followed.
     ///
     /// # Errors
     /// Transport failures, or the contract's error.
     pub async fn artifacts(&self, id: Uuid) -> Result<Vec<wire::Artifact>> {
-        let list: wire::ArtifactList = self.get(&format!("/v1/jobs/{id}/artifacts")).await?;
-        Ok(list.artifacts)
+        let mut all = Vec::new();
+        let mut after = None;
+        loop {
+            let page = self
+                .artifacts_page(id, Some(1000), after.as_deref())
+                .await?;
+            all.extend(page.artifacts);
+            match page.next {
+                Some(next) => after = Some(next),
+                None => return Ok(all),
+            }
+        }
     }
 
-    /// The answer to a download of artifact `path` of job `id` (`range`: a `Range` header
-    /// value): `200` or `206` with the bytes still to be read from it as a stream.
+    /// One page of job `id`'s artifacts: at most `limit` (default 100) after `after` (the
+    /// previous page's `next`).
+    ///
+    /// # Errors
+    /// Transport failures, or the contract's error.
+    pub async fn artifacts_page(
+        &self,
+        id: Uuid,
+        limit: Option<u32>,
+        after: Option<&str>,
+    ) -> Result<wire::ArtifactList> {
+        // A cursor is `<epoch>:<path>`, whose characters a query carries as they are.
+        let mut q = Vec::new();
+        if let Some(l) = limit {
+            q.push(format!("limit={l}"));
+        }
+        if let Some(a) = after {
+            q.push(format!("after={a}"));
+        }
+        self.get(&format!("/v1/jobs/{id}/artifacts?{}", q.join("&")))
+            .await
+    }
+
+    /// The answer to a download of artifact `path` of job `id` (the newest epoch's file of it;
+    /// `range`: a `Range` header value): `200` or `206` with the bytes still to be read from it
+    /// as a stream.
     ///
     /// # Errors
     /// Transport failures, or the contract's error.
@@ -88,8 +122,26 @@ impl Client {
         path: &str,
         range: Option<&str>,
     ) -> Result<reqwest::Response> {
-        let mut req =
-            self.artifact_request(Method::GET, &format!("/v1/jobs/{id}/artifacts/{path}"));
+        self.download_artifact_at(id, path, None, range).await
+    }
+
+    /// As [`Client::download_artifact`], of the file epoch `epoch` uploaded (`None`: the
+    /// newest epoch's).
+    ///
+    /// # Errors
+    /// Transport failures, or the contract's error.
+    pub async fn download_artifact_at(
+        &self,
+        id: Uuid,
+        path: &str,
+        epoch: Option<i64>,
+        range: Option<&str>,
+    ) -> Result<reqwest::Response> {
+        let query = epoch.map(|e| format!("?epoch={e}")).unwrap_or_default();
+        let mut req = self.artifact_request(
+            Method::GET,
+            &format!("/v1/jobs/{id}/artifacts/{path}{query}"),
+        );
         if let Some(r) = range {
             req = req.header(header::RANGE, r);
         }

@@ -11,7 +11,8 @@
 //! Where the job has its own user, the walk runs on a thread of its own whose file-system
 //! identity is that user's (`setfsuid`/`setfsgid`), so the runner opens nothing the job
 //! could not. A file is uploaded at the size it had when opened, never more, and the
-//! service's own limit (`413 too_large`) is reported and the next file goes on.
+//! service's own limit (`413 too_large`) is reported and the next file goes on; past one of
+//! the service's artifact bounds (`413 quota_exceeded`) the uploads stop.
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::FileExt;
@@ -363,6 +364,10 @@ pub async fn upload(
                             json!({"state": "failed", "path": path, "code": e.code(), "message": e.to_string()}),
                         )
                         .await;
+                        // The job's (or its workspace's) bound: what comes next is refused too.
+                        if e.code() == Some("quota_exceeded") {
+                            break;
+                        }
                     }
                 }
             }

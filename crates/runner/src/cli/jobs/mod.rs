@@ -159,9 +159,13 @@ pub enum JobCommand {
         #[arg(long, short)]
         follow: bool,
     },
-    /// List a job's artifacts, or download them (`--download DIR [PATH...]`, sha256 checked).
+    /// List a job's artifacts (every attempt's, newest first), or download them (`--download
+    /// DIR [PATH...]`, sha256 checked: each path's newest file, or attempt `--epoch N`'s).
     Artifacts {
         id: Uuid,
+        /// Only the files of the attempt leased at this epoch.
+        #[arg(long, value_name = "N")]
+        epoch: Option<i64>,
         /// Download into this directory (every artifact, or the PATHs named).
         #[arg(long, value_name = "DIR")]
         download: Option<std::path::PathBuf>,
@@ -202,9 +206,12 @@ pub async fn run(conn: &Conn, command: JobCommand) -> anyhow::Result<i32> {
         JobCommand::Submit(args) => submit(&client, conn.json, *args).await,
         JobCommand::Artifacts {
             id,
+            epoch,
             download,
             paths,
-        } => super::artifacts::run(&client, conn.json, id, download.as_deref(), &paths).await,
+        } => {
+            super::artifacts::run(&client, conn.json, id, epoch, download.as_deref(), &paths).await
+        }
         JobCommand::Get { id } => {
             let job = client.job(id).await?;
             if conn.json {
