@@ -208,14 +208,26 @@ impl Workspace {
     }
 
     /// A waiter's runner is `me` now (a claim answered it): where its leases start, and what
-    /// it advertises, which may move the waiter to another class.
+    /// it advertises, which may move the waiter to another class. In place, never out and back
+    /// in: a park heard during the tick (its class's count, its runner's) keeps it due.
     fn refresh(&mut self, id: u64, me: &Arc<LeaseIdentity>) {
-        let Some(mut w) = self.remove(id) else {
+        let class = self.class_of(me);
+        let Some(w) = self.waiters.get_mut(&id) else {
             return;
         };
-        w.class = self.class_of(me);
         w.me = me.clone();
-        self.insert(id, w);
+        if w.class == class {
+            return;
+        }
+        let old = std::mem::replace(&mut w.class, class.clone());
+        *self.classes.entry(class).or_default() += 1;
+        if let Some(n) = self.classes.get_mut(&old) {
+            *n -= 1;
+            if *n == 0 {
+                self.classes.remove(&old);
+                self.class_parks.remove(&old);
+            }
+        }
     }
 
     /// Whether a waiting runner here reads `lane`.
@@ -947,4 +959,84 @@ struct Plan {
     /// Lanes a local park made dirty that this tick reads.
     forward: Vec<Lane>,
     dirty_since: Option<Instant>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn runner(capabilities: &[&str]) -> Arc<LeaseIdentity> {
+        Arc::new(LeaseIdentity {
+            id: Uuid::from_u128(7),
+            workspace: "acme".into(),
+            owner: "u:alice".into(),
+            capabilities: capabilities.iter().map(|c| (*c).to_owned()).collect(),
+            exclusive: Vec::new(),
+            sources: Vec::new(),
+            leases_since: None,
+        })
+    }
+
+    fn waiter(ws: &Workspace, me: Arc<LeaseIdentity>) -> Waiter {
+        Waiter {
+            class: ws.class_of(&me),
+            me,
+            token_hash: Vec::new(),
+            want: 1,
+            reports: Vec::new(),
+            done: None,
+            fresh: false,
+            seen: 0,
+            once: false,
+            in_tick: false,
+            abandoned: false,
+            reply: None,
+        }
+    }
+
+    /// The lost wake of a lone waiter: a park heard while its tick ran, then the tick's answer
+    /// refreshing its runner, must leave it due.
+    #[test]
+    fn a_park_heard_during_a_tick_survives_the_refresh_of_a_lone_waiter() {
+        let mut ws = Workspace::default();
+        let me = runner(&[]);
+        let w = waiter(&ws, me.clone());
+        ws.insert(1, w);
+        ws.waiters.get_mut(&1).unwrap().in_tick = true;
+        let lane = Lane::Pool {
+            workspace: "acme".into(),
+            owner: "u:alice".into(),
+            constrained: false,
+        };
+        assert!(ws.reads("acme", &lane));
+        ws.park("acme", &lane);
+        ws.park("acme", &Lane::Named(me.id));
+        let mut later = LeaseIdentity::clone(&me);
+        later.leases_since = Some(chrono::Utc::now());
+        ws.refresh(1, &Arc::new(later));
+        let w = ws.waiters.get_mut(&1).unwrap();
+        w.in_tick = false;
+        let w = &ws.waiters[&1];
+        assert!(ws.due(w), "the park heard during the tick was forgotten");
+        assert!(ws.named_due(w));
+    }
+
+    /// A waiter whose runner now advertises otherwise moves to its new class; the old class
+    /// goes with its last waiter.
+    #[test]
+    fn a_refresh_that_changes_what_a_runner_advertises_moves_its_class() {
+        let mut ws = Workspace::default();
+        let w = waiter(&ws, runner(&[]));
+        ws.insert(1, w);
+        ws.refresh(1, &runner(&["gpu"]));
+        assert_eq!(ws.classes.len(), 1);
+        let (class, n) = ws.classes.iter().next().unwrap();
+        assert_eq!(
+            (class.capabilities.clone(), *n),
+            (vec!["gpu".to_owned()], 1)
+        );
+        assert!(Arc::ptr_eq(class, &ws.waiters[&1].class));
+        ws.remove(1);
+        assert!(ws.classes.is_empty() && ws.runners.is_empty());
+    }
 }
