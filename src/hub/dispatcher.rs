@@ -163,13 +163,18 @@ struct Workspace {
     parks: u64,
     class_parks: HashMap<Arc<Class>, u64>,
     runner_parks: HashMap<Uuid, u64>,
-    /// Lanes this replica parked in that no tick has read since.
-    local: HashSet<Lane>,
+    /// Lanes this replica parked in that no tick has read since, each with the earliest place
+    /// a park landed at (the head when one was not known): what the other replicas are told.
+    local: HashMap<Lane, Place>,
     /// When the first park since the last tick was heard of (the wake latency).
     dirty_since: Option<Instant>,
-    /// Where each class's claim of each pool slot starts, and when it last read it from its head.
-    places: HashMap<(Arc<Class>, Slot), (Place, Instant)>,
 }
+
+/// Where each class's claim of each pool slot starts in a workspace, and when it last read it
+/// from its head. Kept beside the workspace's waiters, not in them: a busy workspace often has
+/// none for a moment (every runner is working), and a place forgotten then is a walk of every
+/// dead entry from the head under an old horizon.
+type Places = HashMap<(Arc<Class>, Slot), (Place, Instant)>;
 
 impl Workspace {
     /// The class of `me`, the one the waiters of that class share.
@@ -282,6 +287,8 @@ impl Workspace {
 struct State {
     next_id: u64,
     workspaces: HashMap<String, Workspace>,
+    /// Each workspace's places, while any is younger than a full walk.
+    places: HashMap<String, Places>,
 }
 
 /// The replica's dispatcher.
@@ -448,21 +455,22 @@ impl Dispatcher {
     pub fn parked_in(&self, workspace: &str, lane: Lane, place: Option<Place>, local: bool) {
         let read = {
             let mut state = self.state.lock();
+            // A place this park lands before moves back to it (to the head when unknown).
+            let to = place.unwrap_or(Place::HEAD);
+            for ((class, slot), (at, _)) in state.places.get_mut(workspace).into_iter().flatten() {
+                if slot.lane(workspace, &class.owner) == lane && to < *at {
+                    *at = to;
+                }
+            }
             match state.workspaces.get_mut(workspace) {
                 Some(ws) => {
-                    // A place this park lands before moves back to it (to the head when unknown).
-                    let to = place.unwrap_or(Place::HEAD);
-                    for ((class, slot), (at, _)) in &mut ws.places {
-                        if slot.lane(workspace, &class.owner) == lane && to < *at {
-                            *at = to;
-                        }
-                    }
                     let read = ws.reads(workspace, &lane);
                     if read {
                         ws.park(workspace, &lane);
                         ws.dirty_since.get_or_insert_with(Instant::now);
                         if local {
-                            ws.local.insert(lane.clone());
+                            let first = ws.local.entry(lane.clone()).or_insert(to);
+                            *first = (*first).min(to);
                         }
                     }
                     read
@@ -482,13 +490,25 @@ impl Dispatcher {
         }
     }
 
+    /// Forget the places a claim would not start from any more (last read from the head a full
+    /// walk ago or more: the next claim reads from the head anyway), so that the places of
+    /// workspaces no one waits on go.
+    pub fn forget_old_places(&self) {
+        let now = Instant::now();
+        let mut state = self.state.lock();
+        state.places.retain(|_, places| {
+            places.retain(|_, (_, walked)| now.duration_since(*walked) < self.full_walk);
+            !places.is_empty()
+        });
+    }
+
     /// Every waiting runner looks again (the LISTEN connection reconnected: notifications were
     /// lost), and every lane is read from its head once.
     pub fn everyone_looks(&self) {
         let workspaces: Vec<String> = {
             let mut state = self.state.lock();
+            state.places.clear();
             for ws in state.workspaces.values_mut() {
-                ws.places.clear();
                 ws.parks += 1;
                 let at = ws.parks;
                 let classes: Vec<Arc<Class>> = ws.classes.keys().cloned().collect();
@@ -576,11 +596,11 @@ impl Dispatcher {
         loop {
             let mut untold = Vec::new();
             let plan = self.plan(&workspace, &mut untold);
-            for lane in untold {
+            for (lane, place) in untold {
                 self.notifier.send(Notice::Parked {
                     workspace: workspace.clone(),
                     lane,
-                    place: None,
+                    place: Some(place),
                 });
             }
             let Some(plan) = plan else {
@@ -606,11 +626,14 @@ impl Dispatcher {
             for (reply, answer) in answers {
                 let _ = reply.send(answer);
             }
-            for lane in forward {
+            for (lane, place) in forward {
+                // With its place: a place-less notice would send every remembered place of
+                // that lane back to its head, and under an old horizon each claim would walk
+                // every dead entry again.
                 self.notifier.send(Notice::Parked {
                     workspace: workspace.clone(),
                     lane,
-                    place: None,
+                    place: Some(place),
                 });
             }
             if let Some(hub) = self.hub.upgrade() {
@@ -622,10 +645,13 @@ impl Dispatcher {
     /// What the next tick of `workspace` does, its waiters marked in it; `None` (and the tick
     /// loop ends) when no waiter is due. `untold`: the lanes this replica parked in that no
     /// runner here reads any more (the other replicas are told).
-    fn plan(&self, name: &str, untold: &mut Vec<Lane>) -> Option<Plan> {
+    fn plan(&self, name: &str, untold: &mut Vec<(Lane, Place)>) -> Option<Plan> {
         let horizon_old = self.store.horizon_is_old();
         let mut state = self.state.lock();
-        let ws = state.workspaces.get_mut(name)?;
+        let State {
+            workspaces, places, ..
+        } = &mut *state;
+        let ws = workspaces.get_mut(name)?;
         let due: Vec<u64> = ws
             .waiters
             .iter()
@@ -639,7 +665,7 @@ impl Dispatcher {
                 untold.extend(std::mem::take(&mut ws.local));
                 ws.dirty_since = None;
                 if ws.waiters.is_empty() {
-                    state.workspaces.remove(name);
+                    workspaces.remove(name);
                 }
             }
             return None;
@@ -692,11 +718,11 @@ impl Dispatcher {
             }
         }
         let now = Instant::now();
+        let places = places.entry(name.to_owned()).or_default();
         for (class, claim) in &mut classes {
             claim.places = horizon_old;
             for (i, slot) in Slot::ALL.into_iter().enumerate() {
-                let entry = ws
-                    .places
+                let entry = places
                     .entry((class.clone(), slot))
                     .or_insert((Place::HEAD, now));
                 if !horizon_old || now.duration_since(entry.1) >= self.full_walk {
@@ -711,8 +737,12 @@ impl Dispatcher {
                 .into_iter()
                 .map(|s| s.lane(name, &class.owner))
                 .collect();
-            plan.forward
-                .extend(local.iter().filter(|l| lanes.contains(l)).cloned());
+            plan.forward.extend(
+                local
+                    .iter()
+                    .filter(|(l, _)| lanes.contains(l))
+                    .map(|(l, p)| (l.clone(), *p)),
+            );
         }
         plan.forward.sort();
         plan.forward.dedup();
@@ -722,9 +752,9 @@ impl Dispatcher {
         plan.claims = claims;
         let claimed_for: HashSet<Uuid> =
             plan.claims.iter().flat_map(|c| c.runners.clone()).collect();
-        untold.extend(local.into_iter().filter(|l| match l {
+        untold.extend(local.into_iter().filter(|(l, _)| match l {
             Lane::Named(id) => !claimed_for.contains(id),
-            lane => !plan.forward.contains(lane),
+            lane => !plan.forward.iter().any(|(f, _)| f == lane),
         }));
         Some(plan)
     }
@@ -740,12 +770,15 @@ impl Dispatcher {
     ) -> (
         Vec<(oneshot::Sender<Result<Answer>>, Result<Answer>)>,
         Aftermath,
-        Vec<Lane>,
+        Vec<(Lane, Place)>,
     ) {
         let mut answers = Vec::new();
         let mut after = Aftermath::default();
         let mut state = self.state.lock();
-        let Some(ws) = state.workspaces.get_mut(name) else {
+        let State {
+            workspaces, places, ..
+        } = &mut *state;
+        let Some(ws) = workspaces.get_mut(name) else {
             return (answers, after, Vec::new());
         };
         let out = match out {
@@ -801,7 +834,9 @@ impl Dispatcher {
             let (mut slots, mut taken) = (0i64, 0i64);
             let mut live: HashSet<Uuid> = HashSet::new();
             if claim.places {
-                Self::learn_places(ws, class, &outcome);
+                if let Some(places) = places.get_mut(name) {
+                    Self::learn_places(places, class, &outcome);
+                }
             }
             for rc in outcome.runners {
                 live.insert(rc.id);
@@ -840,7 +875,7 @@ impl Dispatcher {
             // Jobs may be left in the lanes a local park made dirty: the class filled every
             // slot it had, or a lane is constrained (what this class skipped, another may take).
             let full = slots > 0 && taken == slots;
-            for lane in &plan.forward {
+            for (lane, place) in &plan.forward {
                 if class.reads(name, lane)
                     && (full
                         || matches!(
@@ -854,7 +889,7 @@ impl Dispatcher {
                             }
                         ))
                 {
-                    forward.push(lane.clone());
+                    forward.push((lane.clone(), *place));
                 }
             }
         }
@@ -870,10 +905,10 @@ impl Dispatcher {
 
     /// A class's places after its claim: each lane starts next at the first job the claim
     /// reached there and did not take, or after the last one it took there.
-    fn learn_places(ws: &mut Workspace, class: &Arc<Class>, outcome: &ClaimOutcome) {
+    fn learn_places(places: &mut Places, class: &Arc<Class>, outcome: &ClaimOutcome) {
         let next = outcome.next_starts(class.owner.starts_with("ws:"));
         for (slot, next) in Slot::ALL.into_iter().zip(next) {
-            if let (Some(next), Some((at, _))) = (next, ws.places.get_mut(&(class.clone(), slot))) {
+            if let (Some(next), Some((at, _))) = (next, places.get_mut(&(class.clone(), slot))) {
                 *at = next;
             }
         }
@@ -956,8 +991,8 @@ struct Plan {
     reporters: Vec<u64>,
     classes: Vec<Arc<Class>>,
     claims: Vec<ClassClaim>,
-    /// Lanes a local park made dirty that this tick reads.
-    forward: Vec<Lane>,
+    /// Lanes a local park made dirty that this tick reads, each with its earliest park's place.
+    forward: Vec<(Lane, Place)>,
     dirty_since: Option<Instant>,
 }
 

@@ -225,6 +225,7 @@ impl Hub {
             tokio::select! {
                 _ = cancel.cancelled() => return,
                 _ = recheck.tick() => {
+                    self.dispatcher.forget_old_places();
                     let waited = self.dispatcher.waited_lanes();
                     if waited.is_empty() {
                         continue;
@@ -236,8 +237,13 @@ impl Hub {
                     pace::pace(&mut recheck, started.elapsed());
                     match parked {
                         Ok(parked) => {
-                            for (workspace, lane) in waited.into_iter().filter(|(_, l)| parked.contains(l)) {
-                                self.dispatcher.parked_in(&workspace, lane, None, false);
+                            // With where each lane's first job stands: a place-less park would
+                            // send every place back to the head (under an old horizon, a walk of
+                            // every dead entry per claim).
+                            for (workspace, lane) in waited {
+                                if let Some((_, place)) = parked.iter().find(|(l, _)| *l == lane) {
+                                    self.dispatcher.parked_in(&workspace, lane, Some(*place), false);
+                                }
                             }
                         }
                         Err(e) => {

@@ -468,11 +468,12 @@ impl Store {
             .collect())
     }
 
-    /// Of these lanes, those with a job parked and due (the dispatcher's safety net).
+    /// Of these lanes, those with a job parked and due, each with where its first such job
+    /// stands (the dispatcher's safety net).
     ///
     /// # Errors
     /// The database failed.
-    pub async fn parked_lanes(&self, lanes: &[Lane]) -> Result<Vec<Lane>> {
+    pub async fn parked_lanes(&self, lanes: &[Lane]) -> Result<Vec<(Lane, Place)>> {
         let (any, claim): (Vec<&Lane>, Vec<&Lane>) =
             lanes.iter().partition(|l| matches!(l, Lane::Any { .. }));
         let keys = |ls: Vec<&Lane>| ls.into_iter().map(Lane::key).collect::<Vec<_>>();
@@ -481,7 +482,13 @@ impl Store {
             .query(sql::PARKED_LANES, &[&claim, &any])
             .await?
             .iter()
-            .filter_map(|r| Lane::parse(r.get("lane")))
+            .filter_map(|r| {
+                let place = Place {
+                    neg_priority: r.get("neg"),
+                    id: r.get("id"),
+                };
+                Lane::parse(r.get("lane")).map(|lane| (lane, place))
+            })
             .collect())
     }
 }

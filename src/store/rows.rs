@@ -83,7 +83,7 @@ pub const MAPPED: &[(&str, &[&str])] = &[
             "sources",
         ],
     ),
-    ("parked_lanes.sql", &["lane"]),
+    ("parked_lanes.sql", &["lane", "neg", "id"]),
 ];
 
 use super::Result;

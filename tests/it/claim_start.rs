@@ -3,11 +3,12 @@
 //! reached and did not take, else just after the last it took), and the next claim starts
 //! there, whether the runners are plain or advertise capabilities, and whether the jobs are plain
 //! or require a capability (the constrained lanes, read only by a class that advertises one):
-//! each test runs for all three. Nothing behind that place is ever skipped: a job released or
-//! re-delivered behind it (told by a notification, from this replica or another), a job
-//! dispatched since with a higher priority, and a job another claim held locked and then rolled
-//! back are all taken before the jobs after it, in priority-then-FIFO order; a job parked behind
-//! it with nobody told is found by the lane's next read from its head.
+//! each test runs for all three. Nothing behind that place is ever skipped: a job re-delivered
+//! behind it, a job dispatched since with a higher priority, and a job another claim held locked
+//! and then rolled back are all taken before the jobs after it, in priority-then-FIFO order; a
+//! job released behind it on another replica is taken once the notice (which says where it
+//! stands) arrives; a job parked behind it with nobody told is found by the lane's next read
+//! from its head. The place outlives a moment with no runner waiting.
 //!
 //! Every test runs its replicas with places always in use and a full walk every hour (but the
 //! last), so each claim after the first starts from a remembered place (a claim from the head
@@ -56,17 +57,14 @@ async fn park(alice: &Client, n: usize, requires: &[&str]) -> Vec<uuid::Uuid> {
 }
 
 #[tokio::test]
-async fn a_job_released_on_another_replica_behind_the_place_is_taken_first() {
+async fn a_job_released_on_another_replica_behind_the_place_is_taken() {
     for (capabilities, requires) in SHAPES {
-        a_job_released_on_another_replica_behind_the_place_is_taken_first_for(
-            capabilities,
-            requires,
-        )
-        .await;
+        a_job_released_on_another_replica_behind_the_place_is_taken_for(capabilities, requires)
+            .await;
     }
 }
 
-async fn a_job_released_on_another_replica_behind_the_place_is_taken_first_for(
+async fn a_job_released_on_another_replica_behind_the_place_is_taken_for(
     capabilities: &[&str],
     requires: &[&str],
 ) {
@@ -77,19 +75,29 @@ async fn a_job_released_on_another_replica_behind_the_place_is_taken_first_for(
     let (_, other) = pair(&alice, Tier::Personal, capabilities, 10).await;
     let other = Client::new(app.url(1), other.token().map(str::to_owned));
     let ids = park(&alice, 5, requires).await;
-    // The first call learns who the runner is (general claim from the head); the second, the
-    // runner's own claim (plain, or general with a capability), starts at the head, as no
-    // place is known yet; the third starts where the second left off.
     assert_eq!(next(&r).await.id, ids[0]);
     let held = next(&other).await;
     assert_eq!(held.id, ids[1]);
-    assert_eq!(next(&r).await.id, ids[2]);
-    assert_eq!(next(&r).await.id, ids[3]);
-    // ids[1] goes back to parked, behind the place replica 0 remembers (ids[4]).
+    for id in &ids[2..] {
+        assert_eq!(next(&r).await.id, *id);
+    }
+    // The lane is empty; replica 0 remembers its place after ids[4]. Its runner waits there.
+    let dispatcher = app.replicas[0].hub.dispatcher.clone();
+    let waiting = tokio::spawn(async move { lease(&r, 15_000, 1).await });
+    eventually(Duration::from_secs(10), "the runner waits", || async {
+        (dispatcher.len() == 1).then_some(())
+    })
+    .await;
+    // ids[1] goes back to parked on replica 1, behind that place: replica 0 hears of it (with
+    // where it stands) and its claim starts there. (Before the notice arrives a claim there
+    // cannot know of it: while the horizon is old, order across replicas is the notice's.)
     other.release(held.id, held.epoch).await.unwrap();
-    assert_eq!(next(&r).await.id, ids[1], "the released job first");
-    assert_eq!(next(&r).await.id, ids[4]);
-    assert!(lease(&r, 0, 1).await.is_empty());
+    let got = waiting.await.unwrap();
+    assert_eq!(
+        got.iter().map(|j| j.id).collect::<Vec<_>>(),
+        vec![ids[1]],
+        "the released job, told by the other replica"
+    );
 }
 
 #[tokio::test]
@@ -240,6 +248,44 @@ async fn a_constrained_place_does_not_pass_a_job_another_runner_of_the_queue_can
 /// A job parked behind a place with nobody told (here a direct update, as a claim elsewhere
 /// that rolled back or a lost notification would leave it) is found by the lane's next read
 /// from its head, at most `LEASEHOLD_CLAIM_FULL_WALK_MS` later.
+/// A place outlives a moment with no runner waiting: a runner that takes one job per call
+/// leaves its workspace without waiters between calls, and a place forgotten then would send
+/// every claim under an old snapshot back to the head (the soak fell to a quarter of its first
+/// minute). A job parked behind the place with nobody told is the witness: the claim after the
+/// gap starts at the place and passes it; from the head it would take it.
+#[tokio::test]
+async fn a_place_outlives_a_moment_with_no_waiter() {
+    for (capabilities, requires) in SHAPES {
+        a_place_outlives_a_moment_with_no_waiter_for(capabilities, requires).await;
+    }
+}
+
+async fn a_place_outlives_a_moment_with_no_waiter_for(capabilities: &[&str], requires: &[&str]) {
+    let app = TestApp::spawn_with(1, |c| {
+        remember_for_an_hour(c);
+        // The safety net would find the untold job (and move the place back to it) too.
+        c.recheck_interval_ms = 3_600_000;
+    })
+    .await;
+    let alice = app.operator("acme", "alice", false).await;
+    let (_, r) = pair(&alice, Tier::Personal, capabilities, 10).await;
+    let ids = park(&alice, 4, requires).await;
+    assert_eq!(next(&r).await.id, ids[0]);
+    assert_eq!(next(&r).await.id, ids[1]);
+    // ids[0] parked again behind the place (ids[2]), and nobody told.
+    connect(&app.database_url)
+        .await
+        .execute(
+            "UPDATE jobs SET state = 'parked', leased_by = NULL, lease_expires_at = NULL
+              WHERE id = $1",
+            &[&ids[0]],
+        )
+        .await
+        .unwrap();
+    assert_eq!(next(&r).await.id, ids[2], "the claim started from the head");
+    assert_eq!(next(&r).await.id, ids[3]);
+}
+
 #[tokio::test]
 async fn a_job_parked_behind_a_place_untold_is_found_by_the_next_full_walk() {
     for (capabilities, requires) in SHAPES {
