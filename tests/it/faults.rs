@@ -160,10 +160,7 @@ async fn sigterm_answers_open_long_polls_at_once_and_exits_cleanly() {
     let polls: Vec<_> = (0..2)
         .map(|_| {
             let r = r.clone();
-            tokio::spawn(async move {
-                let got = r.lease(&wire::Lease::waiting(30_000, 1)).await;
-                (got, Instant::now())
-            })
+            tokio::spawn(async move { r.lease(&wire::Lease::waiting(30_000, 1)).await })
         })
         .collect();
     let job_wait = tokio::spawn({
@@ -176,14 +173,13 @@ async fn sigterm_answers_open_long_polls_at_once_and_exits_cleanly() {
     .await;
     // The contract: exit with status 0 within 10 s of SIGTERM (terminate fails past it).
     let status = a.terminate(Duration::from_secs(10)).await.unwrap();
-    let exited = Instant::now();
     assert!(status.success(), "exit status {status:?}");
-    // Each poll waited 30 s and was answered, empty and not cut, before the replica was gone:
-    // by the drain, since no wait could have ended by then.
+    // Each poll waited 30 s and was answered, empty and not cut: by the drain, since no wait
+    // could have ended by then, and a replica gone without answering cuts the connection. (Not
+    // an ordering of clocks: when the client's task reads the answer is the scheduler's.)
     for p in polls {
-        let (got, answered) = p.await.unwrap();
+        let got = p.await.unwrap();
         assert!(got.expect("answered, not cut").is_empty());
-        assert!(answered <= exited, "answered after the replica exited");
     }
     assert_eq!(
         job_wait
