@@ -38,6 +38,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use tokio::sync::oneshot;
 use uuid::Uuid;
@@ -148,6 +149,25 @@ struct Waiter {
     /// Its call went away during a tick: what the tick leases for it is given back.
     abandoned: bool,
     reply: Option<oneshot::Sender<Result<Answer>>>,
+    /// Counted in `leasehold_long_polls` from the end of its first look until it goes: a poll
+    /// parked there survives a database failover (the gauge says when one is).
+    parked: Option<Parked>,
+}
+
+/// One poll counted in `leasehold_long_polls` while this lives.
+struct Parked(Gauge);
+
+impl Parked {
+    fn new(gauge: &Gauge) -> Self {
+        gauge.inc();
+        Self(gauge.clone())
+    }
+}
+
+impl Drop for Parked {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
 }
 
 #[derive(Default)]
@@ -303,6 +323,8 @@ pub struct Dispatcher {
     wake_latency: Histogram,
     wakes: Counter,
     ticks: Counter,
+    /// `leasehold_long_polls`: the waiters past their first look.
+    long_polls: Gauge,
 }
 
 /// A registered lease call; dropping it withdraws the call (jobs a tick leases for it then are
@@ -359,7 +381,7 @@ impl Dispatcher {
         hub: Weak<super::Hub>,
         lease_ttl_ms: i64,
         full_walk: Duration,
-        (wake_latency, wakes, ticks): (Histogram, Counter, Counter),
+        (wake_latency, wakes, ticks, long_polls): (Histogram, Counter, Counter, Gauge),
     ) -> Arc<Self> {
         Arc::new_cyclic(|me| Self {
             store,
@@ -372,6 +394,7 @@ impl Dispatcher {
             wake_latency,
             wakes,
             ticks,
+            long_polls,
         })
     }
 
@@ -408,6 +431,7 @@ impl Dispatcher {
                     in_tick: false,
                     abandoned: false,
                     reply: Some(tx),
+                    parked: None,
                 },
             );
             id
@@ -818,6 +842,7 @@ impl Dispatcher {
             if let Some(w) = ws.waiters.get_mut(id) {
                 if w.done.is_none() {
                     w.done = Some(done.remove(id).unwrap_or_default());
+                    w.parked = Some(Parked::new(&self.long_polls));
                 }
             }
         }
@@ -1026,6 +1051,7 @@ mod tests {
             in_tick: false,
             abandoned: false,
             reply: None,
+            parked: None,
         }
     }
 

@@ -178,13 +178,11 @@ impl Hub {
         let mut ticket =
             self.dispatcher
                 .register(me, token_hash.to_vec(), want, done.to_vec(), once);
-        let answer = {
-            let _open = self.metrics.long_poll();
-            tokio::select! {
-                answer = ticket.answer() => answer,
-                _ = tokio::time::sleep_until(deadline) => Box::pin(ticket.withdraw()).await,
-                _ = shutdown.cancelled() => Box::pin(ticket.withdraw()).await,
-            }
+        // Counted in `leasehold_long_polls` by the dispatcher, from the end of its first look.
+        let answer = tokio::select! {
+            answer = ticket.answer() => answer,
+            _ = tokio::time::sleep_until(deadline) => Box::pin(ticket.withdraw()).await,
+            _ = shutdown.cancelled() => Box::pin(ticket.withdraw()).await,
         }?;
         if let Some(me) = &answer.me {
             self.remember_runner(token_hash, me);

@@ -86,6 +86,7 @@ impl Hub {
                     metrics.wake_latency.clone(),
                     metrics.wakes.clone(),
                     metrics.ticks.clone(),
+                    metrics.long_polls.clone(),
                 ),
             );
             Self {

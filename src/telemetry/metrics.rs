@@ -226,7 +226,7 @@ impl Metrics {
         let long_polls = Gauge::default();
         r.register(
             "leasehold_long_polls",
-            "Lease long-polls parked on this replica now.",
+            "Lease long-polls parked on this replica now (past their first look).",
             long_polls.clone(),
         );
         let horizon_age = Gauge::default();
