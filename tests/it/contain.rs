@@ -787,7 +787,8 @@ async fn a_job_starts_with_descriptors_0_1_2_only_whatever_the_runner_was_starte
     )];
     if crate::support::require("root", root()) {
         modes.push(("job user", vec!["--job-user", "nobody"]));
-        modes.push(("uid range", vec!["--job-user-range", "61740-61743"]));
+        // A range no other test uses: two runners given one uid wait on each other's claim.
+        modes.push(("uid range", vec!["--job-user-range", "61750-61753"]));
     }
     if crate::support::require("bubblewrap", crate::runner_e2e::bwrap_unusable()) {
         modes.push(("bubblewrap", vec!["--sandbox", "bubblewrap"]));
