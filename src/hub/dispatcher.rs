@@ -742,7 +742,10 @@ impl Dispatcher {
             }
         }
         let now = Instant::now();
-        let places = places.entry(name.to_owned()).or_default();
+        if !places.contains_key(name) {
+            places.insert(name.to_owned(), Places::default());
+        }
+        let places = places.get_mut(name).expect("inserted above");
         for (class, claim) in &mut classes {
             claim.places = horizon_old;
             for (i, slot) in Slot::ALL.into_iter().enumerate() {
