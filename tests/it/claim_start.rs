@@ -47,6 +47,19 @@ fn job(payload: serde_json::Value, requires: &[&str]) -> wire::Dispatch {
     }
 }
 
+/// Put a leased job back to parked behind the dispatcher's back: no replica is told.
+async fn park_again_untold(app: &TestApp, id: uuid::Uuid) {
+    connect(&app.database_url)
+        .await
+        .execute(
+            "UPDATE jobs SET state = 'parked', leased_by = NULL, lease_expires_at = NULL
+              WHERE id = $1",
+            &[&id],
+        )
+        .await
+        .unwrap();
+}
+
 /// Park `n` jobs in alice's personal pool, in order, each requiring `requires`.
 async fn park(alice: &Client, n: usize, requires: &[&str]) -> Vec<uuid::Uuid> {
     let mut ids = Vec::new();
@@ -273,15 +286,7 @@ async fn a_place_outlives_a_moment_with_no_waiter_for(capabilities: &[&str], req
     assert_eq!(next(&r).await.id, ids[0]);
     assert_eq!(next(&r).await.id, ids[1]);
     // ids[0] parked again behind the place (ids[2]), and nobody told.
-    connect(&app.database_url)
-        .await
-        .execute(
-            "UPDATE jobs SET state = 'parked', leased_by = NULL, lease_expires_at = NULL
-              WHERE id = $1",
-            &[&ids[0]],
-        )
-        .await
-        .unwrap();
+    park_again_untold(&app, ids[0]).await;
     assert_eq!(next(&r).await.id, ids[2], "the claim started from the head");
     assert_eq!(next(&r).await.id, ids[3]);
 }
@@ -306,15 +311,7 @@ async fn full_walk_for(capabilities: &[&str], requires: &[&str]) {
     assert_eq!(first.id, ids[0]);
     assert_eq!(next(&r).await.id, ids[1]);
     // ids[0] parked again behind the place, and nobody told.
-    connect(&app.database_url)
-        .await
-        .execute(
-            "UPDATE jobs SET state = 'parked', leased_by = NULL, lease_expires_at = NULL
-              WHERE id = $1",
-            &[&ids[0]],
-        )
-        .await
-        .unwrap();
+    park_again_untold(&app, ids[0]).await;
     let again = eventually(
         Duration::from_secs(15),
         "the full walk finds it",

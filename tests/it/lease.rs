@@ -149,12 +149,13 @@ async fn first_terminal_report_wins_among_concurrent_reports() {
     }
 }
 
-/// Reports coalesced by a replica are settled by one statement, and each is matched alone: a
-/// report settles only its own runner's lease at its epoch, and of two reports of one job one
-/// settles it and the other misses, as it would have after the first. Answers come back in the
-/// reports' order.
-#[tokio::test]
-async fn coalesced_reports_are_each_fenced_alone() {
+/// Two personal runners of alice's, each holding one lease (of jobs `1` and `2`).
+async fn two_runners_each_leasing_one() -> (
+    TestApp,
+    Client,
+    (Client, wire::LeasedJob),
+    (Client, wire::LeasedJob),
+) {
     let app = TestApp::spawn().await;
     let alice = app.operator("acme", "alice", false).await;
     let (_, r1) = pair(&alice, Tier::Personal, &[], 1).await;
@@ -164,9 +165,23 @@ async fn coalesced_reports_are_each_fenced_alone() {
     let j2 = dispatch(&alice, personal(), json!(2)).await;
     let l2 = lease(&r2, 1000, 1).await.remove(0);
     assert_eq!((l1.id, l2.id), (j1.id, j2.id));
-    let hash = |c: &leasehold::client::Client| {
-        credentials::parse(Kind::Runner, c.token().unwrap()).unwrap()
-    };
+    (app, alice, (r1, l1), (r2, l2))
+}
+
+/// What the store matches a runner's report by: the hash of its token.
+fn token_hash(c: &Client) -> Vec<u8> {
+    credentials::parse(Kind::Runner, c.token().unwrap()).unwrap()
+}
+
+/// Reports coalesced by a replica are settled by one statement, and each is matched alone: a
+/// report settles only its own runner's lease at its epoch, and of two reports of one job one
+/// settles it and the other misses, as it would have after the first. Answers come back in the
+/// reports' order.
+#[tokio::test]
+async fn coalesced_reports_are_each_fenced_alone() {
+    let (app, alice, (r1, l1), (r2, l2)) = two_runners_each_leasing_one().await;
+    let (j1, j2) = (&l1, &l2);
+    let hash = token_hash;
     let report = |id, epoch, runner: &leasehold::client::Client, result| Report {
         id,
         epoch,
@@ -219,18 +234,9 @@ async fn coalesced_reports_are_each_fenced_alone() {
 /// epoch, answers in order, and of two fails of one job exactly one settles it.
 #[tokio::test]
 async fn coalesced_fails_and_heartbeats_are_each_fenced_alone() {
-    let app = TestApp::spawn().await;
-    let alice = app.operator("acme", "alice", false).await;
-    let (_, r1) = pair(&alice, Tier::Personal, &[], 1).await;
-    let (_, r2) = pair(&alice, Tier::Personal, &[], 1).await;
-    let j1 = dispatch(&alice, personal(), json!(1)).await;
-    let l1 = lease(&r1, 1000, 1).await.remove(0);
-    let j2 = dispatch(&alice, personal(), json!(2)).await;
-    let l2 = lease(&r2, 1000, 1).await.remove(0);
-    assert_eq!((l1.id, l2.id), (j1.id, j2.id));
-    let hash = |c: &leasehold::client::Client| {
-        credentials::parse(Kind::Runner, c.token().unwrap()).unwrap()
-    };
+    let (app, alice, (r1, l1), (r2, l2)) = two_runners_each_leasing_one().await;
+    let (j1, j2) = (&l1, &l2);
+    let hash = token_hash;
     let beat = |id, epoch, runner: &leasehold::client::Client| Beat {
         id,
         epoch,
