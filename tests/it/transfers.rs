@@ -18,7 +18,7 @@ use tokio::net::TcpStream;
 use uuid::Uuid;
 
 use crate::artifacts::{self, both_stores, bytes, leased_job, nothing_stored, put, Backend};
-use crate::support::{self, eventually, pair, personal};
+use crate::support::{self, eventually, gauge, pair, personal};
 
 const KIB: usize = 1024;
 const MIB: usize = 1024 * 1024;
@@ -79,23 +79,9 @@ async fn until_closed(tcp: &mut TcpStream, within: Duration) -> usize {
 }
 
 /// The value of counter or gauge `name` with labels `labels` (`{direction="upload"}`, or "")
-/// on the replica at `url`.
+/// on the replica at `url`; 0 while it has none.
 async fn metric(url: &str, name: &str, labels: &str) -> u64 {
-    let text = reqwest::get(format!("{url}/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    text.lines()
-        .find_map(|l| {
-            l.strip_prefix(name)?
-                .strip_prefix(labels)?
-                .strip_prefix(' ')?
-                .parse::<f64>()
-                .ok()
-        })
-        .map_or(0, |v| v as u64)
+    gauge(url, &format!("{name}{labels}")).await.unwrap_or(0)
 }
 
 both_stores!(
