@@ -56,9 +56,14 @@ settled AS (
        AND j.leased_by IS NOT DISTINCT FROM me.id AND j.state IS NOT DISTINCT FROM 'leased'
     RETURNING x.ord, j.*, me.id AS reporter
 ),
+-- Best effort: a runner row another transaction holds (a tick, a revoke) is skipped, never
+-- waited for, so this statement never waits for a runner after taking a job (one lock order,
+-- runners first: docs/design.md); its next call refreshes it.
 seen AS (
     UPDATE runners r SET last_seen_at = now()
-      FROM me WHERE r.id = me.id AND me.last_seen_at < now() - $5::bigint * interval '1 millisecond'
+     WHERE r.id IN (SELECT s.id FROM runners s JOIN me ON s.id = me.id
+                     WHERE me.last_seen_at < now() - $5::bigint * interval '1 millisecond'
+                     ORDER BY s.id FOR NO KEY UPDATE OF s SKIP LOCKED)
 ),
 events AS (
     INSERT INTO job_events (job_id, seq, kind, data)

@@ -1,8 +1,10 @@
--- Jobs a lease call took but cannot hand over (their secrets cannot be opened: no key on this
--- replica): parked again with the attempt given back, so the call can answer 503 with nothing
--- half-done. Fenced on the leases just taken: $1 ids, $2 epochs, $3 sha256 of the runner's
--- token. The epoch stays bumped (the next lease bumps it again); an ephemeral runner forgets
--- the job it took.
+-- Jobs a lease call took but cannot hand over: their secrets cannot be opened (no key on this
+-- replica: $4 'secrets_unavailable', the call answers 503 with nothing half-done), or the caller
+-- is gone (v1.4: 'caller_gone', the connection closed before the answer was written). Parked
+-- again with the attempt given back: like a release, it never fails the job. Fenced on the
+-- leases just taken: $1 ids, $2 epochs, $3 sha256 of the runner's token, $4 the reason its
+-- state event gives. The epoch stays bumped (the next lease bumps it again); an ephemeral
+-- runner forgets the job it took.
 WITH me AS (
     SELECT r.id FROM runners r
      WHERE r.token_hash = $3 AND r.revoked_at IS NULL
@@ -29,7 +31,7 @@ forget AS (
 events AS (
     INSERT INTO job_events (job_id, seq, kind, data)
     SELECT id, event_seq, 'state',
-           jsonb_build_object('state', 'parked', 'reason', 'secrets_unavailable',
+           jsonb_build_object('state', 'parked', 'reason', $4::text,
                               'runner', (SELECT id FROM me), 'epoch', epoch)
       FROM back
 )

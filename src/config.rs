@@ -147,6 +147,16 @@ pub struct Config {
     /// this often.
     #[arg(long, env = "LEASEHOLD_CLAIM_FULL_WALK_MS", default_value_t = 5_000)]
     pub claim_full_walk_ms: u64,
+    /// A fault for drills and tests, never on by default: every Nth dispatcher tick panics after
+    /// its transaction committed (its leases made, no answer sent), the worst moment for a tick
+    /// to fail. 0: off.
+    #[arg(
+        long,
+        env = "LEASEHOLD_FAULT_FAIL_TICKS",
+        default_value_t = 0,
+        hide = true
+    )]
+    pub fault_fail_ticks: u64,
     /// While the oldest snapshot is that old too, the lapsed-lease and no-runner sweeps read only
     /// the checks that fell due since the replica's last sweep (and five seconds before); they
     /// still read every due check at least this often.

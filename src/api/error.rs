@@ -174,6 +174,12 @@ impl From<StoreError> for ApiError {
                 tracing::warn!(error = %msg, "database deadline passed");
                 ApiError::TimedOut
             }
+            // A deadlock or serialization conflict that outlived its retries: nothing was
+            // written, and the caller may retry (503), as after any rolled-back transaction.
+            e @ StoreError::Db { .. } if e.is_conflict() => {
+                tracing::warn!(error = %e, "a transaction lost a conflict three times");
+                ApiError::Unavailable
+            }
             // SQLSTATE and statement only: the database's message can quote request data.
             StoreError::Db {
                 sqlstate,

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use axum::extract::State;
 use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::Value;
 use uuid::Uuid;
@@ -25,7 +26,8 @@ use super::AppState;
 use crate::domain::credentials::{self, Kind, Secret};
 use crate::domain::owner;
 use crate::domain::version;
-use crate::hub::{Advertised, LeaseAnswer, Leased};
+use crate::hub::handover::Handover;
+use crate::hub::{Advertised, GiveBack, LeaseAnswer, Leased};
 use crate::store::claim::{DoneReport, Reported};
 use crate::store::jobs::Fenced;
 use crate::store::{FenceMiss, Report};
@@ -116,7 +118,7 @@ pub async fn lease(
     token: RunnerToken,
     poll: LongPoll,
     Body(req): Body<wire::Lease>,
-) -> ApiResult<Json<wire::Leased>> {
+) -> ApiResult<Response> {
     let wait_ms = validate::range("wait_ms", req.wait_ms, 0, 60_000, 30_000)?;
     let max_jobs = validate::range("max_jobs", req.max_jobs, 1, 100, 1)?;
     if req.done.as_ref().is_some_and(|d| d.len() > 100) {
@@ -155,19 +157,47 @@ pub async fn lease(
     let Leased { answer, done } = leased;
     let done = done_statuses(&st, &token, &reports, done, statuses)?;
     match answer {
-        LeaseAnswer::Jobs(jobs) if jobs.is_empty() => Ok(Json(wire::Leased {
+        LeaseAnswer::Jobs(jobs, _) if jobs.is_empty() => Ok(Json(wire::Leased {
             jobs: Vec::new(),
             done,
-        })),
+        })
+        .into_response()),
         // Boxed, like every database call this handler makes: the handler's own future is
         // what a parked long-poll holds (10,000 at once), so it must not carry the state of
         // the calls it makes before or after its wait (13 KB inline).
-        LeaseAnswer::Jobs(jobs) => Ok(Json(wire::Leased {
-            jobs: Box::pin(hand_over(&st, &token, jobs)).await?,
-            done,
-        })),
+        LeaseAnswer::Jobs(jobs, mut handover) => {
+            let jobs = Box::pin(hand_over(&st, &token, jobs, &mut handover)).await?;
+            Ok(delivered(&wire::Leased { jobs, done }, handover))
+        }
         LeaseAnswer::RunnerGone => Err(st.auth_failed(token.ip)),
     }
+}
+
+/// A lease answer whose jobs stay guarded until its body has been handed to the connection
+/// (v1.4, "A lease to a caller that is gone"): the body is a stream that gives hyper the JSON,
+/// and only when hyper asks for more after it (every byte taken for writing) is the hand-over
+/// delivered. A connection closed before that drops the body, and with it the guard, which
+/// parks the jobs again (`caller_gone`).
+fn delivered(answer: &wire::Leased, handover: Handover) -> Response {
+    let Ok(json) = serde_json::to_vec(answer) else {
+        return ApiError::Internal.into_response();
+    };
+    let mut json = Some(bytes::Bytes::from(json));
+    let mut guard = Some(handover);
+    let body = futures_util::stream::poll_fn(move |_| {
+        if let Some(json) = json.take() {
+            return std::task::Poll::Ready(Some(Ok::<_, std::convert::Infallible>(json)));
+        }
+        if let Some(guard) = guard.take() {
+            guard.delivered();
+        }
+        std::task::Poll::Ready(None)
+    });
+    (
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        axum::body::Body::from_stream(body),
+    )
+        .into_response()
 }
 
 /// The lease answer for the jobs a call took, with the values of the secrets each names, read
@@ -184,6 +214,7 @@ async fn hand_over(
     st: &AppState,
     token: &RunnerToken,
     jobs: Vec<crate::store::records::Claimed>,
+    handover: &mut Handover,
 ) -> ApiResult<Vec<wire::LeasedJob>> {
     let credential_of = |c: &crate::store::records::Claimed| {
         c.source
@@ -207,7 +238,10 @@ async fn hand_over(
         Ok(opened) => opened,
         Err(e) => {
             let back: Vec<(Uuid, i64)> = jobs.iter().map(|c| (c.id, c.epoch)).collect();
-            st.hub.give_back(&back, &token.hash).await?;
+            st.hub
+                .give_back(&back, &token.hash, GiveBack::SecretsUnavailable)
+                .await?;
+            handover.forget_all();
             return Err(e);
         }
     };
@@ -255,6 +289,7 @@ async fn hand_over(
         st.hub
             .reject_for_secret(c.id, c.epoch, &token.hash, reason, &message)
             .await?;
+        handover.forget(c.id);
     }
     Ok(out)
 }

@@ -43,6 +43,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use tokio::sync::oneshot;
 use uuid::Uuid;
 
+use super::handover::Handover;
 use super::notifier::{Notice, Notifier};
 use crate::store::claim::{
     ClaimOutcome, ClassClaim, DoneReport, Lane, Place, ReportOf, RunnerClaim, Slot, TickOutcome,
@@ -57,10 +58,12 @@ use crate::store::{Result, Store, StoreError};
 const TICKS_IN_FLIGHT: usize = 1;
 
 /// What a lease call's wait ended with.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct Answer {
     /// The jobs it took (named first, then by priority and id).
     pub claimed: Vec<Claimed>,
+    /// Guards `claimed` until the answer is written (dropped before: given back).
+    pub handover: Handover,
     /// No live runner has its token any more.
     pub gone: bool,
     /// What each of its reports did, in order (a miss says `NotFound` until asked why).
@@ -188,6 +191,10 @@ struct Workspace {
     local: HashMap<Lane, Place>,
     /// When the first park since the last tick was heard of (the wake latency).
     dirty_since: Option<Instant>,
+    /// When each runner was last served jobs here (a count of servings): a claim hands out
+    /// slots to the least recently served first, however many calls each holds open.
+    served: HashMap<Uuid, u64>,
+    servings: u64,
 }
 
 /// Where each class's claim of each pool slot starts in a workspace, and when it last read it
@@ -228,6 +235,11 @@ impl Workspace {
         }
         if !self.runners.contains_key(&w.me.id) {
             self.runner_parks.remove(&w.me.id);
+        }
+        if self.served.len() > 64 + 4 * self.runners.len() {
+            // Runners long gone (revoked, moved to another replica) are forgotten.
+            let runners = &self.runners;
+            self.served.retain(|r, _| runners.contains_key(r));
         }
         Some(w)
     }
@@ -325,6 +337,12 @@ pub struct Dispatcher {
     ticks: Counter,
     /// `leasehold_long_polls`: the waiters past their first look.
     long_polls: Gauge,
+    /// `leasehold_dispatcher_ticks_failed`.
+    ticks_failed: Counter,
+    /// The tick fault (`LEASEHOLD_FAULT_FAIL_TICKS`: every Nth tick panics; 0 off), and the
+    /// ticks counted for it.
+    fail_every: u64,
+    ticks_run: std::sync::atomic::AtomicU64,
 }
 
 /// A registered lease call; dropping it withdraws the call (jobs a tick leases for it then are
@@ -381,7 +399,14 @@ impl Dispatcher {
         hub: Weak<super::Hub>,
         lease_ttl_ms: i64,
         full_walk: Duration,
-        (wake_latency, wakes, ticks, long_polls): (Histogram, Counter, Counter, Gauge),
+        (wake_latency, wakes, ticks, ticks_failed, long_polls): (
+            Histogram,
+            Counter,
+            Counter,
+            Counter,
+            Gauge,
+        ),
+        fail_every: u64,
     ) -> Arc<Self> {
         Arc::new_cyclic(|me| Self {
             store,
@@ -395,6 +420,9 @@ impl Dispatcher {
             wakes,
             ticks,
             long_polls,
+            ticks_failed,
+            fail_every,
+            ticks_run: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
@@ -631,13 +659,39 @@ impl Dispatcher {
                 return;
             };
             self.ticks.inc();
+            // Until its answers are out, a tick that fails (a panic, or its task dropped)
+            // answers its waiters, gives back what it leased and lets the workspace tick again.
+            let mut guard = TickGuard {
+                dispatcher: self.clone(),
+                workspace: workspace.clone(),
+                waiters: plan.waiters.clone(),
+                forward: plan.forward.clone(),
+                leased: Vec::new(),
+                armed: true,
+            };
             let out = crate::telemetry::traces::statement(
                 || "dispatcher tick",
                 self.store
                     .tick(&plan.reports, &plan.claims, self.lease_ttl_ms),
             )
             .await;
+            if let Ok(out) = &out {
+                guard.leased = out
+                    .claims
+                    .iter()
+                    .flat_map(|c| &c.runners)
+                    .flat_map(|rc| {
+                        let token = plan.tokens.get(&rc.id).cloned().unwrap_or_default();
+                        rc.claimed
+                            .iter()
+                            .map(move |c| (token.clone(), c.id, c.epoch))
+                    })
+                    .collect();
+            }
+            self.fault();
             let (answers, mut aftermath, forward) = self.settle(&workspace, &plan, out);
+            // Every job leased is in an answer's hand-over now, or an orphan to give back.
+            guard.armed = false;
             if !aftermath.unfit.is_empty() {
                 // Before the answers: a lease call that found its named jobs unfit answers
                 // once they are rejected.
@@ -663,6 +717,21 @@ impl Dispatcher {
             if let Some(hub) = self.hub.upgrade() {
                 hub.after_tick(aftermath).await;
             }
+        }
+    }
+
+    /// The tick fault of drills and tests (`LEASEHOLD_FAULT_FAIL_TICKS`), after the tick's
+    /// transaction committed: its leases are made, no answer is sent.
+    fn fault(&self) {
+        if self.fail_every == 0 {
+            return;
+        }
+        let n = self
+            .ticks_run
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            + 1;
+        if n.is_multiple_of(self.fail_every) {
+            panic!("LEASEHOLD_FAULT_FAIL_TICKS: tick {n} fails on purpose");
         }
     }
 
@@ -713,9 +782,13 @@ impl Dispatcher {
             let w = ws.waiters.get_mut(id).expect("a due waiter");
             w.in_tick = true;
             w.seen = parks;
+            plan.tokens
+                .entry(w.me.id)
+                .or_insert_with(|| w.token_hash.clone());
             for done in w.reports.drain(..) {
                 plan.reports.push(ReportOf {
                     token_hash: w.token_hash.clone(),
+                    runner: w.me.id,
                     done,
                 });
                 plan.reporters.push(*id);
@@ -723,7 +796,18 @@ impl Dispatcher {
             let at = match classes.iter().position(|(c, _)| *c == w.class) {
                 Some(at) => at,
                 None => {
-                    classes.push((w.class.clone(), ClassClaim::default()));
+                    let class = &w.class;
+                    classes.push((
+                        class.clone(),
+                        ClassClaim {
+                            workspace: name.to_owned(),
+                            owner: class.owner.clone(),
+                            capabilities: class.capabilities.clone(),
+                            exclusive: class.exclusive.clone(),
+                            sources: class.sources.clone(),
+                            ..ClassClaim::default()
+                        },
+                    ));
                     classes.len() - 1
                 }
             };
@@ -740,6 +824,11 @@ impl Dispatcher {
                     claim.named.push(named);
                 }
             }
+        }
+        // Within a class, the least recently served runner first (a runner with many open calls
+        // gets no more than its turn).
+        for (_, claim) in &mut classes {
+            claim.order_by(|r| ws.served.get(r).copied().unwrap_or(0));
         }
         let now = Instant::now();
         if !places.contains_key(name) {
@@ -830,7 +919,9 @@ impl Dispatcher {
                         answers.push((reply, answer));
                     }
                 }
-                return (answers, after, Vec::new());
+                // Nothing was claimed: the lanes a local park made dirty are told to the other
+                // replicas, which may have runners for them.
+                return (answers, after, plan.forward.clone());
             }
         };
         // The reports' outcomes, to their waiters.
@@ -880,7 +971,7 @@ impl Dispatcher {
                 leased_any |= !rc.claimed.is_empty();
                 after.leased.extend(rc.claimed.iter().map(|c| c.id));
                 let ids = by_runner.remove(&rc.id).unwrap_or_default();
-                Self::hand_out(ws, &ids, rc, &mut answers, &mut after);
+                self.hand_out(ws, &ids, rc, &mut answers, &mut after);
             }
             // A runner the claim did not answer for is gone.
             for runner in claim.runners.iter().filter(|r| !live.contains(r)) {
@@ -944,12 +1035,17 @@ impl Dispatcher {
 
     /// A runner's claim, to its waiters in this tick (oldest first, each up to what it wanted).
     fn hand_out(
+        &self,
         ws: &mut Workspace,
         ids: &[u64],
         rc: RunnerClaim,
         answers: &mut Vec<(oneshot::Sender<Result<Answer>>, Result<Answer>)>,
         after: &mut Aftermath,
     ) {
+        if !rc.claimed.is_empty() {
+            ws.servings += 1;
+            ws.served.insert(rc.id, ws.servings);
+        }
         let mut jobs = rc.claimed.into_iter();
         let mut token = Vec::new();
         let left = rc.free - jobs.len() as i64;
@@ -991,11 +1087,17 @@ impl Dispatcher {
             let Some(mut w) = ws.remove(id) else {
                 continue;
             };
+            let handover = Handover::new(
+                self.hub.clone(),
+                w.token_hash.clone(),
+                mine.iter().map(|c| (c.id, c.epoch)).collect(),
+            );
             if let Some(reply) = w.reply.take() {
                 answers.push((
                     reply,
                     Ok(Answer {
                         claimed: mine,
+                        handover,
                         gone: false,
                         done: w.done.take().unwrap_or_default(),
                         me: Some(w.me),
@@ -1010,9 +1112,76 @@ impl Dispatcher {
     }
 }
 
+/// A tick in flight until its answers are out. Dropped armed (the tick's task panicked or was
+/// dropped), it ends the tick as a failed one: every waiter still in it is answered 503, the
+/// jobs its transaction leased are given back (`caller_gone`), the parks it took from the
+/// workspace are told to the other replicas, and the workspace may tick again at once.
+struct TickGuard {
+    dispatcher: Arc<Dispatcher>,
+    workspace: String,
+    waiters: Vec<u64>,
+    forward: Vec<(Lane, Place)>,
+    /// What its transaction leased, with each runner's token hash.
+    leased: Vec<(Vec<u8>, Uuid, i64)>,
+    armed: bool,
+}
+
+impl Drop for TickGuard {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let d = &self.dispatcher;
+        d.ticks_failed.inc();
+        tracing::error!(workspace = %self.workspace,
+            "a dispatcher tick failed; its waiters are answered and what it leased is given back");
+        let mut replies = Vec::new();
+        {
+            let mut state = d.state.lock();
+            if let Some(ws) = state.workspaces.get_mut(&self.workspace) {
+                ws.ticking = ws.ticking.saturating_sub(1);
+                for id in &self.waiters {
+                    if let Some(mut w) = ws.remove(*id) {
+                        replies.extend(w.reply.take());
+                    }
+                }
+            }
+        }
+        for reply in replies {
+            let _ = reply.send(Err(StoreError::Unavailable(
+                "a dispatcher tick failed; ask again".into(),
+            )));
+        }
+        for (lane, place) in std::mem::take(&mut self.forward) {
+            d.notifier.send(Notice::Parked {
+                workspace: self.workspace.clone(),
+                lane,
+                place: Some(place),
+            });
+        }
+        let leased = std::mem::take(&mut self.leased);
+        if !leased.is_empty() {
+            if let (Some(hub), Ok(runtime)) =
+                (d.hub.upgrade(), tokio::runtime::Handle::try_current())
+            {
+                runtime.spawn(async move {
+                    hub.after_tick(Aftermath {
+                        orphans: leased,
+                        ..Aftermath::default()
+                    })
+                    .await;
+                });
+            }
+        }
+        d.poke(&self.workspace);
+    }
+}
+
 /// A tick's work, taken from the dispatcher's state.
 #[derive(Default)]
 struct Plan {
+    /// Each runner's token hash (what gives back the jobs of a failed tick).
+    tokens: HashMap<Uuid, Vec<u8>>,
     waiters: Vec<u64>,
     reports: Vec<ReportOf>,
     /// The waiter of each report, in step.

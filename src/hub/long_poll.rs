@@ -13,6 +13,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+use super::handover::Handover;
 use super::Hub;
 use crate::store::claim::DoneReport;
 use crate::store::jobs::Fenced;
@@ -26,7 +27,8 @@ const MAX_KNOWN_RUNNERS: usize = 100_000;
 
 /// The end of a lease long-poll.
 pub enum LeaseAnswer {
-    Jobs(Vec<Claimed>),
+    /// The jobs, guarded by their hand-over until the answer is written.
+    Jobs(Vec<Claimed>, Handover),
     /// The runner was revoked while it waited.
     RunnerGone,
 }
@@ -210,7 +212,7 @@ impl Hub {
             }
         }
         Ok(Leased {
-            answer: LeaseAnswer::Jobs(answer.claimed),
+            answer: LeaseAnswer::Jobs(answer.claimed, answer.handover),
             done,
         })
     }

@@ -14,6 +14,7 @@
 
 mod artifacts;
 pub mod dispatcher;
+pub mod handover;
 mod jobs;
 mod long_poll;
 pub mod notifier;
@@ -42,6 +43,7 @@ use crate::config::Config;
 use crate::domain::state::JobState;
 use crate::store::claim::Lane;
 use crate::store::listener::ListenerEvent;
+pub use crate::store::placement::GiveBack;
 use crate::store::records::{LeaseIdentity, Moved, Queue};
 use crate::store::Store;
 use crate::telemetry::metrics::{Metrics, Snapshot};
@@ -86,8 +88,10 @@ impl Hub {
                     metrics.wake_latency.clone(),
                     metrics.wakes.clone(),
                     metrics.ticks.clone(),
+                    metrics.ticks_failed.clone(),
                     metrics.long_polls.clone(),
                 ),
+                config.fault_fail_ticks,
             );
             Self {
                 store,
@@ -142,7 +146,12 @@ impl Hub {
             self.job_changed(*id);
         }
         for (token_hash, id, epoch) in &after.orphans {
-            match self.store.give_back(&[(*id, *epoch)], token_hash).await {
+            self.metrics.caller_gone.inc();
+            match self
+                .store
+                .give_back(&[(*id, *epoch)], token_hash, GiveBack::CallerGone)
+                .await
+            {
                 Ok(moved) => self.after_moves(&moved),
                 Err(e) => {
                     self.metrics.background_failure("give_back");

@@ -15,6 +15,7 @@ use uuid::Uuid;
 
 use super::Hub;
 use crate::store::jobs::Fenced;
+use crate::store::placement::GiveBack;
 use crate::store::records::{ApiKey, Job, Moved};
 use crate::store::{NewJob, Report, Result};
 
@@ -187,8 +188,13 @@ impl Hub {
     ///
     /// # Errors
     /// The database failed.
-    pub async fn give_back(&self, jobs: &[(Uuid, i64)], token_hash: &[u8]) -> Result<Vec<Moved>> {
-        let moved = self.store.give_back(jobs, token_hash).await?;
+    pub async fn give_back(
+        &self,
+        jobs: &[(Uuid, i64)],
+        token_hash: &[u8],
+        why: GiveBack,
+    ) -> Result<Vec<Moved>> {
+        let moved = self.store.give_back(jobs, token_hash, why).await?;
         self.after_moves(&moved);
         Ok(moved)
     }

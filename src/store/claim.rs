@@ -241,16 +241,25 @@ pub enum Reported {
     Fail(String),
 }
 
-/// A report and the token hash of the runner that sent it.
+/// A report, the token hash of the runner that sent it and that runner's id (its row is
+/// locked before the report's job: one lock order, runners first).
 #[derive(Debug, Clone)]
 pub struct ReportOf {
     pub token_hash: Vec<u8>,
+    pub runner: Uuid,
     pub done: DoneReport,
 }
 
-/// One claim of a tick: runners of one class, in the order they began to wait.
+/// One claim of a tick: runners of one class, the least recently served first.
 #[derive(Debug, Clone, Default)]
 pub struct ClassClaim {
+    /// The class, as the dispatcher grouped the runners: a runner whose row advertises
+    /// otherwise now is not of it (it takes nothing, and is answered what it advertises).
+    pub workspace: String,
+    pub owner: String,
+    pub capabilities: Vec<String>,
+    pub exclusive: Vec<String>,
+    pub sources: Vec<String>,
     pub runners: Vec<Uuid>,
     /// How many jobs each wants (its waiting calls' `max_jobs`, summed).
     pub wants: Vec<i32>,
@@ -262,6 +271,31 @@ pub struct ClassClaim {
     pub starts: [Place; 4],
     /// Whether to answer where each lane's next claim starts ([`ClaimOutcome::next`]).
     pub places: bool,
+}
+
+impl ClassClaim {
+    /// A claim for runners of `me`'s class (its workspace, owner and what it advertises), with
+    /// no runner yet.
+    pub fn of(me: &LeaseIdentity) -> Self {
+        Self {
+            workspace: me.workspace.clone(),
+            owner: me.owner.clone(),
+            capabilities: me.capabilities.clone(),
+            exclusive: me.exclusive.clone(),
+            sources: me.sources.clone(),
+            ..Self::default()
+        }
+    }
+
+    /// Put its runners in the order of `key` (ascending, stable), their columns in step.
+    pub fn order_by(&mut self, key: impl Fn(&Uuid) -> u64) {
+        let mut at: Vec<usize> = (0..self.runners.len()).collect();
+        at.sort_by_key(|&i| key(&self.runners[i]));
+        self.runners = at.iter().map(|&i| self.runners[i]).collect();
+        self.wants = at.iter().map(|&i| self.wants[i]).collect();
+        self.since = at.iter().map(|&i| self.since[i]).collect();
+        self.named = at.iter().map(|&i| self.named[i]).collect();
+    }
 }
 
 /// What a claim did for one runner.
@@ -399,17 +433,21 @@ impl Store {
             &fail_arrays.3,
             &self.seen_refresh_ms,
         ];
+        // Every runner row the tick touches, locked first and in id order: the claims' runners
+        // and the reports' (a report updates its runner's row after its job's otherwise, the
+        // order a revoke takes the other way round).
         let mut locked: Vec<Uuid> = claims.iter().flat_map(|c| c.runners.clone()).collect();
+        locked.extend(reports.iter().map(|r| r.runner));
         locked.sort();
         locked.dedup();
         let durable = !reports.is_empty();
         let lock_args: [&(dyn ToSql + Sync); 2] = [&locked, &durable];
         let claim_params: Vec<ClaimParams> = claims.iter().map(ClaimParams::of).collect();
-        let claim_args: Vec<[&(dyn ToSql + Sync); 8]> = claims
+        let claim_args: Vec<[&(dyn ToSql + Sync); 13]> = claims
             .iter()
             .zip(&claim_params)
             .map(|(c, p)| {
-                let args: [&(dyn ToSql + Sync); 8] = [
+                let args: [&(dyn ToSql + Sync); 13] = [
                     &c.runners,
                     &c.wants,
                     &c.since,
@@ -418,25 +456,37 @@ impl Store {
                     &p.neg_priorities,
                     &p.ids,
                     &c.places,
+                    &c.workspace,
+                    &c.owner,
+                    &c.capabilities,
+                    &c.exclusive,
+                    &c.sources,
                 ];
                 args
             })
             .collect();
 
         let mut sets: Vec<(&'static str, &[&(dyn ToSql + Sync)])> = Vec::new();
+        let lock = !locked.is_empty();
+        if lock {
+            sets.push((sql::RUNNERS_LOCK_FOR_CLAIM, &lock_args));
+        }
         if !completes.0.is_empty() {
             sets.push((sql::JOB_COMPLETE, &complete_args));
         }
         if !fails.is_empty() {
             sets.push((sql::JOB_FAIL, &fail_args));
         }
-        if !claims.is_empty() {
-            sets.push((sql::RUNNERS_LOCK_FOR_CLAIM, &lock_args));
-            for args in &claim_args {
-                sets.push((sql::CLAIM, args));
-            }
+        for args in &claim_args {
+            sets.push((sql::CLAIM, args));
         }
-        let mut rows = self.each_in_one_transaction(&sets).await?.into_iter();
+        let mut rows = self
+            .retrying_conflicts(|| self.each_in_one_transaction(&sets))
+            .await?
+            .into_iter();
+        if lock {
+            rows.next();
+        }
 
         let mut done: Vec<Fenced<Job>> = reports.iter().map(|_| Err(FenceMiss::NotFound)).collect();
         for (at, n) in [(&complete_at, completes.0.len()), (&fail_at, fails.len())] {
@@ -450,8 +500,7 @@ impl Store {
                 }
             }
         }
-        // The lock's rows, then each claim's.
-        let claims = rows.skip(1).map(runner_claims).collect();
+        let claims = rows.map(runner_claims).collect();
         Ok(TickOutcome { done, claims })
     }
 

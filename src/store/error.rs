@@ -63,7 +63,15 @@ impl StoreError {
     /// Whether the database could not be reached or did not answer in time (503) rather than
     /// failed (500).
     pub fn is_unavailable(&self) -> bool {
-        matches!(self, StoreError::Unavailable(_) | StoreError::TimedOut(_))
+        matches!(self, StoreError::Unavailable(_) | StoreError::TimedOut(_)) || self.is_conflict()
+    }
+
+    /// Whether PostgreSQL rolled the transaction back to break a deadlock or a serialization
+    /// conflict (40P01, 40001): nothing was written, and the same transaction may simply run
+    /// again ([`super::Store::retrying_conflicts`]). One that still fails after its retries is a
+    /// 503, never a 500: the caller may retry too.
+    pub fn is_conflict(&self) -> bool {
+        matches!(self, StoreError::Db { sqlstate, .. } if sqlstate == "40P01" || sqlstate == "40001")
     }
 
     /// The same error for another caller of a shared statement (a coalesced batch), when it

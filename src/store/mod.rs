@@ -29,7 +29,7 @@ pub mod jobs;
 pub mod keys;
 pub mod listener;
 pub mod migrate;
-mod placement;
+pub mod placement;
 pub mod queues;
 pub mod records;
 pub mod rows;
@@ -211,6 +211,30 @@ impl Store {
         op: impl std::future::Future<Output = Result<T>>,
     ) -> Result<T> {
         self.deadlines.bound(what, op).await
+    }
+
+    /// Run a transaction, again while PostgreSQL rolls it back to break a deadlock or a
+    /// serialization conflict ([`StoreError::is_conflict`]): at most three tries, a few
+    /// milliseconds apart. One lock order everywhere makes a deadlock rare (docs/design.md),
+    /// not impossible (a sweep, an operator's statement), and a rolled-back transaction wrote
+    /// nothing, so running it again is safe.
+    pub(crate) async fn retrying_conflicts<T, F, Fut>(&self, mut op: F) -> Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T>>,
+    {
+        let mut tries = 0u32;
+        loop {
+            match op().await {
+                Err(e) if e.is_conflict() && tries < 2 => {
+                    tries += 1;
+                    tracing::debug!(error = %e, tries, "a transaction was rolled back by a conflict; running it again");
+                    tokio::time::sleep(std::time::Duration::from_millis(u64::from(tries) * 3))
+                        .await;
+                }
+                other => return other,
+            }
+        }
     }
 
     /// Run one statement of `sql/` and return its rows. Every statement outside a transaction

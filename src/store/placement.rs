@@ -147,10 +147,16 @@ impl Store {
     }
 
     /// Park again jobs the runner with this token just leased, giving their attempts back.
-    pub async fn give_back(&self, jobs: &[(Uuid, i64)], token_hash: &[u8]) -> Result<Vec<Moved>> {
+    pub async fn give_back(
+        &self,
+        jobs: &[(Uuid, i64)],
+        token_hash: &[u8],
+        why: GiveBack,
+    ) -> Result<Vec<Moved>> {
         let ids: Vec<Uuid> = jobs.iter().map(|j| j.0).collect();
         let epochs: Vec<i64> = jobs.iter().map(|j| j.1).collect();
-        self.query(sql::LEASE_GIVE_BACK, &[&ids, &epochs, &token_hash])
+        let reason = why.reason();
+        self.query(sql::LEASE_GIVE_BACK, &[&ids, &epochs, &token_hash, &reason])
             .await?
             .iter()
             .map(rows::moved)
@@ -219,5 +225,24 @@ impl Store {
             Ok(out)
         })
         .await
+    }
+}
+
+/// Why jobs a lease call took are given back (`lease_give_back.sql`'s state event reason).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GiveBack {
+    /// Their secrets cannot be opened on this replica.
+    SecretsUnavailable,
+    /// The caller is gone: its connection closed (or its handler was dropped) before the answer
+    /// was written (v1.4, "A lease to a caller that is gone").
+    CallerGone,
+}
+
+impl GiveBack {
+    pub fn reason(self) -> &'static str {
+        match self {
+            GiveBack::SecretsUnavailable => "secrets_unavailable",
+            GiveBack::CallerGone => "caller_gone",
+        }
     }
 }

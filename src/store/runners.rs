@@ -212,6 +212,16 @@ impl Store {
         owner: &str,
         workspace: &str,
     ) -> Result<Option<Vec<Moved>>> {
+        self.retrying_conflicts(|| self.revoke_runner_once(id, owner, workspace))
+            .await
+    }
+
+    async fn revoke_runner_once(
+        &self,
+        id: Uuid,
+        owner: &str,
+        workspace: &str,
+    ) -> Result<Option<Vec<Moved>>> {
         self.bounded("revoke_runner", async {
             let mut client = self.client().await?;
             self.count(4);

@@ -120,6 +120,10 @@ pub struct Metrics {
     pub notifications_heard: Counter,
     pub wakes: Counter,
     pub ticks: Counter,
+    /// Ticks that failed (an error or a panic): their waiters answered, their leases given back.
+    pub ticks_failed: Counter,
+    /// Jobs leased for a call whose caller was gone before the answer was written, given back.
+    pub caller_gone: Counter,
     pub rechecks: Counter,
     pub long_polls: Gauge,
     /// The database's snapshot horizon age, in transactions, as last read.
@@ -217,6 +221,18 @@ impl Metrics {
             "Dispatcher ticks: transactions that applied lease calls' reports and claimed for their runners.",
             ticks.clone(),
         );
+        let ticks_failed = Counter::default();
+        r.register(
+            "leasehold_dispatcher_ticks_failed",
+            "Dispatcher ticks that failed (an error or a panic): their waiters were answered and what they leased given back.",
+            ticks_failed.clone(),
+        );
+        let caller_gone = Counter::default();
+        r.register(
+            "leasehold_leases_caller_gone",
+            "Jobs leased for a lease call whose caller was gone before its answer was written, parked again (caller_gone).",
+            caller_gone.clone(),
+        );
         let rechecks = Counter::default();
         r.register(
             "leasehold_rechecks",
@@ -284,6 +300,8 @@ impl Metrics {
             notifications_heard,
             wakes,
             ticks,
+            ticks_failed,
+            caller_gone,
             rechecks,
             long_polls,
             horizon_age,

@@ -246,6 +246,8 @@ fn random_job(rng: &mut StdRng, runners: &[Runner]) -> Job {
 }
 
 async fn insert_runner(db: &tokio_postgres::Client, r: &Runner, pending: Option<String>) {
+    // As a runner's row always holds them (domain::capabilities: sorted, de-duplicated).
+    let (_, capabilities, exclusive, _) = class_of(r);
     db.execute(
         "INSERT INTO runners (id, owner, workspace, label, capabilities, exclusive, capacity,
                               token_hash, approved_by)
@@ -254,8 +256,8 @@ async fn insert_runner(db: &tokio_postgres::Client, r: &Runner, pending: Option<
             &r.id,
             &r.owner,
             &WORKSPACE,
-            &r.capabilities,
-            &r.exclusive,
+            &capabilities,
+            &exclusive,
             &(r.capacity as i32),
             &r.token_hash,
         ],
@@ -429,6 +431,11 @@ async fn run_seed(seed: u64, shapes: &mut Shapes) {
         let from_places = rng.random_bool(0.5);
         let ws = class.0.starts_with("ws:");
         let claim = ClassClaim {
+            workspace: WORKSPACE.into(),
+            owner: class.0.clone(),
+            capabilities: class.1.clone(),
+            exclusive: class.2.clone(),
+            sources: class.3.clone(),
             runners: waiting.iter().map(|(r, _)| r.id).collect(),
             wants: waiting.iter().map(|(_, w)| *w as i32).collect(),
             since: waiting
@@ -492,7 +499,7 @@ async fn run_seed(seed: u64, shapes: &mut Shapes) {
         assert!(
             got == want && got_rejected == want_rejected,
             "seed {seed} round {round} (snapshot held: {held}, from places: {from_places}):\n\
-             runners {waiting:?}\nSQL took:\n    {}\nthe model takes:\n    {}\n\
+             runners {waiting:?}\ngot {got:?} want {want:?}\nSQL took:\n    {}\nthe model takes:\n    {}\n\
              SQL rejected {got_rejected:?}, the model {want_rejected:?}",
             show(&got.concat()),
             show(&want.concat())

@@ -585,6 +585,7 @@ async fn a_lease_held_since_long_before_still_counts_against_capacity() {
     // Leased (through the test's own store, so that neither replica has seen the runner yet)
     // and stamped an hour back, as if held that long.
     let held = dispatch(&alice, personal(), json!("held")).await;
+    let me = identity(&app, &r0).await;
     let first = app
         .store
         .tick(
@@ -594,7 +595,7 @@ async fn a_lease_held_since_long_before_still_counts_against_capacity() {
                 wants: vec![1],
                 since: vec![None],
                 named: vec![true],
-                ..ClassClaim::default()
+                ..ClassClaim::of(&me)
             }],
             600_000,
         )
@@ -644,6 +645,7 @@ async fn a_bound_ahead_of_the_database_clock_counts_every_lease() {
     for i in 0..4 {
         dispatch(&alice, personal(), json!(i)).await;
     }
+    let me = identity(&app, &r).await;
     for places in [false, true] {
         let claim = ClassClaim {
             runners: vec![runner.id],
@@ -651,7 +653,7 @@ async fn a_bound_ahead_of_the_database_clock_counts_every_lease() {
             since: vec![Some(chrono::Utc::now() + chrono::Duration::hours(1))],
             named: vec![true],
             places,
-            ..ClassClaim::default()
+            ..ClassClaim::of(&me)
         };
         let out = app.store.tick(&[], &[claim], 60_000).await.unwrap();
         let mine = &out.claims[0].runners[0];
@@ -771,4 +773,10 @@ async fn a_full_batch_of_heartbeating_leases_does_not_end_a_sweep_early() {
         still_due, 0,
         "every heartbeating lease's check moved to its expiry"
     );
+}
+
+/// The runner behind a client's token, as a lease call finds it (its class).
+async fn identity(app: &TestApp, r: &Client) -> leasehold::store::records::LeaseIdentity {
+    let hash = credentials::parse(Kind::Runner, r.token().unwrap()).unwrap();
+    app.store.runner_for_lease(&hash).await.unwrap().unwrap()
 }

@@ -22,6 +22,7 @@ mod errors;
 mod failover;
 mod faults;
 mod fits;
+mod fleet;
 mod fuzz;
 mod holes;
 mod http1;

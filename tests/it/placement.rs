@@ -922,7 +922,7 @@ async fn placement_statements_reach_their_rows_by_key_in_generic_plans() {
     let statements: Vec<(&'static str, String)> = vec![
         (sql::RUNNER_ADVERTISE, format!("{token}, '1.0.0', false, ARRAY[]::uuid[], ARRAY[]::text[], ARRAY[]::text[], ARRAY[]::text[]")),
         (sql::LEASE_REJECT_SECRET, format!("{job}, 1, {token}, 'X', 'secret_missing'")),
-        (sql::LEASE_GIVE_BACK, format!("ARRAY[{job}], ARRAY[1::bigint], {token}")),
+        (sql::LEASE_GIVE_BACK, format!("ARRAY[{job}], ARRAY[1::bigint], {token}, 'caller_gone'")),
         (sql::SECRETS_SEALED, "'acme', ARRAY['X']".to_owned()),
     ];
     let plans = app

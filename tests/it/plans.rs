@@ -113,20 +113,24 @@ async fn check_hot_plans(app: &TestApp) {
     .to_string();
     let heads = format!("ARRAY[-1001, -1001, -1001, -1001], ARRAY[{nil}, {nil}, {nil}, {nil}]");
     let places = format!("ARRAY[0, 0, 0, 0], ARRAY[{job}, {job}, {job}, {job}]");
+    // A workspace class that reads every lane: the plain ones and the constrained ones.
+    let class = "'acme', 'ws:acme', '{gpu}'::text[], '{}'::text[], '{}'::text[]";
     let statements: Vec<(&str, &'static str, String)> = vec![
         // The claim from the lanes' heads, and from remembered places in every lane.
         (
             "claim",
             sql::CLAIM,
             format!(
-                "ARRAY[{runner}], ARRAY[10], ARRAY[now()], ARRAY[true], 120000, {heads}, false"
+                "ARRAY[{runner}], ARRAY[10], ARRAY[now()], ARRAY[true], 120000, {heads}, false, \
+                 {class}"
             ),
         ),
         (
             "claim_from",
             sql::CLAIM,
             format!(
-                "ARRAY[{runner}], ARRAY[10], ARRAY[now()], ARRAY[true], 120000, {places}, true"
+                "ARRAY[{runner}], ARRAY[10], ARRAY[now()], ARRAY[true], 120000, {places}, true, \
+                 {class}"
             ),
         ),
         (
@@ -316,11 +320,13 @@ async fn check_hot_plans(app: &TestApp) {
     }
 }
 
-/// Issue 19: a head of pool jobs the runner cannot run costs it nothing. 5,000 parked jobs
+/// A claim behind unfit work reads none of it (v1.4, "No class starves"): 5,000 parked jobs
 /// requiring `gpu` sit ahead (same priority, lower ids) of runnable ones; a workspace runner
-/// without capabilities runs the claim's generic plan (as a replica's pool connection does)
-/// and leases the first runnable job. Its claim must not have read and filtered the unfit head:
-/// no plan node discards rows by its filter, and the constrained lane is never scanned.
+/// without capabilities, and one that runs only `arm64` jobs (exclusive: the plain lane closed,
+/// its constrained lane full of `gpu` jobs),
+/// each run the claim's generic plan (as a replica's pool connection does) and lease the first
+/// job they can run. Neither claim may have read and filtered the unfit head: no plan node
+/// discards rows by its filter.
 #[tokio::test]
 async fn a_claim_behind_an_unfit_head_reads_none_of_it() {
     let app = TestApp::spawn().await;
@@ -333,6 +339,11 @@ async fn a_claim_behind_an_unfit_head_reads_none_of_it() {
                 'ws:acme', 'workspace', 'parked', 'command', '{}', 3, '{gpu}', 300000,
                 now() + interval '5 minutes'
            FROM generate_series(1, 5000) g;
+         INSERT INTO jobs (id, workspace, owner, pool, state, kind, payload, max_attempts,
+                           required_capabilities, no_runner_timeout_ms, no_runner_check_at)
+         SELECT gen_random_uuid(), 'acme', 'ws:acme', 'workspace', 'parked', 'command', '{}', 3,
+                '{arm64}', 300000, now() + interval '5 minutes'
+           FROM generate_series(1, 3) g;
          ANALYZE jobs;",
     )
     .await
@@ -348,12 +359,19 @@ async fn a_claim_behind_an_unfit_head_reads_none_of_it() {
         .await
         .unwrap();
     let runner: uuid::Uuid = row.get(0);
-    // The claim from the lanes' heads, and answering where they start next.
-    for (name, places) in [("claim", false), ("claim_from", true)] {
+    // The claim from the lanes' heads, and answering where they start next; plain and arm64.
+    for (name, places, caps, takes) in [
+        ("claim", false, "{}", "{}"),
+        ("claim_from", true, "{}", "{}"),
+        ("claim arm64", false, "{arm64}", "{arm64}"),
+        ("claim_from arm64", true, "{arm64}", "{arm64}"),
+    ] {
         let tx = db.transaction().await.unwrap();
-        tx.batch_execute(
-            "SET LOCAL plan_cache_mode = force_generic_plan; SET LOCAL enable_seqscan = off",
-        )
+        tx.batch_execute(&format!(
+            "SET LOCAL plan_cache_mode = force_generic_plan; SET LOCAL enable_seqscan = off;
+             UPDATE runners SET capabilities = '{caps}', exclusive = '{caps}'
+              WHERE id = '{runner}'"
+        ))
         .await
         .unwrap();
         tx.batch_execute(&format!("PREPARE claim AS {}", sql::CLAIM))
@@ -365,7 +383,8 @@ async fn a_claim_behind_an_unfit_head_reads_none_of_it() {
             &format!(
                 "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) EXECUTE claim(ARRAY['{runner}'::uuid], \
                  ARRAY[1], ARRAY[NULL::timestamptz], ARRAY[true], 120000, \
-                 ARRAY[-1001, -1001, -1001, -1001], ARRAY[{nil}, {nil}, {nil}, {nil}], {places})"
+                 ARRAY[-1001, -1001, -1001, -1001], ARRAY[{nil}, {nil}, {nil}, {nil}], {places}, \
+                 'acme', 'ws:acme', '{caps}'::text[], '{caps}'::text[], '{{}}'::text[])"
             ),
         )
         .await
@@ -383,10 +402,16 @@ async fn a_claim_behind_an_unfit_head_reads_none_of_it() {
         db.batch_execute("DEALLOCATE claim").await.unwrap();
         assert_eq!(
             leased,
-            vec!["{}".to_owned()],
+            vec![takes.to_owned()],
             "{name}: one runnable job leased:\n{plan}"
         );
         assert_lanes_by_key(name, &plan);
+        if caps != "{}" {
+            assert!(
+                plan.contains("jobs_claim_sets on"),
+                "{name} reads the constrained lane by its sets:\n{plan}"
+            );
+        }
         let removed: u64 = plan
             .lines()
             .filter_map(|l| l.trim().strip_prefix("Rows Removed by Filter: "))

@@ -396,7 +396,7 @@ async fn raw_cycle(
                     wants: vec![1],
                     since: vec![me.leases_since],
                     named: vec![false],
-                    ..ClassClaim::default()
+                    ..ClassClaim::of(&me)
                 };
                 let out = store.tick(&done, &[claim], 120_000).await?;
                 completed.fetch_add(out.done.iter().flatten().count() as u64, Ordering::Relaxed);
@@ -408,6 +408,7 @@ async fn raw_cycle(
                     .flat_map(|m| m.claimed)
                     .map(|c| ReportOf {
                         token_hash: token_hash.clone(),
+                        runner: me.id,
                         done: DoneReport {
                             id: c.id,
                             epoch: c.epoch,
