@@ -161,7 +161,9 @@ ahead AS (
              LIMIT CASE WHEN $8 THEN (SELECT COALESCE(max(ord), 0) + 1 FROM pool) ELSE 0 END) AS c
          WHERE id NOT IN (SELECT id FROM pool) ORDER BY slot, ord) AS a
 ),
-taken AS (SELECT runner, id FROM named UNION ALL SELECT s.runner, p.id FROM pool p JOIN slots s USING (k)),
+taken AS (
+    SELECT runner, id FROM named UNION ALL SELECT s.runner, p.id FROM pool p JOIN slots s USING (k)
+),
 -- By key, not a join (whatever the statistics); leased_at after the runners' lock, so after
 -- every bound.
 leased AS (
