@@ -507,7 +507,7 @@ fn done_statuses(
     st: &AppState,
     token: &RunnerToken,
     reports: &[DoneReport],
-    applied: Vec<Fenced<crate::store::records::Job>>,
+    applied: Vec<Fenced<crate::hub::dispatcher::Applied>>,
     mut statuses: Vec<Option<wire::DoneStatus>>,
 ) -> ApiResult<Vec<wire::DoneStatus>> {
     let open = statuses.iter_mut().filter(|s| s.is_none());

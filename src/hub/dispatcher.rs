@@ -67,9 +67,27 @@ pub struct Answer {
     /// No live runner has its token any more.
     pub gone: bool,
     /// What each of its reports did, in order (a miss says `NotFound` until asked why).
-    pub done: Vec<Fenced<Job>>,
+    pub done: Vec<Fenced<Applied>>,
     /// Its runner as the tick left it (where its leases start, what it advertises).
     pub me: Option<Arc<LeaseIdentity>>,
+}
+
+/// What a report in a lease call's `done` did to its job, as the call's answer needs it.
+#[derive(Debug, Clone)]
+pub struct Applied {
+    pub id: Uuid,
+    pub epoch: i64,
+    pub traceparent: Option<String>,
+}
+
+impl Applied {
+    fn of(job: &Job) -> Self {
+        Self {
+            id: job.id,
+            epoch: job.epoch,
+            traceparent: job.traceparent.clone(),
+        }
+    }
 }
 
 /// What a tick's end owes the rest of the hub: wakes and follow-up statements.
@@ -139,8 +157,9 @@ struct Waiter {
     want: i32,
     /// Reports not yet applied (a new waiter's).
     reports: Vec<DoneReport>,
-    /// What its reports did, once applied.
-    done: Option<Vec<Fenced<Job>>>,
+    /// What its reports did, once applied: only what its answer needs, not the jobs' rows
+    /// (a waiter keeps it for the rest of its wait).
+    done: Option<Vec<Fenced<Applied>>>,
     /// Not yet through a tick.
     fresh: bool,
     /// The workspace's park count when its last tick began: a park since in a lane it reads
@@ -925,12 +944,13 @@ impl Dispatcher {
             }
         };
         // The reports' outcomes, to their waiters.
-        let mut done: HashMap<u64, Vec<Fenced<Job>>> = HashMap::new();
+        let mut done: HashMap<u64, Vec<Fenced<Applied>>> = HashMap::new();
         for (id, d) in plan.reporters.iter().zip(out.done) {
-            if let Ok(job) = &d {
-                after.settled.push(job.clone());
+            let applied = d.as_ref().map(Applied::of).map_err(|m| *m);
+            if let Ok(job) = d {
+                after.settled.push(job);
             }
-            done.entry(*id).or_default().push(d);
+            done.entry(*id).or_default().push(applied);
         }
         for id in &plan.waiters {
             if let Some(w) = ws.waiters.get_mut(id) {

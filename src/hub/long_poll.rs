@@ -13,11 +13,12 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+use super::dispatcher::Applied;
 use super::handover::Handover;
 use super::Hub;
 use crate::store::claim::DoneReport;
 use crate::store::jobs::Fenced;
-use crate::store::records::{Claimed, Job, LeaseIdentity};
+use crate::store::records::{Claimed, LeaseIdentity};
 use crate::store::Result;
 use crate::telemetry::{metrics, traces};
 
@@ -37,7 +38,7 @@ pub enum LeaseAnswer {
 /// order), applied in its first tick.
 pub struct Leased {
     pub answer: LeaseAnswer,
-    pub done: Vec<Fenced<Job>>,
+    pub done: Vec<Fenced<Applied>>,
 }
 
 /// What a lease call advertises; `None` keeps what is recorded.

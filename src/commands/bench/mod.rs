@@ -8,6 +8,7 @@
 mod artifacts;
 mod churn;
 mod depth;
+mod fleet;
 mod idle;
 mod redelivery;
 mod retention;
@@ -38,8 +39,8 @@ pub struct Report {
 #[derive(Debug, Clone, Args)]
 pub struct BenchArgs {
     /// Scenarios, comma-separated: throughput, wake, idle, depth, churn, redelivery,
-    /// unfit-head, artifacts, retention, soak, or all (every one but soak, which runs for
-    /// --soak-seconds).
+    /// unfit-head, fleet, artifacts, retention, soak, or all (every one but soak, which runs
+    /// for --soak-seconds, and fleet, which runs two phases of --seconds on three replicas).
     #[arg(long, default_value = "all")]
     pub scenario: String,
     /// Use this PostgreSQL server (its role must be allowed to create databases) instead of a
@@ -103,6 +104,21 @@ pub struct BenchArgs {
     /// Parked jobs no runner can run at the head of the pool in the unfit-head scenario.
     #[arg(long, default_value_t = 10_000)]
     pub unfit_jobs: usize,
+    /// Workspaces in the fleet scenario (the first one floods).
+    #[arg(long, default_value_t = 20)]
+    pub fleet_workspaces: usize,
+    /// Runners in the fleet scenario, over every workspace and class.
+    #[arg(long, default_value_t = 400)]
+    pub fleet_runners: usize,
+    /// Jobs the fleet's flooding workspace dispatches as fast as it can.
+    #[arg(long, default_value_t = 50_000)]
+    pub fleet_flood: usize,
+    /// `gpu` jobs parked in every workspace of the fleet, their runners busy.
+    #[arg(long, default_value_t = 10_000)]
+    pub fleet_backlog: usize,
+    /// One fleet replica fails every Nth tick (LEASEHOLD_FAULT_FAIL_TICKS; 0: none).
+    #[arg(long, default_value_t = 200)]
+    pub fleet_fail_ticks: u64,
     /// How long the soak scenario holds its snapshot open under load, seconds.
     #[arg(long, default_value_t = 600)]
     pub soak_seconds: u64,
@@ -145,12 +161,16 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         "churn",
         "redelivery",
         "unfit-head",
+        "fleet",
         "artifacts",
         "retention",
         "soak",
     ];
     let chosen: Vec<&str> = if args.scenario == "all" {
-        all.iter().copied().filter(|s| *s != "soak").collect()
+        all.iter()
+            .copied()
+            .filter(|s| *s != "soak" && *s != "fleet")
+            .collect()
     } else {
         args.scenario.split(',').map(str::trim).collect()
     };
@@ -178,6 +198,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
             "churn" => churn::run(&deployment, &args, &mut report).await,
             "redelivery" => redelivery::run(&deployment, &args, &mut report).await,
             "unfit-head" => unfit_head::run(&deployment, &args, &mut report).await,
+            "fleet" => fleet::run(&deployment, &args, &mut report).await,
             "artifacts" => artifacts::run(&deployment, &args, &mut report).await,
             "retention" => retention::run(&deployment, &args, &mut report).await,
             "soak" => soak::run(&deployment, &args, &mut report).await,

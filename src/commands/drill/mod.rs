@@ -121,6 +121,11 @@ pub struct DrillArgs {
     /// Dispatches per second.
     #[arg(long, default_value_t = 10.0)]
     pub rate: f64,
+    /// The first replica the drill starts fails every Nth dispatcher tick after its commit
+    /// (`LEASEHOLD_FAULT_FAIL_TICKS`, issue 51): its waiters must be answered and what it
+    /// leased given back. 0: never.
+    #[arg(long, default_value_t = 50)]
+    pub fail_ticks: u64,
     /// Print the report as JSON on stdout (the table goes to stderr).
     #[arg(long)]
     pub json: bool,
@@ -278,6 +283,8 @@ pub async fn run(args: DrillArgs) -> anyhow::Result<i32> {
                 name: format!("replica-{i}"),
                 port: free_port()?,
                 child: None,
+                // The first replica fails ticks (the fleet's fault), the others do not.
+                fail_ticks: if i == 0 { args.fail_ticks } else { 0 },
             };
             r.start(&database_urls[i % database_urls.len()], &logs)
                 .await?;

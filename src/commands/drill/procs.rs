@@ -27,6 +27,8 @@ pub(super) struct ReplicaProc {
     pub(super) name: String,
     pub(super) port: u16,
     pub(super) child: Option<tokio::process::Child>,
+    /// `LEASEHOLD_FAULT_FAIL_TICKS` for it (0: off).
+    pub(super) fail_ticks: u64,
 }
 
 impl ReplicaProc {
@@ -48,6 +50,7 @@ impl ReplicaProc {
             ("LEASEHOLD_AUTH_REFILL_PER_S", "100000".to_owned()),
             ("LEASEHOLD_LEASE_TTL_MS", OWN_LEASE_TTL_MS.to_string()),
             ("LEASEHOLD_SWEEP_INTERVAL_MS", "200".to_owned()),
+            ("LEASEHOLD_FAULT_FAIL_TICKS", self.fail_ticks.to_string()),
         ];
         let listen = format!("127.0.0.1:{}", self.port);
         let ServeProcess { child, .. } = ServeProcess::start_on(
