@@ -1,7 +1,7 @@
 -- First terminal report wins, fenced and authenticated in one statement: a report settles its job
 -- only if its runner token is live and that runner holds the lease at that epoch. Reports of
 -- several runners coalesced by the replica (store::combine) are one call of this statement: one
--- plan started for all of them (shared/PERF-FACTS.md 3), each report matched alone.
+-- plan started for all of them (docs/perf.md), each report matched alone.
 -- $1 ids, $2 epochs, $3 sha256(runner token)s, $4 results: one element per report, in step;
 -- $5 how stale (ms) a runner's last_seen_at may get before this call refreshes it.
 -- Provenance is stamped here from the rows, never taken from the runner. A report's row carries

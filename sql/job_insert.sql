@@ -1,7 +1,7 @@
 -- Park jobs of one caller, authenticated in the same statement: they are parked only while the
 -- caller's API key is live. A batch dispatch, and concurrent dispatches coalesced by the replica
 -- (store::combine), are one call of this statement per API key: one plan started for all its
--- jobs, not one per job (shared/PERF-FACTS.md 3; docs/perf.md "Round 9"). Each job gets its
+-- jobs, not one per job (docs/perf.md "Round 9"). Each job gets its
 -- first `state` event, and the key's subject and role as its dispatcher (the secrets it names
 -- are checked against them at every hand-over: api::runner::hand_over).
 -- $1 sha256 of the caller's API key; $2 the jobs as a JSON array of objects, each a

@@ -1,4 +1,4 @@
--- What a lease call advertises, recorded before the version check (shared/PROTOCOL.md v1.1):
+-- What a lease call advertises, recorded before the version check (docs/api.md v1.1):
 -- authenticate $1 sha256(token) as runner_lock_for_lease does, mark the runner seen, record
 -- $2 version (NULL keeps) with $3 its verdict (outdated, judged in Rust), and add the repository
 -- targets ($4 ids, $5 providers, $6 repositories, $7 labels) as 'pending'; a known target keeps

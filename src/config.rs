@@ -129,10 +129,16 @@ pub struct Config {
     /// slot) is at least this many transactions old, a claim reads each class of its queue
     /// (plain and constrained jobs) from where the last claim of it on this replica found the
     /// first one parked, not from the queue's head (docs/design.md, "Where a claim starts").
-    /// 0: always.
-    #[arg(long, env = "LEASEHOLD_CLAIM_BOUND_AGE", default_value_t = 5_000)]
-    pub claim_bound_age: u64,
-    /// When that old snapshot ends (the horizon is younger than `claim_bound_age` again), one
+    /// 0: always. Its old name, `LEASEHOLD_CLAIM_BOUND_AGE` (`--claim-bound-age`), still works
+    /// and says so once in the log.
+    #[arg(
+        long,
+        env = "LEASEHOLD_CLAIM_PLACES_AGE",
+        alias = "claim-bound-age",
+        default_value_t = 5_000
+    )]
+    pub claim_places_age: u64,
+    /// When that old snapshot ends (the horizon is younger than `claim_places_age` again), one
     /// replica vacuums the job table at once instead of leaving it to autovacuum's next turn
     /// (docs/operations.md). `false` leaves it to autovacuum.
     #[arg(
@@ -252,7 +258,44 @@ fn parse_min_version(s: &str) -> Result<Version, String> {
     version::parse(s).ok_or_else(|| format!("'{s}' is not a semver version such as 1.4.0"))
 }
 
+/// Settings renamed since a release: (old environment name, new one). The old name still sets
+/// the value when the new one is not set, and says so once in the log.
+pub const RENAMED_SETTINGS: &[(&str, &str)] =
+    &[("LEASEHOLD_CLAIM_BOUND_AGE", "LEASEHOLD_CLAIM_PLACES_AGE")];
+
 impl Config {
+    /// Apply the old names of renamed settings ([`RENAMED_SETTINGS`]) found in `env` where the
+    /// new name is absent, logging each once. Called by `serve` after parsing.
+    pub fn apply_renamed(&mut self, env: impl Fn(&str) -> Option<String>) {
+        for (old, new) in RENAMED_SETTINGS {
+            let Some(value) = env(old) else { continue };
+            if env(new).is_some() {
+                tracing::warn!(
+                    old,
+                    new,
+                    "both names of a renamed setting are set; the new one wins"
+                );
+                continue;
+            }
+            match (*new, value.parse::<u64>()) {
+                ("LEASEHOLD_CLAIM_PLACES_AGE", Ok(v)) => self.claim_places_age = v,
+                _ => {
+                    tracing::warn!(
+                        old,
+                        new,
+                        "the old name of a setting has a value that is not a number; ignored"
+                    );
+                    continue;
+                }
+            }
+            tracing::warn!(
+                old,
+                new,
+                "a setting was renamed; the old name still works, use the new one"
+            );
+        }
+    }
+
     /// A configuration for the given database with every other field at the default of its
     /// `leasehold serve` flag (the contract's), which is the one place each default is
     /// written; the environment is not read.

@@ -100,7 +100,7 @@ pub async fn start(config: Config, listener: TcpListener) -> anyhow::Result<Repl
         operation: config.request_timeout(),
         checkout: config.pool_timeout(),
     })
-    .with_old_horizon_from(config.claim_bound_age);
+    .with_old_horizon_from(config.claim_places_age);
     let origin = format!("{:016x}", rand::rng().next_u64());
     let background = CancellationToken::new();
     let shutdown = CancellationToken::new();

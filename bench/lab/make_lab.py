@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Write lab.sql: the service's own hot statements as one pgbench script, one job per
-transaction: park (job_insert.sql), lease (BEGIN, runner_lock_for_lease.sql,
-lease_claim_plain.sql, COMMIT) and complete (job_complete.sql), each statement's text taken
+transaction: park (job_insert.sql), lease as a dispatcher's tick does (BEGIN,
+runners_lock_for_claim.sql, claim.sql for the runner's class, COMMIT) and complete
+(job_complete.sql), each statement's text taken
 from sql/ as it is, its $n parameters written as pgbench variables (so pgbench -M prepared
 sends them as parameters, as a replica does). See README.md beside this file.
 
@@ -42,14 +43,20 @@ out.append(
 )
 out.append(statement("job_insert.sql", {1: ":kh", 2: ":job"}))
 out.append("BEGIN;\n")
-out.append(statement("runner_lock_for_lease.sql",
-                     {1: ":th", 2: "NULL", 3: "NULL", 4: "NULL::text", 5: ":seen"}))
-out.append(statement("lease_claim_plain.sql",
-                     {1: ":th", 2: ":rid", 3: ":ws", 4: ":own", 5: ":maxj", 6: ":ttl",
-                      7: "NULL::timestamptz"},
+out.append(statement("runners_lock_for_claim.sql", {1: "ARRAY[:rid::uuid]", 2: "false"}))
+# One runner of a plain workspace class, from the lanes' heads (claim.sql's header says each).
+heads = "ARRAY[-1001, -1001, -1001, -1001]"
+nils = "ARRAY[%s]" % ", ".join(["'00000000-0000-0000-0000-000000000000'::uuid"] * 4)
+out.append(statement("claim.sql",
+                     {1: "ARRAY[:rid::uuid]", 2: "ARRAY[:maxj::integer]",
+                      3: "ARRAY[NULL::timestamptz]", 4: "ARRAY[false]", 5: ":ttl",
+                      6: heads, 7: nils, 8: "false", 9: ":ws", 10: ":own",
+                      11: "'{}'::text[]", 12: "'{}'::text[]", 13: "'{}'::text[]"},
                      gset=True))
 out.append("COMMIT;\n")
-out.append(statement("job_complete.sql", {1: "ARRAY[:id::uuid]", 2: "ARRAY[:epoch::bigint]",
+# A claim that took nothing (another client took its job) leaves id and epoch empty.
+out.append(statement("job_complete.sql", {1: "ARRAY[NULLIF(:id, '')::uuid]",
+                                         2: "ARRAY[NULLIF(:epoch, '')::bigint]",
                                          3: "ARRAY[:th::bytea]", 4: "ARRAY[:res::jsonb]",
                                          5: ":seen"}))
 sys.stdout.write("".join(out))

@@ -1,4 +1,4 @@
-//! The HTTP API: routes of the contract (`shared/PROTOCOL.md`), authentication, rate limiting
+//! The HTTP API: routes of the contract (`docs/api.md`), authentication, rate limiting
 //! and the error mapping. Handlers validate and call the hub's operations (which reach the
 //! store and wake what a change owes); what they apply of the configuration is [`Limits`],
 //! read once when the replica starts.

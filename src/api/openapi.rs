@@ -228,7 +228,7 @@ fn build() -> Value {
             "title": "leasehold",
             "version": env!("CARGO_PKG_VERSION"),
             "description": "A durable, multi-replica job lease service for self-hosted runners. \
-                The binding contract is shared/PROTOCOL.md (v1.1); this document is generated \
+                The binding contract is docs/api.md; this document is generated \
                 from the server's route table and wire types. Every non-2xx answer is \
                 {\"error\":{\"code\",\"message\"}}; unknown routes are 404 not_found.",
             "license": {"name": "Apache-2.0", "identifier": "Apache-2.0"},

@@ -17,7 +17,8 @@ use crate::tooling::serve_process;
 ///
 /// # Errors
 /// The address cannot be bound or the replica cannot start.
-pub async fn run(config: Config) -> anyhow::Result<()> {
+pub async fn run(mut config: Config) -> anyhow::Result<()> {
+    config.apply_renamed(|name| std::env::var(name).ok());
     // A transfer's chunk buffers (256 KiB) are mapped apart and unmapped when freed.
     leasehold_alloc::map_apart_from(128 * 1024);
     let listener = tokio::net::TcpListener::bind(config.listen)

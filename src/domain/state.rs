@@ -1,7 +1,7 @@
 //! Job states and which of them are terminal. A job settles exactly once; terminal states
 //! never change again (the SQL of every transition only matches live states).
 
-/// The six states of a job (see ARCHITECTURE.md's state machine).
+/// The six states of a job (see docs/design.md, "State machine").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum JobState {
     Parked,

@@ -1,5 +1,5 @@
 //! Sends wake-ups to the other replicas, after the durable transaction that caused them has
-//! committed, from its own connection with `synchronous_commit = off` (shared/PERF-FACTS.md:
+//! committed, from its own connection with `synchronous_commit = off` (docs/perf.md:
 //! a `pg_notify` inside a durable transaction holds a cluster-wide lock across the WAL flush).
 //!
 //! What it sends is a [`Notice`]: a job changed (its readers wake), or a job was parked in a

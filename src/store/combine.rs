@@ -3,7 +3,7 @@
 //! A [`Combiner`] owns a task that takes whatever calls have queued and runs them as one batch,
 //! with at most `in_flight` batches running at once. An idle combiner runs a call at once (it
 //! never waits for company), so coalescing adds no latency; under load, calls queue while the
-//! batches in flight run, and the next batch takes them all (shared/PERF-FACTS.md 3: one
+//! batches in flight run, and the next batch takes them all (docs/perf.md: one
 //! statement for ten jobs costs a fraction of ten).
 //!
 //! Invariants: every call gets exactly one answer (a call whose caller gave up before its batch

@@ -6,7 +6,7 @@
 //! session holds an old snapshot (an analytics query, a replication slot with
 //! `hot_standby_feedback`, a prepared transaction), a claim from the head walks one entry per job
 //! taken since. So each replica reads the age once a second, and while it is at least
-//! `LEASEHOLD_CLAIM_BOUND_AGE` transactions old its dispatcher starts claims from the places it
+//! `LEASEHOLD_CLAIM_PLACES_AGE` transactions old its dispatcher starts claims from the places it
 //! remembers (hub::dispatcher) and its sweeps read only the checks due since their last sweep
 //! (hub::sweeper).
 
@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use super::{sql, Result, Store};
 
 /// From how many transactions of horizon age the horizon counts as old: the default of
-/// `LEASEHOLD_CLAIM_BOUND_AGE`.
+/// `LEASEHOLD_CLAIM_PLACES_AGE`.
 pub const OLD_FROM: u64 = 5_000;
 
 /// What a store last read of the horizon.

@@ -162,7 +162,7 @@ impl Store {
     }
 
     /// The same store counting the horizon old from an age of `from_age` transactions
-    /// (`LEASEHOLD_CLAIM_BOUND_AGE`, 0: always; see [`horizon`]). Call before first use.
+    /// (`LEASEHOLD_CLAIM_PLACES_AGE`, 0: always; see [`horizon`]). Call before first use.
     #[must_use]
     pub fn with_old_horizon_from(mut self, from_age: u64) -> Self {
         self.horizon = Arc::new(horizon::Horizon::new(from_age));

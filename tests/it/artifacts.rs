@@ -1,4 +1,4 @@
-//! Artifacts (shared/PROTOCOL.md v1.2 B "Artifacts"), every case against both stores: chunk
+//! Artifacts (docs/api.md v1.2 B "Artifacts"), every case against both stores: chunk
 //! rows in the test's PostgreSQL, and a real S3-protocol server (moto's, started once per test
 //! binary; `.ci/run` installs it) through `LEASEHOLD_ARTIFACT_STORE=s3://...`.
 //!

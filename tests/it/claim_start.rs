@@ -27,7 +27,7 @@ use crate::support::{connect, eventually, hold_snapshot, lease, pair, personal, 
 const SHAPES: [(&[&str], &[&str]); 3] = [(&[], &[]), (&["linux"], &[]), (&["linux"], &["linux"])];
 
 fn remember_for_an_hour(c: &mut leasehold::config::Config) {
-    c.claim_bound_age = 0;
+    c.claim_places_age = 0;
     c.claim_full_walk_ms = 3_600_000;
 }
 
@@ -300,7 +300,7 @@ async fn a_job_parked_behind_a_place_untold_is_found_by_the_next_full_walk() {
 
 async fn full_walk_for(capabilities: &[&str], requires: &[&str]) {
     let app = TestApp::spawn_with(1, |c| {
-        c.claim_bound_age = 0;
+        c.claim_places_age = 0;
         c.claim_full_walk_ms = 1_000;
     })
     .await;

@@ -1,5 +1,6 @@
 //! What a reader of the repository is told holds (issue 47 item 7): README.md and docs/ link
-//! and name only files of the repository (a clone has no `shared/`); the API reference in
+//! and name only files of the repository (a clone has no `shared/`), and every path, module and
+//! setting they and the code's comments name exists (issue 54 row 3); the API reference in
 //! docs/ is the route table's, as `leasehold openapi --markdown` prints it now; and the
 //! README's shell examples run as printed.
 //!
@@ -316,4 +317,150 @@ async fn the_readme_examples_run_as_printed() {
         );
     }
     outputs.clear();
+}
+
+/// Every file of the repository the test reads names from: README.md, docs/, and the sources
+/// (Rust, SQL, the lab's Python) whose comments name things.
+fn named_in() -> Vec<PathBuf> {
+    fn walk(dir: &std::path::Path, out: &mut Vec<PathBuf>) {
+        for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                walk(&p, out);
+            } else if p
+                .extension()
+                .is_some_and(|x| x == "rs" || x == "sql" || x == "py")
+            {
+                out.push(p);
+            }
+        }
+    }
+    let mut files = documents();
+    // Not migrations/: an applied migration's text is checksummed, and keeps the names of its
+    // day.
+    for dir in ["src", "crates", "sql", "tests", "bench"] {
+        walk(&repo().join(dir), &mut files);
+    }
+    files
+}
+
+/// The words of `text` that look like one of the repository's paths, module paths or settings.
+fn names(text: &str) -> Vec<String> {
+    text.split(|c: char| !(c.is_ascii_alphanumeric() || "_/.:-".contains(c)))
+        .map(|w| w.trim_end_matches(['.', ':', ',']).to_owned())
+        .filter(|w| !w.is_empty())
+        .collect()
+}
+
+/// Names in README.md, docs/ and code comments name what exists (issue 54 row 3): a repository
+/// path (`src/...`, `sql/...`, `docs/...`, ...) is a file or a folder; a module path of the
+/// server (`store::horizon`, `hub::dispatcher`) is a module; a `LEASEHOLD_` setting is read
+/// somewhere in the code. A renamed thing is renamed everywhere, or kept as an alias.
+#[test]
+fn every_path_module_and_setting_named_exists() {
+    let roots = [
+        "src/",
+        "sql/",
+        "docs/",
+        "tests/",
+        "crates/",
+        "migrations/",
+        "deploy/",
+        "bench/",
+        "scripts/",
+        "vendor/",
+        "patches/",
+    ];
+    let layers = [
+        "store",
+        "hub",
+        "api",
+        "domain",
+        "commands",
+        "tooling",
+        "telemetry",
+        "replica",
+    ];
+    // Every string literal of the code (and the shipped units and scripts) that is a
+    // setting's name.
+    let mut code = String::new();
+    for f in named_in() {
+        if f.extension().is_some_and(|x| x == "rs") {
+            code.push_str(&std::fs::read_to_string(&f).unwrap());
+        }
+    }
+    for dir in ["deploy", "scripts"] {
+        let mut stack = vec![repo().join(dir)];
+        while let Some(d) = stack.pop() {
+            for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+                if e.path().is_dir() {
+                    stack.push(e.path());
+                } else if let Ok(text) = std::fs::read_to_string(e.path()) {
+                    for w in names(&text) {
+                        code.push_str(&format!(" \"{w}\" "));
+                    }
+                }
+            }
+        }
+    }
+    let mut missing = Vec::new();
+    for f in named_in() {
+        let text = std::fs::read_to_string(&f).unwrap();
+        let rel = f.strip_prefix(repo()).unwrap().display().to_string();
+        for (n, line) in text.lines().enumerate() {
+            for w in names(line) {
+                let at = format!("{rel}:{}: {w}", n + 1);
+                if roots.iter().any(|r| w.starts_with(r)) {
+                    if w.contains('<') || w.contains('*') || w.contains("NN") {
+                        continue;
+                    }
+                    let path = w.split(':').next().unwrap_or(&w);
+                    if !repo().join(path).exists() {
+                        missing.push(format!("{at} (no such path)"));
+                    }
+                } else if let Some((layer, rest)) = w.split_once("::") {
+                    if !layers.contains(&layer) || rest.is_empty() {
+                        continue;
+                    }
+                    let module = rest.split("::").next().unwrap_or(rest);
+                    if module
+                        .chars()
+                        .next()
+                        .is_some_and(|c| c.is_ascii_uppercase())
+                    {
+                        continue;
+                    }
+                    let base = repo().join("src").join(layer);
+                    let exists = base.join(format!("{module}.rs")).exists()
+                        || base.join(module).join("mod.rs").exists()
+                        || std::fs::read_to_string(base.join("mod.rs"))
+                            .or_else(|_| {
+                                std::fs::read_to_string(repo().join(format!("src/{layer}.rs")))
+                            })
+                            .is_ok_and(|m| {
+                                m.contains(&format!("fn {module}"))
+                                    || m.contains(&format!("mod {module}"))
+                            });
+                    if !exists {
+                        missing.push(format!("{at} (no such module)"));
+                    }
+                } else if w.starts_with("LEASEHOLD_") && w.len() > 10 {
+                    let setting: String = w
+                        .chars()
+                        .take_while(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || *c == '_')
+                        .collect();
+                    if !code.contains(&format!("\"{setting}\"")) {
+                        missing.push(format!("{at} (no setting reads it)"));
+                    }
+                }
+            }
+        }
+    }
+    missing.sort();
+    missing.dedup();
+    assert!(
+        missing.is_empty(),
+        "names of things that do not exist:\n{}",
+        missing.join("\n")
+    );
 }

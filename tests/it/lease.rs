@@ -674,7 +674,7 @@ async fn a_bound_ahead_of_the_database_clock_counts_every_lease() {
 #[tokio::test]
 async fn under_an_old_horizon_checks_due_long_ago_are_still_judged() {
     let app = TestApp::spawn_with(1, |c| {
-        c.claim_bound_age = 0;
+        c.claim_places_age = 0;
         c.sweep_full_walk_ms = 1_000;
     })
     .await;

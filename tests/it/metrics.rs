@@ -210,11 +210,11 @@ async fn claims_from_places(url: &str) -> f64 {
 }
 
 /// A snapshot held open (the analytics query) switches plain claims to remembered places once
-/// it is `LEASEHOLD_CLAIM_BOUND_AGE` transactions old, the jobs still come in FIFO order, and its
+/// it is `LEASEHOLD_CLAIM_PLACES_AGE` transactions old, the jobs still come in FIFO order, and its
 /// end switches the claims back to the head.
 #[tokio::test]
 async fn an_old_snapshot_switches_plain_claims_to_remembered_places_and_back() {
-    let app = TestApp::spawn_with(1, |c| c.claim_bound_age = 20).await;
+    let app = TestApp::spawn_with(1, |c| c.claim_places_age = 20).await;
     let url = app.url(0);
     let alice = app.operator("acme", "alice", false).await;
     let (_, runner) = pair(&alice, leasehold::wire::Tier::Personal, &[], 100).await;
@@ -264,7 +264,7 @@ async fn an_old_snapshot_switches_plain_claims_to_remembered_places_and_back() {
 /// such explicit vacuums, never autovacuum's.
 #[tokio::test]
 async fn when_an_old_snapshot_ends_one_replica_vacuums_the_job_table() {
-    let app = TestApp::spawn_with(2, |c| c.claim_bound_age = 20).await;
+    let app = TestApp::spawn_with(2, |c| c.claim_places_age = 20).await;
     let url = app.url(0);
     let alice = app.operator("acme", "alice", false).await;
     let (_, runner) = pair(&alice, leasehold::wire::Tier::Personal, &[], 100).await;

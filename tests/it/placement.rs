@@ -1,4 +1,4 @@
-//! Placement and trust (shared/PROTOCOL.md v1.1 "Placement", "Repository sources"): runner
+//! Placement and trust (docs/api.md v1.1 "Placement", "Repository sources"): runner
 //! versions, the dormancy ceiling and repository targets, over real HTTP on PostgreSQL.
 //!
 //! Invariants defended: an outdated runner (below the minimum by semver precedence, or with no

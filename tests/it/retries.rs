@@ -307,7 +307,7 @@ async fn take_within(runner: &Client, wait_ms: i64) -> wire::LeasedJob {
     got.remove(0)
 }
 
-/// The claims from remembered places (store::bounds) start at the first parked job they saw,
+/// The claims from remembered places (the dispatcher's places, docs/design.md "Where a claim starts") start at the first parked job they saw,
 /// delayed or not: a job whose delay passes later is leased, for every claim shape.
 #[tokio::test]
 async fn a_claim_from_a_remembered_place_takes_a_delayed_retry_once_its_delay_passes() {
@@ -317,7 +317,7 @@ async fn a_claim_from_a_remembered_place_takes_a_delayed_retry_once_its_delay_pa
         (&["linux"][..], &["linux"][..]),
     ] {
         let app = TestApp::spawn_with(1, |c| {
-            c.claim_bound_age = 0;
+            c.claim_places_age = 0;
             c.claim_full_walk_ms = 3_600_000;
         })
         .await;

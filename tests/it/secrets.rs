@@ -1,4 +1,4 @@
-//! Workspace secrets (shared/PROTOCOL.md v1.1 "Secrets").
+//! Workspace secrets (docs/api.md v1.1 "Secrets").
 //!
 //! Invariants defended: admins write and delete, members list names only, ordered by name;
 //! names and values are validated (400 naming the field); without a sealing key a write is 503

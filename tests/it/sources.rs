@@ -1,4 +1,4 @@
-//! The reference runner's checkout of a job's source (shared/PROTOCOL.md v1.1 "Repository
+//! The reference runner's checkout of a job's source (docs/api.md v1.1 "Repository
 //! sources"), against real git repositories: one served from a local directory (a file URL)
 //! and one over HTTP (git's dumb protocol, served by a small server in the test that demands a
 //! credential).

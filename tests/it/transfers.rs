@@ -1,4 +1,4 @@
-//! Slow artifact transfers (shared/PROTOCOL.md v1.3 "Artifact bounds", issue 46 row 4), against
+//! Slow artifact transfers (docs/api.md v1.3 "Artifact bounds", issue 46 row 4), against
 //! both stores: an upload or a download that moves fewer than `LEASEHOLD_TRANSFER_MIN_BYTES` in
 //! any window of `LEASEHOLD_TRANSFER_WINDOW_MS` is closed, an upload's part removed; one that
 //! keeps above the floor is not; and a replica holds at most a mebibyte of any one transfer,

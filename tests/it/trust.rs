@@ -1,4 +1,4 @@
-//! Secrets on the lease path (shared/PROTOCOL.md v1.1 "Secrets"), over real HTTP on PostgreSQL.
+//! Secrets on the lease path (docs/api.md v1.1 "Secrets"), over real HTTP on PostgreSQL.
 //!
 //! Invariants defended: a dispatch may name only secrets that exist (400 naming the field);
 //! the lease carries their values, read at lease time, and a source's credential only as

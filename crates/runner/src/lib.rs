@@ -9,7 +9,7 @@
 //!
 //! # Layout
 //!
-//! - [`wire`]: the HTTP contract's request and response types (`shared/PROTOCOL.md`), shared by
+//! - [`wire`]: the HTTP contract's request and response types (`docs/api.md`), shared by
 //!   the server, the client, the runner and the tests.
 //! - [`client`]: a typed HTTP client over [`wire`] (runner, CLI, bench and tests use it).
 //! - [`tls`]: what both ends of HTTPS share: PEM files, key pins, the client's trust.

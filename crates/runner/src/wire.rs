@@ -1,4 +1,4 @@
-//! The HTTP contract's bodies (`shared/PROTOCOL.md`), shared by the server, the client, the
+//! The HTTP contract's bodies (`docs/api.md`), shared by the server, the client, the
 //! runner and the tests. Responses serialise every documented field, `null` where empty;
 //! requests ignore unknown fields and leave range checks to the server's validation.
 //!

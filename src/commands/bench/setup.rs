@@ -1,5 +1,5 @@
 //! The deployment a benchmark drives: a private, durable PostgreSQL (fsync on, synchronous
-//! commit on, as in shared/PERF-FACTS.md) or the one given, and `leasehold serve` replicas as
+//! commit on, as in docs/perf.md) or the one given, and `leasehold serve` replicas as
 //! real processes of this same binary.
 
 use std::process::Stdio;
