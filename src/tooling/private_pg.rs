@@ -122,19 +122,24 @@ fn new_password() -> String {
 /// so neither a file nor a symbolic link someone left at `file` is written through.
 fn save_password(file: &Path, password: &str, owner: Option<(u32, u32)>) -> anyhow::Result<()> {
     use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(nix::libc::O_NOFOLLOW)
-        .open(file)
-        .with_context(|| format!("writing {}", file.display()))?;
+    let mut f = create_private(file).with_context(|| format!("writing {}", file.display()))?;
     if let Some((uid, gid)) = owner {
         std::os::unix::fs::fchown(&f, Some(uid), Some(gid))?;
     }
     writeln!(f, "{password}")?;
     Ok(())
+}
+
+/// A new file at `file`, mode 0600: `O_EXCL` and `O_NOFOLLOW`, so nothing that lies there (a
+/// file, a symbolic link someone planted) is opened.
+fn create_private(file: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(nix::libc::O_NOFOLLOW)
+        .open(file)
 }
 
 /// Open `file` (for reading, or for rewriting with `write`) when it is what leasehold keeps in
@@ -317,14 +322,7 @@ fn shared_ancestors_are_roots(dir: &Path) -> anyhow::Result<()> {
 /// Write the marker (root's, 0600) naming `asked`.
 fn save_marker(marker: &Path, asked: &Path) -> anyhow::Result<()> {
     use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(nix::libc::O_NOFOLLOW)
-        .open(marker)
-        .with_context(|| format!("writing {}", marker.display()))?;
+    let mut f = create_private(marker).with_context(|| format!("writing {}", marker.display()))?;
     f.write_all(asked.as_os_str().as_encoded_bytes())?;
     f.sync_all()?;
     Ok(())
@@ -351,17 +349,10 @@ fn read_marker(marker: &Path) -> anyhow::Result<Vec<u8>> {
 /// A new file for the server's log at `path` in the shared temporary directory: whatever lies
 /// there (a link someone planted included) is removed and the file made afresh (`O_EXCL`).
 fn fresh_log(path: &Path) -> anyhow::Result<std::fs::File> {
-    use std::os::unix::fs::OpenOptionsExt;
     let mut last = None;
     for _ in 0..5 {
         let _ = std::fs::remove_file(path);
-        match std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(nix::libc::O_NOFOLLOW)
-            .open(path)
-        {
+        match create_private(path) {
             Ok(f) => return Ok(f),
             Err(e) => last = Some(e),
         }
