@@ -184,6 +184,14 @@ pub struct Config {
     /// The window of `LEASEHOLD_TRANSFER_MIN_BYTES` (the contract's 30 s; shorter in tests).
     #[arg(long, env = "LEASEHOLD_TRANSFER_WINDOW_MS", default_value_t = 30_000)]
     pub transfer_window_ms: u64,
+    /// Artifact uploads one runner token may have running at once on one replica; past it an
+    /// upload answers 429 `rate_limited` with `Retry-After`, before any database work.
+    #[arg(long, env = "LEASEHOLD_MAX_TRANSFERS_PER_RUNNER", default_value_t = 16)]
+    pub max_transfers_per_runner: usize,
+    /// Artifact transfers (uploads and downloads) one replica runs at once; past it a transfer
+    /// answers 429 `rate_limited` with `Retry-After`, before any database work.
+    #[arg(long, env = "LEASEHOLD_MAX_TRANSFERS", default_value_t = 512)]
+    pub max_transfers: usize,
     /// Open connections one replica holds at most; past it a new connection is closed at once.
     #[arg(long, env = "LEASEHOLD_MAX_CONNECTIONS", default_value_t = 20_000)]
     pub max_connections: usize,
