@@ -233,9 +233,10 @@ const GIVE_BACK_AFTER: Duration = Duration::from_secs(1);
 /// A trim is scheduled (one per process: the allocator is the process's).
 static GIVE_BACK_SCHEDULED: AtomicBool = AtomicBool::new(false);
 
-/// A transfer ended: within [`GIVE_BACK_AFTER`], the allocator returns the memory freed since
-/// to the system, on a blocking thread.
-fn give_back_soon() {
+/// A transfer ended (or a burst of long-polls, `replica::give_back_after_bursts`): within
+/// [`GIVE_BACK_AFTER`], the allocator returns the memory freed since to the system, on a
+/// blocking thread.
+pub(crate) fn give_back_soon() {
     if GIVE_BACK_SCHEDULED.swap(true, Ordering::AcqRel) {
         return;
     }
