@@ -36,7 +36,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn rmcp_and_its_modules_are_dropped_and_nothing_else() {
+    fn rmcp_tokio_postgres_and_their_modules_are_dropped_and_nothing_else() {
         assert!(quotes_callers("rmcp"));
         assert!(quotes_callers("rmcp::service"));
         assert!(quotes_callers("tokio_postgres::query"));
