@@ -239,6 +239,24 @@ impl Page {
         }
     }
 
+    /// Open the page at `url`, its key `key` already given (in sessionStorage, as signing in
+    /// leaves it), and wait for the board.
+    async fn signed_in(&mut self, url: &str, key: &str) {
+        self.call("Page.navigate", json!({"url": format!("{url}/ui")}))
+            .await;
+        self.until("document.readyState === 'complete'", "the page")
+            .await;
+        self.eval(&format!(
+            "sessionStorage.setItem('leasehold.key', '{key}'); location.reload(); true"
+        ))
+        .await;
+        self.until(
+            "document.body !== null && document.body.dataset.ready === 'true'",
+            "the board",
+        )
+        .await;
+    }
+
     /// Choose the jobs list's state and outcome filters, as a person does.
     async fn filter(&mut self, state: &str, outcome: &str) {
         self.eval(&format!(
@@ -506,19 +524,7 @@ async fn a_failed_jobs_page_reads_as_a_failure_and_can_be_retried() {
     assert_eq!(operator.job(failed.id).await.unwrap().state, "completed");
 
     let mut page = browser.page().await;
-    page.call("Page.navigate", json!({"url": format!("{url}/ui")}))
-        .await;
-    page.until("document.readyState === 'complete'", "the page")
-        .await;
-    page.eval(&format!(
-        "sessionStorage.setItem('leasehold.key', '{key}'); location.reload(); true"
-    ))
-    .await;
-    page.until(
-        "document.body !== null && document.body.dataset.ready === 'true'",
-        "the board",
-    )
-    .await;
+    page.signed_in(&url, &key).await;
 
     // Runners by label and a short id.
     let runner_row = format!(
@@ -741,19 +747,7 @@ async fn a_commands_control_and_bidi_characters_read_escaped_as_the_cli_writes_t
     assert!(cli.contains("e\\u{202e}gnp.exe") && !cli.contains('\u{202e}'));
 
     let mut page = browser.page().await;
-    page.call("Page.navigate", json!({"url": format!("{url}/ui")}))
-        .await;
-    page.until("document.readyState === 'complete'", "the page")
-        .await;
-    page.eval(&format!(
-        "sessionStorage.setItem('leasehold.key', '{key}'); location.reload(); true"
-    ))
-    .await;
-    page.until(
-        "document.body !== null && document.body.dataset.ready === 'true'",
-        "the board",
-    )
-    .await;
+    page.signed_in(&url, &key).await;
     let row = format!("document.querySelector('tr[data-job=\"{}\"]')", job.id);
     page.until(&format!("{row} !== null"), "the job").await;
     let cell = format!("{row}.querySelector('.command-cell')");
