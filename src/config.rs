@@ -2,6 +2,10 @@
 //!
 //! Nothing deeper in the code reads the environment; tests build a [`Config`] directly with
 //! short timings.
+//!
+//! Invariant: no help text or refusal shows the value of a setting that can be secret (a URL
+//! that may carry a password, a key, a token): its flag hides its environment value
+//! (`hide_env_values`), and a key is parsed by [`SealKeyArg`], which never quotes it.
 
 use std::net::{IpAddr, SocketAddr};
 use std::str::FromStr;
@@ -17,7 +21,7 @@ use crate::domain::version::{self, Version};
 #[derive(Debug, Clone, Args)]
 pub struct Config {
     /// PostgreSQL connection string.
-    #[arg(long, env = "DATABASE_URL")]
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
     pub database_url: String,
     /// Address to listen on.
     #[arg(long, env = "LEASEHOLD_LISTEN", default_value = "127.0.0.1:8080")]
@@ -95,10 +99,20 @@ pub struct Config {
     pub dormancy_ceiling_ms: u64,
     /// Key that seals workspace secrets: 32 bytes in base64. Without it, secret writes and
     /// leases of jobs naming secrets answer 503.
-    #[arg(long, env = "LEASEHOLD_SECRETS_KEY", hide_env_values = true)]
+    #[arg(
+        long,
+        env = "LEASEHOLD_SECRETS_KEY",
+        hide_env_values = true,
+        value_parser = SealKeyArg
+    )]
     pub secrets_key: Option<SealKey>,
     /// The previous key during a rotation: still opens values, never seals new ones.
-    #[arg(long, env = "LEASEHOLD_SECRETS_OLD_KEY", hide_env_values = true)]
+    #[arg(
+        long,
+        env = "LEASEHOLD_SECRETS_OLD_KEY",
+        hide_env_values = true,
+        value_parser = SealKeyArg
+    )]
     pub secrets_old_key: Option<SealKey>,
     /// Load balancers trusted to name the client a request comes from (by a PROXY protocol
     /// header, or by the address they append to `X-Forwarded-For`): comma-separated addresses
@@ -186,6 +200,14 @@ pub struct Config {
     /// The window of `LEASEHOLD_TRANSFER_MIN_BYTES` (the contract's 30 s; shorter in tests).
     #[arg(long, env = "LEASEHOLD_TRANSFER_WINDOW_MS", default_value_t = 30_000)]
     pub transfer_window_ms: u64,
+    /// Artifact uploads one runner token may have running at once on one replica; past it an
+    /// upload answers 429 `rate_limited` with `Retry-After`, before any database work.
+    #[arg(long, env = "LEASEHOLD_MAX_TRANSFERS_PER_RUNNER", default_value_t = 16)]
+    pub max_transfers_per_runner: usize,
+    /// Artifact transfers (uploads and downloads) one replica runs at once; past it a transfer
+    /// answers 429 `rate_limited` with `Retry-After`, before any database work.
+    #[arg(long, env = "LEASEHOLD_MAX_TRANSFERS", default_value_t = 512)]
+    pub max_transfers: usize,
     /// Open connections one replica holds at most; past it a new connection is closed at once.
     #[arg(long, env = "LEASEHOLD_MAX_CONNECTIONS", default_value_t = 20_000)]
     pub max_connections: usize,
@@ -201,6 +223,7 @@ pub struct Config {
     #[arg(
         long,
         env = "LEASEHOLD_TLS_KEY",
+        hide_env_values = true,
         requires = "tls_cert",
         value_name = "PEM"
     )]
@@ -210,6 +233,7 @@ pub struct Config {
     #[arg(
         long,
         env = "LEASEHOLD_PUBLIC_URL",
+        hide_env_values = true,
         value_delimiter = ',',
         value_name = "URL"
     )]
@@ -217,7 +241,12 @@ pub struct Config {
     /// Where artifact bytes are kept: `postgres` (chunk rows in the service's database) or
     /// `s3://bucket/prefix` (an S3-compatible bucket, configured by the standard `AWS_*`
     /// variables). Metadata is in PostgreSQL either way.
-    #[arg(long, env = "LEASEHOLD_ARTIFACT_STORE", default_value = "postgres")]
+    #[arg(
+        long,
+        env = "LEASEHOLD_ARTIFACT_STORE",
+        hide_env_values = true,
+        default_value = "postgres"
+    )]
     pub artifact_store: String,
     /// Largest artifact a runner may upload, in bytes; a larger one is `413 too_large`.
     #[arg(
@@ -252,6 +281,36 @@ pub struct Config {
     /// flag.
     #[arg(skip)]
     pub artifact_s3_options: Vec<(String, String)>,
+}
+
+/// Reads a [`SealKey`] flag or variable, and refuses a malformed one without quoting it:
+/// clap's own refusal of a value repeats the value, and a key that is nearly right is nearly
+/// the secret (issue 52 row 2).
+#[derive(Debug, Clone, Copy)]
+pub struct SealKeyArg;
+
+impl clap::builder::TypedValueParser for SealKeyArg {
+    type Value = SealKey;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<SealKey, clap::Error> {
+        let parsed = value
+            .to_str()
+            .ok_or_else(|| "must be 32 bytes in base64".to_owned())
+            .and_then(SealKey::from_str);
+        parsed.map_err(|why| {
+            let name = arg.map_or_else(|| "the key".to_owned(), ToString::to_string);
+            clap::Error::raw(
+                clap::error::ErrorKind::ValueValidation,
+                format!("the value of '{name}' (not shown) is not a key: {why}\n"),
+            )
+            .with_cmd(cmd)
+        })
+    }
 }
 
 fn parse_min_version(s: &str) -> Result<Version, String> {

@@ -128,6 +128,10 @@ pub async fn upload(
     if declared_length(request.headers()).is_some_and(|n| n > max) {
         return Err(ApiError::ArtifactTooLarge(max));
     }
+    // A place under the transfer caps before any database work, held until the answer.
+    let _permit = st
+        .transfer_caps
+        .take(Some(&token.hash), &st.hub.metrics.transfers_refused)?;
     let hub = &st.hub;
     let ArtifactPath { job, path } = target;
     let taken = hub
@@ -370,6 +374,11 @@ pub async fn download(
 ) -> ApiResult<Response> {
     let headers = request.headers();
     let epoch = query.int("epoch", 0, i64::MAX)?;
+    // A place under the replica's transfer cap before any database work, held until the
+    // answer's last byte is written (it goes with the body).
+    let permit = st
+        .transfer_caps
+        .take(None, &st.hub.metrics.transfers_refused)?;
     let found = st
         .hub
         .artifact(target.job, &target.path, epoch, &key.workspace)
@@ -403,7 +412,7 @@ pub async fn download(
     // Under the floor while the answer is written: the guard goes with the body.
     let pace = paced(&st, &request, Direction::Download);
     let stream = stream.inspect(move |_| {
-        let _ = &pace;
+        let _ = (&pace, &permit);
     });
     let name = target.path.rsplit('/').next().unwrap_or("artifact");
     let mut response = Response::builder()

@@ -64,6 +64,9 @@ pub struct AppState {
     pub versions: RecordedVersions,
     /// Open lease calls per runner token (`LEASEHOLD_MAX_POLLS_PER_RUNNER`).
     pub polls: poll_limit::PollSlots,
+    /// Running artifact transfers, per runner token and on this replica
+    /// (`LEASEHOLD_MAX_TRANSFERS_PER_RUNNER`, `LEASEHOLD_MAX_TRANSFERS`).
+    pub transfer_caps: transfer::TransferCaps,
     /// The certificate this replica serves HTTPS with, when it does (its pin goes into join
     /// codes' connect payloads).
     pub certificates: Option<Arc<crate::tls::certificates::Certificates>>,
@@ -170,6 +173,10 @@ impl AppState {
             sealer: config.sealer(),
             versions: RecordedVersions::default(),
             polls: poll_limit::PollSlots::new(config.max_polls_per_runner),
+            transfer_caps: transfer::TransferCaps::new(
+                config.max_transfers_per_runner,
+                config.max_transfers,
+            ),
             certificates: None,
             openapi: openapi::text(),
             artifacts,

@@ -177,6 +177,10 @@ fn operation(route: &Route) -> Value {
                     "too many failed authentications from this address, or this runner token \
                      holds LEASEHOLD_MAX_POLLS_PER_RUNNER lease calls on this replica already; \
                      see Retry-After"
+                } else if route.path.contains("/artifacts/") {
+                    "too many failed authentications from this address, or a transfer cap is \
+                     reached (LEASEHOLD_MAX_TRANSFERS_PER_RUNNER uploads of this runner token, \
+                     LEASEHOLD_MAX_TRANSFERS transfers on this replica); see Retry-After"
                 } else {
                     "too many failed authentications from this address; see Retry-After"
                 },

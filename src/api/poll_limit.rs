@@ -1,5 +1,6 @@
 //! How many lease calls one runner token holds open on this replica at once
-//! (`LEASEHOLD_MAX_POLLS_PER_RUNNER`).
+//! (`LEASEHOLD_MAX_POLLS_PER_RUNNER`). The same count per token bounds its artifact uploads
+//! (`LEASEHOLD_MAX_TRANSFERS_PER_RUNNER`, in `transfer::TransferCaps`).
 //!
 //! Invariant: a lease call takes a slot before any database work and holds it until its
 //! answer, and the slot is given back on every way out (answer, error, deadline, client gone)

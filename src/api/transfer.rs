@@ -14,6 +14,12 @@
 //! glibc keeps freed memory in its arenas, and 700 slow transfers left a replica at 285 MiB
 //! after they had all closed (27 MiB before them) until `malloc_trim` (docs/security.md).
 //!
+//! How many transfers run at once is capped (issue 52 row 3): per runner token
+//! (`LEASEHOLD_MAX_TRANSFERS_PER_RUNNER`, its uploads) and per replica
+//! (`LEASEHOLD_MAX_TRANSFERS`, uploads and downloads), each transfer at about 0.4 MiB of
+//! buffers; past a cap a transfer is refused `429 rate_limited` with `Retry-After` before any
+//! database work ([`TransferCaps`]), so the floor alone no longer decides how many may run.
+//!
 //! Invariant: a pace is only ever behind the real rate by one grain of its window (a sixteenth),
 //! never ahead of it: a transfer that keeps above the floor is never closed, one under it is
 //! closed at most a grain late. A pace holds at most 18 marks whatever the transfer's length.
@@ -25,8 +31,14 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
+
+use super::error::ApiError;
+use super::poll_limit::{PollSlot, PollSlots};
+use crate::telemetry::metrics::BoundLabel;
 
 /// Which way a transfer's bytes go, as the replica's socket sees them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -221,9 +233,10 @@ const GIVE_BACK_AFTER: Duration = Duration::from_secs(1);
 /// A trim is scheduled (one per process: the allocator is the process's).
 static GIVE_BACK_SCHEDULED: AtomicBool = AtomicBool::new(false);
 
-/// A transfer ended: within [`GIVE_BACK_AFTER`], the allocator returns the memory freed since
-/// to the system, on a blocking thread.
-fn give_back_soon() {
+/// A transfer ended (or a burst of long-polls, `replica::give_back_after_bursts`): within
+/// [`GIVE_BACK_AFTER`], the allocator returns the memory freed since to the system, on a
+/// blocking thread.
+pub(crate) fn give_back_soon() {
     if GIVE_BACK_SCHEDULED.swap(true, Ordering::AcqRel) {
         return;
     }
@@ -246,5 +259,100 @@ struct Unschedule;
 impl Drop for Unschedule {
     fn drop(&mut self) {
         GIVE_BACK_SCHEDULED.store(false, Ordering::Release);
+    }
+}
+
+/// What a client refused at a transfer cap is told to wait: a transfer lasts seconds to
+/// minutes, so sooner would mostly be refused again.
+pub const TRANSFER_RETRY_AFTER_S: u64 = 2;
+
+/// The caps on transfers running at once: per runner token (a slot of its own count, kept by
+/// token hash only while a transfer runs, as the lease calls' [`PollSlots`]) and per replica.
+pub struct TransferCaps {
+    per_runner: PollSlots,
+    replica: Arc<Semaphore>,
+}
+
+/// A running transfer's places under the caps, given back when it drops (however the transfer
+/// ends: answered, failed, cut off, closed under the floor).
+pub struct TransferPermit {
+    _runner: Option<PollSlot>,
+    _replica: OwnedSemaphorePermit,
+}
+
+impl TransferCaps {
+    /// At most `per_runner` transfers of one runner token, `replica` in all (each at least 1).
+    pub fn new(per_runner: usize, replica: usize) -> Self {
+        Self {
+            per_runner: PollSlots::new(per_runner),
+            replica: Arc::new(Semaphore::new(replica.max(1))),
+        }
+    }
+
+    /// Places for a transfer, of the runner of `token_hash` when a runner moves it; a refusal
+    /// is counted in `refused` by the cap that refused it.
+    ///
+    /// # Errors
+    /// A cap is reached: 429 with `Retry-After`.
+    pub fn take(
+        &self,
+        token_hash: Option<&[u8]>,
+        refused: &Family<BoundLabel, Counter>,
+    ) -> Result<TransferPermit, ApiError> {
+        let limited = |bound: &'static str| {
+            refused.get_or_create(&BoundLabel { bound }).inc();
+            ApiError::RateLimited {
+                retry_after_s: TRANSFER_RETRY_AFTER_S,
+            }
+        };
+        let runner = match token_hash {
+            Some(hash) => Some(self.per_runner.take(hash).map_err(|_| limited("runner"))?),
+            None => None,
+        };
+        let replica = self
+            .replica
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| limited("replica"))?;
+        Ok(TransferPermit {
+            _runner: runner,
+            _replica: replica,
+        })
+    }
+}
+
+#[cfg(test)]
+mod caps_tests {
+    use super::*;
+
+    #[test]
+    fn each_cap_refuses_past_its_bound_counts_why_and_every_drop_frees_a_place() {
+        let caps = TransferCaps::new(2, 3);
+        let refused = Family::<BoundLabel, Counter>::default();
+        let a1 = caps.take(Some(b"a"), &refused).unwrap();
+        let _a2 = caps.take(Some(b"a"), &refused).unwrap();
+        assert!(matches!(
+            caps.take(Some(b"a"), &refused),
+            Err(ApiError::RateLimited {
+                retry_after_s: TRANSFER_RETRY_AFTER_S
+            })
+        ));
+        let _b = caps.take(Some(b"b"), &refused).unwrap();
+        assert!(caps.take(None, &refused).is_err(), "the replica holds 3");
+        assert!(
+            caps.take(Some(b"c"), &refused).is_err(),
+            "the replica holds 3"
+        );
+        assert_eq!(
+            caps.per_runner.held(b"c"),
+            0,
+            "a refused runner keeps no slot"
+        );
+        drop(a1);
+        let _d = caps
+            .take(None, &refused)
+            .expect("a dropped permit frees a place");
+        let count = |bound| refused.get_or_create(&BoundLabel { bound }).get();
+        assert_eq!((count("runner"), count("replica")), (1, 2));
     }
 }

@@ -17,7 +17,7 @@ use crate::store::Store;
 pub enum AdminCommand {
     /// Mint an API key; the key is the last line of standard output.
     CreateKey {
-        #[arg(long, env = "DATABASE_URL")]
+        #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
         database_url: String,
         #[arg(long)]
         workspace: String,
@@ -29,11 +29,21 @@ pub enum AdminCommand {
     /// Re-seal every workspace secret with LEASEHOLD_SECRETS_KEY, opening each with it or with
     /// LEASEHOLD_SECRETS_OLD_KEY (the last step of a key rotation).
     ResealSecrets {
-        #[arg(long, env = "DATABASE_URL")]
+        #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
         database_url: String,
-        #[arg(long, env = "LEASEHOLD_SECRETS_KEY", hide_env_values = true)]
+        #[arg(
+            long,
+            env = "LEASEHOLD_SECRETS_KEY",
+            hide_env_values = true,
+            value_parser = crate::config::SealKeyArg
+        )]
         secrets_key: SealKey,
-        #[arg(long, env = "LEASEHOLD_SECRETS_OLD_KEY", hide_env_values = true)]
+        #[arg(
+            long,
+            env = "LEASEHOLD_SECRETS_OLD_KEY",
+            hide_env_values = true,
+            value_parser = crate::config::SealKeyArg
+        )]
         secrets_old_key: Option<SealKey>,
     },
 }

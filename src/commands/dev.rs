@@ -270,12 +270,9 @@ async fn already_running(data_dir: &std::path::Path, first: Running) -> anyhow::
     }
     let minted = match (&first.pg_data, first.postgres_port, &first.workspace) {
         (Some(pg_data), Some(port), Some(workspace)) => {
-            match std::fs::read_to_string(pg_data.join("leasehold.password")) {
+            match crate::tooling::private_pg::read_password(pg_data) {
                 Ok(password) => {
-                    let url = format!(
-                        "postgres://postgres:{}@127.0.0.1:{port}/postgres",
-                        password.trim()
-                    );
+                    let url = format!("postgres://postgres:{password}@127.0.0.1:{port}/postgres");
                     create_key(&url, workspace, "admin", true).await.ok()
                 }
                 Err(_) => None,

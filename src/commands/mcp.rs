@@ -21,7 +21,7 @@ use crate::client::{Client, ClientError, Trust};
 #[derive(Debug, Clone, Args)]
 pub struct McpArgs {
     /// Base URL of the service (a replica or its balancer).
-    #[arg(long, env = "LEASEHOLD_SERVER")]
+    #[arg(long, env = "LEASEHOLD_SERVER", hide_env_values = true)]
     pub server: String,
     /// API key (`ak_...`); the tools act with its role.
     #[arg(long, env = "LEASEHOLD_API_KEY", hide_env_values = true)]

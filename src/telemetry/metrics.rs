@@ -57,6 +57,12 @@ pub struct DirectionLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BoundLabel {
+    /// `runner` (`LEASEHOLD_MAX_TRANSFERS_PER_RUNNER`) or `replica` (`LEASEHOLD_MAX_TRANSFERS`).
+    pub bound: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct SqlStateLabel {
     /// A five-character SQLSTATE, or `none` for a failure below SQL (I/O, protocol, pool).
     pub sqlstate: String,
@@ -136,6 +142,8 @@ pub struct Metrics {
     pub transfers: Gauge,
     /// Artifact transfers closed for moving under the floor, by direction.
     pub transfers_too_slow: Family<DirectionLabel, Counter>,
+    /// Artifact transfers refused (429) at a cap, by the cap.
+    pub transfers_refused: Family<BoundLabel, Counter>,
 }
 
 impl Default for Metrics {
@@ -281,6 +289,12 @@ impl Metrics {
             "Artifact transfers closed for moving fewer than LEASEHOLD_TRANSFER_MIN_BYTES in a window, by direction (upload, download).",
             transfers_too_slow.clone(),
         );
+        let transfers_refused = Family::<BoundLabel, Counter>::default();
+        r.register(
+            "leasehold_transfers_refused",
+            "Artifact transfers refused with 429 at a cap, by the cap (runner: LEASEHOLD_MAX_TRANSFERS_PER_RUNNER, replica: LEASEHOLD_MAX_TRANSFERS).",
+            transfers_refused.clone(),
+        );
         r.register(
             "leasehold_db_errors",
             "Database statement errors by SQLSTATE, process-wide.",
@@ -310,6 +324,7 @@ impl Metrics {
             jobs,
             transfers,
             transfers_too_slow,
+            transfers_refused,
         }
     }
 

@@ -3,9 +3,9 @@
 //!
 //! As root (CI, these machines) `initdb` refuses to run, so the server runs as the `postgres`
 //! OS user in a directory that user owns. That user must be able to reach the directory: when
-//! an ancestor shuts it out (a checkout in root's 0700 home), the cluster lives instead under
-//! `/var/tmp/leasehold-<hash of the asked path>/` (root-owned, traversable, stable for the same
-//! path), and [`PrivatePg::data_dir`] says where. A watchdog shell stops the server (and, for a
+//! an ancestor shuts it out (a checkout in root's 0700 home), the cluster lives instead in
+//! `/var/tmp/leasehold-<hash of the asked path>/pg` (stable for the same path), and
+//! [`PrivatePg::data_dir`] says where. A watchdog shell stops the server (and, for a
 //! throw-away directory, deletes it) once the process that started it is gone, so a crashed
 //! test never leaves a server behind.
 //!
@@ -14,6 +14,18 @@
 //! (`leasehold.password`, mode 0600, readable by whoever started the server and by root);
 //! [`PrivatePg::url`] carries it. A cluster made by an older version with `trust` is given a
 //! password the first time it is started.
+//!
+//! Invariant: as root, nothing another local user made is used (issue 52 row 1). The
+//! relocation's name is one anyone can compute, in a directory anyone can write, so it is made
+//! exclusively (`mkdir`, never "create if missing"): `leasehold-<hash>/` owned by root, group
+//! `postgres`, mode 0710 (only root writes it; only the server's user passes through), holding
+//! a marker only root can write (`leasehold-dev.owner`, naming the asked path) and `pg/` (the
+//! `postgres` user's, 0700). A path there that is not exactly that (another owner or mode, a
+//! symbolic link, no marker or another's) is refused and left as it is, never chowned, never
+//! initialised over, its password never read. Files in a data directory (which its server's
+//! user controls) are opened without following symbolic links (`O_NOFOLLOW`) and checked
+//! (a regular file, one link, its owner) before root reads or writes them; the server's log
+//! in the shared temporary directory is made afresh (`O_EXCL`), never opened where it lies.
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -106,18 +118,69 @@ fn new_password() -> String {
     )
 }
 
-fn save_password(file: &Path, password: &str) -> anyhow::Result<()> {
+/// Write `password` to a new file (mode 0600, given to `owner`): `O_EXCL` and `O_NOFOLLOW`,
+/// so neither a file nor a symbolic link someone left at `file` is written through.
+fn save_password(file: &Path, password: &str, owner: Option<(u32, u32)>) -> anyhow::Result<()> {
     use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(file)
-        .with_context(|| format!("writing {}", file.display()))?;
+    let mut f = create_private(file).with_context(|| format!("writing {}", file.display()))?;
+    if let Some((uid, gid)) = owner {
+        std::os::unix::fs::fchown(&f, Some(uid), Some(gid))?;
+    }
     writeln!(f, "{password}")?;
     Ok(())
+}
+
+/// A new file at `file`, mode 0600: `O_EXCL` and `O_NOFOLLOW`, so nothing that lies there (a
+/// file, a symbolic link someone planted) is opened.
+fn create_private(file: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(nix::libc::O_NOFOLLOW)
+        .open(file)
+}
+
+/// Open `file` (for reading, or for rewriting with `write`) when it is what leasehold keeps in
+/// a data directory: a regular file, not a symbolic link (`O_NOFOLLOW`), with one link, owned
+/// by us or by the `postgres` user, that no one else may read.
+fn open_own(file: &Path, write: bool) -> anyhow::Result<std::fs::File> {
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(write)
+        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
+        .open(file)
+        .with_context(|| format!("opening {} (a symbolic link is refused)", file.display()))?;
+    let meta = f.metadata()?;
+    let me = nix::unistd::Uid::effective().as_raw();
+    let owners = [Some(me), postgres_ids().ok().map(|(uid, _)| uid)];
+    if !meta.is_file()
+        || meta.nlink() != 1
+        || !owners.contains(&Some(meta.uid()))
+        || meta.mode() & 0o077 != 0
+    {
+        bail!(
+            "{} is not a file leasehold wrote (a regular file with one link, owned by this \
+             user or `postgres`, mode 0600): it is left alone",
+            file.display()
+        );
+    }
+    Ok(f)
+}
+
+/// The password kept in a data directory's `leasehold.password`, read as [`open_own`] allows.
+///
+/// # Errors
+/// The file is missing, unreadable, or not one leasehold wrote.
+pub fn read_password(data_dir: &Path) -> anyhow::Result<String> {
+    use std::io::Read;
+    let mut text = String::new();
+    open_own(&data_dir.join(PASSWORD_FILE), false)?
+        .take(4096)
+        .read_to_string(&mut text)?;
+    Ok(text.trim().to_owned())
 }
 
 /// The first directory from `/` down to `dir` that user `uid` (group `gid`) cannot search,
@@ -146,8 +209,9 @@ fn unreachable_by(dir: &Path, uid: u32, gid: u32) -> Option<PathBuf> {
     None
 }
 
-/// `/var/tmp/leasehold-<hash of dir>/pg`: the same place for the same asked directory.
-fn relocated(dir: &Path) -> PathBuf {
+/// `/var/tmp/leasehold-<hash of dir>/pg`: the same place for the same asked directory (`dir`
+/// canonical), where the cluster lives when the `postgres` user cannot reach `dir`.
+pub fn relocated(dir: &Path) -> PathBuf {
     use sha2::{Digest, Sha256};
     let hash = Sha256::digest(dir.as_os_str().as_encoded_bytes());
     let short: String = hash[..8].iter().map(|b| format!("{b:02x}")).collect();
@@ -156,14 +220,144 @@ fn relocated(dir: &Path) -> PathBuf {
         .join("pg")
 }
 
-/// Create the relocated directory's parent, root-owned and searchable (mode 0711) so only
-/// its `pg/` child (chowned to postgres, 0700) is reachable.
-fn prepare_relocated(moved: &Path) -> anyhow::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
+/// The marker in a relocation's directory: written by root when it made the directory, it
+/// names the asked directory the cluster is for.
+const OWNER_MARKER: &str = "leasehold-dev.owner";
+
+/// Make the relocation `moved` (`<parent>/pg`) for `asked`, or recognise the one made before:
+/// the parent made exclusively (root, group `gid`, 0710) with the marker, then `pg/` (`uid`,
+/// 0700). Whatever is there and is not exactly that is refused, untouched.
+fn claim_relocated(moved: &Path, asked: &Path, uid: u32, gid: u32) -> anyhow::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
     let parent = moved.parent().expect("has a parent");
-    std::fs::create_dir_all(moved)?;
-    std::fs::set_permissions(parent, std::fs::Permissions::from_mode(0o711))?;
+    shared_ancestors_are_roots(parent)?;
+    let marker = parent.join(OWNER_MARKER);
+    let made = match std::fs::DirBuilder::new().mode(0o700).create(parent) {
+        Ok(()) => true,
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => false,
+        Err(e) => return Err(e).with_context(|| format!("creating {}", parent.display())),
+    };
+    if made {
+        // Root's alone (0700) until it is complete: no one else can enter it meanwhile.
+        std::os::unix::fs::lchown(parent, Some(0), Some(gid))?;
+        save_marker(&marker, asked)?;
+        std::fs::set_permissions(parent, std::fs::Permissions::from_mode(0o710))?;
+    } else {
+        let meta = std::fs::symlink_metadata(parent)?;
+        let ours =
+            meta.is_dir() && meta.uid() == 0 && meta.gid() == gid && meta.mode() & 0o7777 == 0o710;
+        if !ours {
+            bail!(
+                "{} exists and leasehold did not make it ({}, owner uid {}, mode {:o}; leasehold \
+                 makes a directory of root's, group postgres, mode 0710): it is not used, and \
+                 left as it is; look at what it holds, remove it, and run again",
+                parent.display(),
+                if meta.is_symlink() {
+                    "a symbolic link"
+                } else if meta.is_dir() {
+                    "a directory"
+                } else {
+                    "not a directory"
+                },
+                meta.uid(),
+                meta.mode() & 0o7777
+            );
+        }
+        let recorded = read_marker(&marker).with_context(|| {
+            format!(
+                "{} has no marker of leasehold's ({OWNER_MARKER}, root's, naming {}): it is not \
+                 used, and left as it is; look at what it holds, remove it, and run again",
+                parent.display(),
+                asked.display()
+            )
+        })?;
+        if recorded != asked.as_os_str().as_encoded_bytes() {
+            bail!(
+                "{} holds the cluster of another directory ({}), not of {}: it is not used",
+                parent.display(),
+                String::from_utf8_lossy(&recorded),
+                asked.display()
+            );
+        }
+    }
+    match std::fs::DirBuilder::new().mode(0o700).create(moved) {
+        Ok(()) => std::os::unix::fs::lchown(moved, Some(uid), Some(gid))?,
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(e).with_context(|| format!("creating {}", moved.display())),
+    }
+    let meta = std::fs::symlink_metadata(moved)?;
+    if !meta.is_dir() || meta.uid() != uid || meta.mode() & 0o7777 != 0o700 {
+        bail!(
+            "{} is not the postgres user's private directory (owner uid {}, mode {:o}): it is \
+             not used",
+            moved.display(),
+            meta.uid(),
+            meta.mode() & 0o7777
+        );
+    }
     Ok(())
+}
+
+/// Every directory above `dir` is root's, and one others may write is sticky (as `/var/tmp`
+/// is): no other user can rename or replace what root makes in it.
+fn shared_ancestors_are_roots(dir: &Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    for a in dir.ancestors().skip(1) {
+        let meta =
+            std::fs::symlink_metadata(a).with_context(|| format!("reading {}", a.display()))?;
+        let writable_by_others = meta.mode() & 0o022 != 0;
+        if !meta.is_dir() || meta.uid() != 0 || (writable_by_others && meta.mode() & 0o1000 == 0) {
+            bail!(
+                "{} is not a directory of root's that only root may change (owner uid {}, mode \
+                 {:o}): no cluster is made below it",
+                a.display(),
+                meta.uid(),
+                meta.mode() & 0o7777
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Write the marker (root's, 0600) naming `asked`.
+fn save_marker(marker: &Path, asked: &Path) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut f = create_private(marker).with_context(|| format!("writing {}", marker.display()))?;
+    f.write_all(asked.as_os_str().as_encoded_bytes())?;
+    f.sync_all()?;
+    Ok(())
+}
+
+/// What a marker names, when it is root's own: a regular file (not a link), one link, owned by
+/// root, that no one else may write.
+fn read_marker(marker: &Path) -> anyhow::Result<Vec<u8>> {
+    use std::io::Read;
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
+        .open(marker)?;
+    let meta = f.metadata()?;
+    if !meta.is_file() || meta.nlink() != 1 || meta.uid() != 0 || meta.mode() & 0o022 != 0 {
+        bail!("{} is not root's", marker.display());
+    }
+    let mut bytes = Vec::new();
+    f.take(8192).read_to_end(&mut bytes)?;
+    Ok(bytes)
+}
+
+/// A new file for the server's log at `path` in the shared temporary directory: whatever lies
+/// there (a link someone planted included) is removed and the file made afresh (`O_EXCL`).
+fn fresh_log(path: &Path) -> anyhow::Result<std::fs::File> {
+    let mut last = None;
+    for _ in 0..5 {
+        let _ = std::fs::remove_file(path);
+        match create_private(path) {
+            Ok(f) => return Ok(f),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.expect("tried")).with_context(|| format!("creating {}", path.display()))
 }
 
 fn cannot_reach(dir: &Path, blocked: &Path) -> String {
@@ -230,10 +424,7 @@ impl PrivatePg {
             // temporary directory, removed at once.
             let pwfile =
                 std::env::temp_dir().join(format!("leasehold-pw-{}", uuid::Uuid::now_v7()));
-            save_password(&pwfile, &password)?;
-            if let Some((uid, gid)) = pg.owner {
-                std::os::unix::fs::chown(&pwfile, Some(uid), Some(gid))?;
-            }
+            save_password(&pwfile, &password, pg.owner)?;
             let out = pg
                 .command("initdb")
                 .args([
@@ -254,17 +445,16 @@ impl PrivatePg {
             if !out.status.success() {
                 bail!("initdb failed: {}", String::from_utf8_lossy(&out.stderr));
             }
-            save_password(&password_file, &password)?;
             // The server's own user owns every file of its data directory, this one too
             // (pg_basebackup copies them all); 0600 still keeps every other user out.
-            if let Some((uid, gid)) = pg.owner {
-                std::os::unix::fs::chown(&password_file, Some(uid), Some(gid))?;
-            }
+            save_password(&password_file, &password, pg.owner)?;
         }
         pg.clear_pid_file(orphan)?;
-        pg.password = match std::fs::read_to_string(&password_file) {
-            Ok(p) => p.trim().to_owned(),
-            Err(_) => pg.set_password(&password_file)?,
+        pg.password = match std::fs::symlink_metadata(&password_file) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                pg.set_password(&password_file)?
+            }
+            _ => read_password(&pg.dir)?,
         };
         pg.start_server()?;
         pg.start_watchdog(temporary)?;
@@ -378,7 +568,7 @@ impl PrivatePg {
             None
         };
         std::fs::create_dir_all(dir)?;
-        let mut dir = dir.canonicalize()?;
+        let dir = dir.canonicalize()?;
         if let Some((uid, gid)) = owner {
             if let Some(blocked) = unreachable_by(&dir, uid, gid) {
                 let moved = relocated(&dir);
@@ -386,7 +576,8 @@ impl PrivatePg {
                     asked = %dir.display(), blocked_by = %blocked.display(), data = %moved.display(),
                     "the postgres OS user cannot reach the asked data directory; using another"
                 );
-                prepare_relocated(&moved).with_context(|| cannot_reach(&dir, &blocked))?;
+                claim_relocated(&moved, &dir, uid, gid)
+                    .with_context(|| cannot_reach(&dir, &blocked))?;
                 if let Some(still) = unreachable_by(&moved, uid, gid) {
                     bail!(
                         "{} ({} blocks it too)",
@@ -394,7 +585,9 @@ impl PrivatePg {
                         still.display()
                     );
                 }
-                dir = moved;
+                // Made for the postgres user by this function: never `chown -R` as root a tree
+                // that user controls.
+                return Self::new(moved, bin, owner, durable, temporary, extra);
             }
             let status = Command::new("chown")
                 .arg("-R")
@@ -405,6 +598,17 @@ impl PrivatePg {
                 bail!("chown of {} failed", dir.display());
             }
         }
+        Self::new(dir, bin, owner, durable, temporary, extra)
+    }
+
+    fn new(
+        dir: PathBuf,
+        bin: PathBuf,
+        owner: Option<(u32, u32)>,
+        durable: bool,
+        temporary: bool,
+        extra: &[&str],
+    ) -> anyhow::Result<Self> {
         Ok(Self {
             port: free_port()?,
             dir,
@@ -463,9 +667,7 @@ impl PrivatePg {
         for s in settings {
             cmd.arg("-c").arg(s);
         }
-        let log = std::fs::File::create(
-            std::env::temp_dir().join(format!("leasehold-pg-{}.log", self.port)),
-        )?;
+        let log = fresh_log(&std::env::temp_dir().join(format!("leasehold-pg-{}.log", self.port)))?;
         cmd.stdout(Stdio::null()).stderr(log);
         // Its own process group: Ctrl-C in the terminal of `leasehold dev` (SIGINT to the
         // foreground group) must reach dev alone, which gives its runner's leases back through
@@ -575,11 +777,13 @@ impl PrivatePg {
                    host all all ::1/128 scram-sha-256\n\
                    local replication all scram-sha-256\n\
                    host replication all 127.0.0.1/32 scram-sha-256\n";
-        std::fs::write(self.dir.join("pg_hba.conf"), hba)?;
-        save_password(file, &password)?;
-        if let Some((uid, gid)) = self.owner {
-            std::os::unix::fs::chown(file, Some(uid), Some(gid))?;
+        {
+            use std::io::Write;
+            let mut conf = open_own(&self.dir.join("pg_hba.conf"), true)?;
+            conf.set_len(0)?;
+            conf.write_all(hba.as_bytes())?;
         }
+        save_password(file, &password, self.owner)?;
         Ok(password)
     }
 
@@ -668,7 +872,11 @@ impl Drop for PrivatePg {
         if self.temporary {
             let _ = std::fs::remove_dir_all(&self.dir);
             if let Some(parent) = self.dir.parent().filter(|p| p.starts_with("/var/tmp")) {
-                let _ = std::fs::remove_dir(parent); // the relocation's, if now empty
+                // The relocation's, once its cluster is gone.
+                if !self.dir.exists() {
+                    let _ = std::fs::remove_file(parent.join(OWNER_MARKER));
+                    let _ = std::fs::remove_dir(parent);
+                }
             }
         }
     }

@@ -8,6 +8,9 @@
 //! reached. Screenshots are saved under `target/ui-screenshots/` and their paths printed
 //! (`docs/ui-failed-job.png` is one of them).
 //!
+//! A command's control and bidirectional formatting characters read escaped, as the command
+//! line writes them (issue 52 row 5): `e\u{202e}gnp.exe` cannot pass for another name.
+//!
 //! Skips, saying why, only where no Chromium can be started (`LEASEHOLD_CHROMIUM` names
 //! another binary).
 
@@ -234,6 +237,24 @@ impl Page {
             }
             self.call("Input.dispatchKeyEvent", p).await;
         }
+    }
+
+    /// Open the page at `url`, its key `key` already given (in sessionStorage, as signing in
+    /// leaves it), and wait for the board.
+    async fn signed_in(&mut self, url: &str, key: &str) {
+        self.call("Page.navigate", json!({"url": format!("{url}/ui")}))
+            .await;
+        self.until("document.readyState === 'complete'", "the page")
+            .await;
+        self.eval(&format!(
+            "sessionStorage.setItem('leasehold.key', '{key}'); location.reload(); true"
+        ))
+        .await;
+        self.until(
+            "document.body !== null && document.body.dataset.ready === 'true'",
+            "the board",
+        )
+        .await;
     }
 
     /// Choose the jobs list's state and outcome filters, as a person does.
@@ -503,19 +524,7 @@ async fn a_failed_jobs_page_reads_as_a_failure_and_can_be_retried() {
     assert_eq!(operator.job(failed.id).await.unwrap().state, "completed");
 
     let mut page = browser.page().await;
-    page.call("Page.navigate", json!({"url": format!("{url}/ui")}))
-        .await;
-    page.until("document.readyState === 'complete'", "the page")
-        .await;
-    page.eval(&format!(
-        "sessionStorage.setItem('leasehold.key', '{key}'); location.reload(); true"
-    ))
-    .await;
-    page.until(
-        "document.body !== null && document.body.dataset.ready === 'true'",
-        "the board",
-    )
-    .await;
+    page.signed_in(&url, &key).await;
 
     // Runners by label and a short id.
     let runner_row = format!(
@@ -709,3 +718,52 @@ async fn a_failed_jobs_page_reads_as_a_failure_and_can_be_retried() {
 }
 
 const LONG_UI: Duration = Duration::from_secs(20);
+
+/// Issue 52 row 5: a command whose words carry a right-to-left override, an escape sequence, a
+/// carriage return and a tab reads on the page (the list's cell, its tooltip, the job's page)
+/// exactly as `leasehold job show` prints it: each such character escaped (`\u{202e}`, `\r`),
+/// never raw.
+#[tokio::test]
+async fn a_commands_control_and_bidi_characters_read_escaped_as_the_cli_writes_them() {
+    let Some(browser) = Browser::or_skip("bidi_command").await else {
+        return;
+    };
+    let app = TestApp::spawn().await;
+    let url = app.url(0);
+    let key = app.key("acme", "alice", false).await;
+    let operator = leasehold::client::Client::new(url.clone(), Some(key.clone()));
+    let argv = [
+        "e\u{202e}gnp.exe",
+        "a\u{1b}[31mred\u{2066}",
+        "over\rwrite",
+        "tab\there",
+    ];
+    let job = dispatch(&operator, personal(), json!({ "argv": argv })).await;
+    let words: Vec<String> = argv
+        .iter()
+        .map(|w| leasehold::wire::command::shell_word(w))
+        .collect();
+    let cli = leasehold::wire::input::escaped(&words.join(" "));
+    assert!(cli.contains("e\\u{202e}gnp.exe") && !cli.contains('\u{202e}'));
+
+    let mut page = browser.page().await;
+    page.signed_in(&url, &key).await;
+    let row = format!("document.querySelector('tr[data-job=\"{}\"]')", job.id);
+    page.until(&format!("{row} !== null"), "the job").await;
+    let cell = format!("{row}.querySelector('.command-cell')");
+    assert_eq!(page.eval(&format!("{cell}.textContent")).await, json!(cli));
+    assert_eq!(page.eval(&format!("{cell}.title")).await, json!(cli));
+    page.eval(&format!("{row}.querySelector('button').click(); true"))
+        .await;
+    page.until(
+        "!document.getElementById('job').hidden && \
+         document.getElementById('job-command').textContent !== ''",
+        "the job's page",
+    )
+    .await;
+    assert_eq!(
+        page.eval("document.getElementById('job-command').textContent")
+            .await,
+        json!(cli)
+    );
+}

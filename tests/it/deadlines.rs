@@ -9,7 +9,8 @@
 //! replica (the rest `429 rate_limited` with `Retry-After`), a slot comes back when its client
 //! goes away mid-wait, and a flood of its long-polls leaves another workspace's dispatch and
 //! lease latency within 2x. A long-poll may outlast the request deadline by its wait. A LISTEN
-//! connection whose server stops answering (its backend frozen with SIGSTOP) is replaced.
+//! connection whose server stops answering (its backend frozen with SIGSTOP) is replaced. The
+//! memory a burst of long-polls held goes back to the system once they end (issue 52 row 7).
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -534,5 +535,66 @@ async fn a_listen_connection_that_stops_answering_is_replaced() {
     assert_eq!(
         crate::support::gauge(&base, "leasehold_listening").await,
         Some(1)
+    );
+}
+
+/// Issue 52 row 7: a real `leasehold serve` parks 3,000 long-polls, each on a connection of
+/// its own; once their clients have all gone, the replica's resident memory gives back at
+/// least three quarters of what they took (unpatched, glibc kept it: 10,000 closed long-polls
+/// left a replica at 113 MiB from 33, for good).
+#[tokio::test]
+async fn the_memory_of_a_burst_of_long_polls_is_given_back_once_it_ends() {
+    use tokio::io::AsyncWriteExt;
+    const POLLS: usize = 3_000;
+    let database_url = crate::support::fresh_database().await;
+    let replica = serve_process(
+        &database_url,
+        &[("LEASEHOLD_MAX_POLLS_PER_RUNNER", "10000")],
+    )
+    .await;
+    let pid = replica.pid().unwrap();
+    let url = replica.url.clone();
+    let addr: std::net::SocketAddr = url.trim_start_matches("http://").parse().unwrap();
+    let key = key_in(&database_url, "acme", "alice", false).await;
+    let alice = Client::new(url.clone(), Some(key));
+    let (_, runner) = pair(&alice, Tier::Personal, &[], 1).await;
+    let token = runner.token().unwrap().to_owned();
+    let body = json!({"wait_ms": 60_000}).to_string();
+    let request = format!(
+        "POST /v1/runner/lease HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {token}\r\n\
+         content-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let rss = || crate::artifacts::rss_kib(pid);
+    let before = rss();
+    let mut polls = Vec::with_capacity(POLLS);
+    // In steps, as a fleet arrives: each poll's first look takes a pooled connection.
+    for _ in 0..POLLS / 250 {
+        for _ in 0..250 {
+            let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+            tcp.write_all(request.as_bytes()).await.unwrap();
+            polls.push(tcp);
+        }
+        until_waiters(&url, polls.len() as u64, Duration::from_secs(60)).await;
+    }
+    let peak = rss();
+    let took = peak.saturating_sub(before);
+    assert!(took > 8 * 1024, "{POLLS} long-polls took {took} KiB");
+    drop(polls);
+    until_waiters(&url, 0, Duration::from_secs(60)).await;
+    let after = eventually(
+        Duration::from_secs(30),
+        "three quarters of the burst's memory given back",
+        || async {
+            let now = rss();
+            (now <= before + took / 4).then_some(now)
+        },
+    )
+    .await;
+    println!(
+        "rss before {} MiB, with {POLLS} long-polls {} MiB, after {} MiB",
+        before / 1024,
+        peak / 1024,
+        after / 1024
     );
 }

@@ -6,6 +6,10 @@
 //! the first (and its PostgreSQL) running and says where it is; a PostgreSQL `dev` did not
 //! start is never stopped by it; a stale `postmaster.pid` (no live process) is recovered.
 //!
+//! Run as root from a checkout the `postgres` user cannot reach, `dev` never uses a cluster
+//! another user planted where its database would move (issue 52 row 1): it stops, naming the
+//! place, prints no `DATABASE_URL`, and leaves what it found as it was.
+//!
 //! Ctrl-C in `dev`'s terminal (SIGINT to its whole process group) gives the local runner's
 //! jobs back before anything stops, so the next `dev` runs them at once, and `job logs` shows
 //! where each lease's output starts (issue 47 item 4).
@@ -369,4 +373,43 @@ async fn the_dev_banner_commands_run_as_printed_and_a_taken_port_names_listen() 
     assert!(!status.success(), "{err}");
     assert!(err.contains(&addr) && err.contains("--listen"), "{err}");
     drop(held);
+}
+
+/// Issue 52 row 1, the attack as it was made: root runs `leasehold dev` from a checkout in a
+/// 0700 directory, and another user has planted a cluster (with its own password) at
+/// `/var/tmp/leasehold-<hash of the path>`. `dev` stops before starting anything, naming that
+/// directory; it prints no `DATABASE_URL` and the planted password nowhere, and the planted
+/// directory is still its planter's, mode and password unchanged.
+#[tokio::test]
+async fn as_root_dev_refuses_a_cluster_planted_where_its_database_would_move() {
+    use crate::private_pg::{Planted, ATTACKER_PASSWORD};
+    let missing = (!nix::unistd::geteuid().is_root())
+        .then(|| "not running as root (nothing is relocated)".to_owned());
+    if !crate::support::require("as_root_dev_refuses_a_planted_cluster", missing) {
+        return;
+    }
+    let place = Planted::new("dev-planted");
+    Planted::plant_cluster(&place.parent);
+    let log = place.home.join("dev.log");
+    match Dev::start(&place.asked, "127.0.0.1:0", log).await {
+        Ok(dev) => {
+            let printed = dev.printed.join("\n");
+            dev.stop().await;
+            panic!("dev used the planted cluster: {printed}");
+        }
+        Err((status, printed, log)) => {
+            let printed = printed.join("\n");
+            assert!(!status.success(), "{status}");
+            assert!(!printed.contains("DATABASE_URL"), "{printed}");
+            assert!(
+                !printed.contains(ATTACKER_PASSWORD) && !log.contains(ATTACKER_PASSWORD),
+                "{printed}\n{log}"
+            );
+            assert!(
+                log.contains(&place.parent.display().to_string()),
+                "names the planted directory: {log}"
+            );
+        }
+    }
+    Planted::assert_untouched(&place.parent);
 }

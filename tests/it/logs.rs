@@ -1,5 +1,6 @@
 //! What the logs may hold: a database error is logged by SQLSTATE and statement name only,
-//! never with the request data that caused it (PostgreSQL's message and context quote it).
+//! never with the request data that caused it (PostgreSQL's message and context quote it);
+//! and no statement's parameters are logged at any level, `trace` included (issue 52 row 6).
 
 use std::io::Write;
 use std::sync::{Arc, Mutex};
@@ -92,4 +93,52 @@ async fn a_database_error_is_logged_by_sqlstate_and_statement_never_with_the_pay
             "request data {leak:?} reached the log:\n{text}"
         );
     }
+}
+
+/// Issue 52 row 6: a replica at `LEASEHOLD_LOG=trace` logs no statement's parameters (nor the
+/// text of a database notice): `tokio_postgres`, which logs each statement's parameters at
+/// debug, is off at every level, as rmcp is. A job dispatched and read back through a real
+/// `leasehold serve` carries a mark in its argv; no line of the log carries it.
+#[tokio::test]
+async fn at_trace_no_log_line_carries_a_statements_parameters() {
+    let database_url = fresh_database().await;
+    let dir = crate::procs::TempDir::new("logs-trace");
+    let (server, url) =
+        crate::procs::serve(&database_url, &dir, &[("LEASEHOLD_LOG", "trace")]).await;
+    let key = crate::support::key_in(&database_url, "acme", "alice", true).await;
+    let operator = leasehold::client::Client::new(&url, Some(key));
+    let mark = "Pq4paramMARK";
+    let job = crate::support::dispatch(
+        &operator,
+        crate::support::workspace_pool(),
+        json!({"argv": ["echo", mark]}),
+    )
+    .await;
+    operator.job(job.id).await.expect("read back");
+    // A connection that sends no HTTP ends with an error the replica logs at trace: once that
+    // line is there, the log is at trace (and written as each line is logged).
+    {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut raw = tokio::net::TcpStream::connect(url.trim_start_matches("http://"))
+            .await
+            .unwrap();
+        raw.write_all(b"\x00\x01 not http\r\n\r\n").await.unwrap();
+        let mut rest = Vec::new();
+        let _ = raw.read_to_end(&mut rest).await;
+    }
+    let log = crate::support::eventually(crate::procs::LONG, "a line at trace", || async {
+        let log = server.log();
+        log.contains("connection ended with an error")
+            .then_some(log)
+    })
+    .await;
+    let carried: Vec<&str> = log.lines().filter(|l| l.contains(mark)).collect();
+    assert!(
+        carried.is_empty(),
+        "log lines carrying a statement's parameters: {:?}",
+        carried
+            .iter()
+            .map(|l| &l[..l.len().min(300)])
+            .collect::<Vec<_>>()
+    );
 }

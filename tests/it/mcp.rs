@@ -574,9 +574,14 @@ async fn hostile_mcp_bodies_are_400_arguments_are_named_and_no_log_line_carries_
     )
     .await;
     assert!((400..500).contains(&status), "{status} {body}");
-    // Written as each line is logged (stderr is not buffered).
-    let log = server.log();
-    assert!(!log.is_empty(), "the replica logged at debug level");
+    // Written as each line is logged (stderr is not buffered); the replica's own line as it
+    // stops shows its log is on (tokio_postgres's lines, which once did, are off: issue 52).
+    server.signal(nix::sys::signal::Signal::SIGTERM);
+    let log = crate::support::eventually(crate::procs::LONG, "the shutdown's line", || async {
+        let log = server.log();
+        log.contains("shutting down").then_some(log)
+    })
+    .await;
     let carried: Vec<&str> = log.lines().filter(|l| l.contains(mark)).collect();
     assert!(
         carried.is_empty(),
@@ -586,4 +591,54 @@ async fn hostile_mcp_bodies_are_400_arguments_are_named_and_no_log_line_carries_
             .map(|l| &l[..l.len().min(300)])
             .collect::<Vec<_>>()
     );
+}
+
+/// Issue 52 row 8 (v1.3 "MCP"): a JSON-RPC object rmcp cannot read (an `id` that is an object,
+/// an array or a boolean; `params` that are not an object) is `400 bad_request` in the
+/// contract's shape, never rmcp's `415` quoting its parser; a well-formed call with a string
+/// `id` is still served.
+#[tokio::test]
+async fn an_mcp_body_whose_id_is_an_object_is_400_not_415() {
+    let app = TestApp::spawn().await;
+    let url = app.url(0);
+    let key = key_in(&app.database_url, "acme", "alice", false).await;
+    let v = "2025-06-18";
+    let mark = "Mv2idMARK";
+    for (what, body) in [
+        (
+            "an object id",
+            json!({"jsonrpc": "2.0", "id": {"x": mark}, "method": "tools/list"}),
+        ),
+        (
+            "an array id",
+            json!({"jsonrpc": "2.0", "id": [mark], "method": "tools/list"}),
+        ),
+        (
+            "a boolean id",
+            json!({"jsonrpc": "2.0", "id": true, "method": "tools/list"}),
+        ),
+        (
+            "params that are a string",
+            json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": mark}),
+        ),
+    ] {
+        let (status, body) = raw_mcp(&url, &key, v, serde_json::to_vec(&body).unwrap()).await;
+        assert_eq!(
+            (status, body["error"]["code"].as_str()),
+            (400, Some("bad_request")),
+            "{what}: {body}"
+        );
+        assert!(!body.to_string().contains(mark), "{what}: quoted: {body}");
+    }
+    let (status, body) = raw_mcp(
+        &url,
+        &key,
+        v,
+        serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": "a-string", "method": "tools/list"}))
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["id"], "a-string");
+    assert!(body["result"]["tools"].is_array(), "{body}");
 }

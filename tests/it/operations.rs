@@ -556,6 +556,121 @@ fn the_env_example_sets_only_what_serve_reads() {
     }
 }
 
+/// `leasehold ARGS... --help` with `envs` set: its standard output.
+fn help_of(path: &[String], envs: &[(String, String)]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args(path)
+        .arg("--help")
+        .envs(envs.iter().map(|(k, v)| (k, v)))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{path:?} --help");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The names of the subcommands a help text lists (`help` aside).
+fn subcommands(help: &str) -> Vec<String> {
+    help.lines()
+        .skip_while(|l| !l.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|l| !l.trim().is_empty())
+        .filter(|l| l.starts_with("  ") && !l[2..].starts_with(' '))
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|name| *name != "help")
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Issue 52 row 2: no help text shows the value of a setting that can be secret. Every
+/// command's `--help` (both crates' commands: the people's and the runner's are the
+/// `leasehold-runner` crate's, flattened in) runs with every variable any of them reads whose
+/// name says it may carry a credential (a URL, a key, a token, a password) set to a value
+/// holding a mark: `DATABASE_URL=postgres://leasehold:<mark>@...` above all. The mark is in no
+/// help text; and a malformed secrets key is refused without quoting it.
+#[test]
+fn no_help_text_or_refusal_shows_a_secret_settings_value() {
+    const MARK: &str = "Hx5secretMARK";
+    let secret = |name: &str| {
+        [
+            "URL", "KEY", "TOKEN", "PASSWORD", "SECRET", "SERVER", "STORE",
+        ]
+        .iter()
+        .any(|w| name.contains(w))
+    };
+    // Every command, and every variable their help texts name.
+    let mut commands: Vec<Vec<String>> = vec![Vec::new()];
+    let mut names = BTreeSet::new();
+    let mut i = 0;
+    while i < commands.len() {
+        let path = commands[i].clone();
+        let help = help_of(&path, &[]);
+        for part in help.split("[env: ").skip(1) {
+            let name: String = part
+                .chars()
+                .take_while(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || *c == '_')
+                .collect();
+            names.insert(name);
+        }
+        for sub in subcommands(&help) {
+            let mut next = path.clone();
+            next.push(sub);
+            commands.push(next);
+        }
+        i += 1;
+    }
+    assert!(
+        commands.len() > 20,
+        "the walk found the commands: {commands:?}"
+    );
+    for want in [
+        "DATABASE_URL",
+        "LEASEHOLD_API_KEY",
+        "LEASEHOLD_SECRETS_KEY",
+        "LEASEHOLD_SERVER",
+    ] {
+        assert!(names.contains(want), "some help names {want}: {names:?}");
+    }
+    let envs: Vec<(String, String)> = names
+        .iter()
+        .filter(|n| secret(n))
+        .map(|n| {
+            (
+                n.clone(),
+                format!("postgres://leasehold:{MARK}@db.example:5432/{MARK}"),
+            )
+        })
+        .collect();
+    for path in &commands {
+        let help = help_of(path, &envs);
+        let shown: Vec<&str> = help.lines().filter(|l| l.contains(MARK)).collect();
+        assert!(
+            shown.is_empty(),
+            "`leasehold {}` --help shows {shown:?}",
+            path.join(" ")
+        );
+    }
+    // A refusal of a malformed key does not quote it either.
+    let out = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .env(
+            "DATABASE_URL",
+            format!("postgres://leasehold:{MARK}@127.0.0.1:1/x"),
+        )
+        .env("LEASEHOLD_SECRETS_KEY", format!("{MARK}-not-base64"))
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!out.status.success(), "a malformed key is refused");
+    assert!(
+        !text.contains(MARK),
+        "the refusal quotes the setting: {text}"
+    );
+}
+
 // ---- the role and database, backup and restore --------------------------------------------------
 
 /// Run `role-and-database.sql` with psql as the superuser of `admin_url`, the role's password

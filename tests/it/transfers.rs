@@ -6,7 +6,10 @@
 //!
 //! Invariants defended: a tenant cannot grow a replica by opening transfers and moving them
 //! slowly (400 uploads trickling a byte every 10 s held 664 MiB, 300 slow downloads 779 MiB,
-//! neither given back).
+//! neither given back); nor by opening many that each keep just above the floor (issue 52 row
+//! 3): past `LEASEHOLD_MAX_TRANSFERS_PER_RUNNER` uploads of one runner token, or
+//! `LEASEHOLD_MAX_TRANSFERS` transfers on a replica, a transfer is `429 rate_limited` with
+//! `Retry-After`, counted in `leasehold_transfers_refused`, and a place freed is taken again.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -234,6 +237,15 @@ async fn slow_transfers_hold_at_most_a_mebibyte_each_and_give_it_back(
     let mut env: Vec<(String, String)> = vec![
         ("LEASEHOLD_TRANSFER_WINDOW_MS".into(), window_ms),
         ("LEASEHOLD_MAX_CONNECTIONS".into(), "5000".into()),
+        // Every transfer at once, one runner's uploads among them: under the caps.
+        (
+            "LEASEHOLD_MAX_TRANSFERS_PER_RUNNER".into(),
+            uploads.to_string(),
+        ),
+        (
+            "LEASEHOLD_MAX_TRANSFERS".into(),
+            (uploads + downloads).to_string(),
+        ),
     ];
     if let Some(b) = &bucket {
         env.push((
@@ -327,4 +339,121 @@ async fn slow_transfers_hold_at_most_a_mebibyte_each_and_give_it_back(
         after / 1024,
         before / 1024
     );
+}
+
+/// What the server first answers on `tcp`.
+async fn answer_on(tcp: &mut TcpStream) -> String {
+    let mut answer = vec![0u8; 4 * KIB];
+    let n = tokio::time::timeout(crate::procs::LONG, tcp.read(&mut answer))
+        .await
+        .expect("an answer")
+        .unwrap();
+    String::from_utf8_lossy(&answer[..n]).into_owned()
+}
+
+/// `GET` of artifact `path` of `job` sent on a new connection, left open.
+async fn get(addr: SocketAddr, job: Uuid, key: &str, path: &str) -> TcpStream {
+    let mut tcp = TcpStream::connect(addr).await.unwrap();
+    let head = format!(
+        "GET /v1/jobs/{job}/artifacts/{path} HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {key}\r\n\r\n"
+    );
+    tcp.write_all(head.as_bytes()).await.unwrap();
+    tcp
+}
+
+/// A 429 of the transfer caps: `rate_limited` in the contract's shape, with `Retry-After`.
+fn assert_capped(answer: &str, what: &str) {
+    assert!(answer.starts_with("HTTP/1.1 429"), "{what}: {answer}");
+    assert!(
+        answer
+            .to_ascii_lowercase()
+            .contains("\r\nretry-after: 2\r\n"),
+        "{what}: {answer}"
+    );
+    assert!(
+        answer.contains(r#"{"error":{"code":"rate_limited""#),
+        "{what}: {answer}"
+    );
+}
+
+/// Issue 52 row 3: with at most 2 uploads per runner token and 3 transfers per replica, a
+/// runner's third upload is refused while its first two run, another runner's fits until the
+/// replica holds 3, then a download is refused too; each refusal is `429 rate_limited` with
+/// `Retry-After`, counted by its cap in `/metrics`; once an upload completes its places are
+/// free again and the download is served.
+#[tokio::test]
+async fn transfers_past_a_runner_or_replica_cap_are_429_with_retry_after() {
+    let Some((app, _)) = artifacts::app("transfer_caps", Backend::Pg, 1, |c| {
+        c.max_transfers_per_runner = 2;
+        c.max_transfers = 3;
+        c.transfer_window_ms = 600_000;
+    })
+    .await
+    else {
+        return;
+    };
+    let (alice, runner, job) = leased_job(&app).await;
+    let token = runner.token().unwrap().to_owned();
+    let (_, runner_b, job_b) = leased_job(&app).await;
+    let token_b = runner_b.token().unwrap().to_owned();
+    let addr = app.replicas[0].addr;
+    let url = app.url(0);
+    put(&runner, &job, "done.bin", bytes(4 * KIB, 1))
+        .await
+        .unwrap();
+    let running = |n: u64| {
+        let url = url.clone();
+        move || {
+            let url = url.clone();
+            async move { (metric(&url, "leasehold_transfers", "").await == n).then_some(()) }
+        }
+    };
+
+    let mut a1 = start_upload(addr, &job, &token, "a1.bin", 128 * KIB, 64 * KIB).await;
+    let _a2 = start_upload(addr, &job, &token, "a2.bin", 128 * KIB, 64 * KIB).await;
+    eventually(crate::procs::LONG, "two uploads running", running(2)).await;
+    let mut a3 = start_upload(addr, &job, &token, "a3.bin", 128 * KIB, 0).await;
+    assert_capped(&answer_on(&mut a3).await, "the runner's third upload");
+
+    let _b1 = start_upload(addr, &job_b, &token_b, "b1.bin", 128 * KIB, 64 * KIB).await;
+    eventually(crate::procs::LONG, "three transfers running", running(3)).await;
+    let mut b2 = start_upload(addr, &job_b, &token_b, "b2.bin", 128 * KIB, 0).await;
+    assert_capped(
+        &answer_on(&mut b2).await,
+        "an upload past the replica's cap",
+    );
+    let key = alice.token().unwrap().to_owned();
+    let mut d1 = get(addr, job.id, &key, "done.bin").await;
+    assert_capped(
+        &answer_on(&mut d1).await,
+        "a download past the replica's cap",
+    );
+    let refused = |bound: &str| format!("{{bound=\"{bound}\"}}");
+    assert_eq!(
+        metric(
+            &url,
+            "leasehold_transfers_refused_total",
+            &refused("runner")
+        )
+        .await,
+        1
+    );
+    assert_eq!(
+        metric(
+            &url,
+            "leasehold_transfers_refused_total",
+            &refused("replica")
+        )
+        .await,
+        2
+    );
+
+    // An upload completes: its places are free again.
+    a1.write_all(&bytes(64 * KIB, 9)).await.unwrap();
+    let done = answer_on(&mut a1).await;
+    assert!(done.starts_with("HTTP/1.1 201"), "{done}");
+    eventually(crate::procs::LONG, "two transfers running", running(2)).await;
+    let mut d2 = get(addr, job.id, &key, "done.bin").await;
+    let served = answer_on(&mut d2).await;
+    assert!(served.starts_with("HTTP/1.1 200"), "{served}");
 }

@@ -70,8 +70,9 @@ pub async fn serve(
 }
 
 /// The request as it came, when its body is one JSON-RPC 2.0 object (a request, a notification
-/// or a response, which a client may send); anything else (not JSON, a batch, JSON that is not
-/// such an object) is the contract's `400 bad_request` (v1.3), never quoting the body.
+/// or a response, which a client may send) that rmcp can read; anything else (not JSON, a
+/// batch, JSON that is not such an object, an `id` that is neither a string nor a number) is
+/// the contract's `400 bad_request` (v1.3), never quoting the body.
 async fn one_json_rpc_object(request: Request, limit: usize) -> Result<Request, ApiError> {
     let (parts, body) = request.into_parts();
     let bytes = axum::body::to_bytes(body, limit)
@@ -80,6 +81,10 @@ async fn one_json_rpc_object(request: Request, limit: usize) -> Result<Request, 
     let one = serde_json::from_slice::<serde_json::Value>(&bytes)
         .ok()
         .is_some_and(|v| v.get("jsonrpc").and_then(serde_json::Value::as_str) == Some("2.0"));
+    // What rmcp would refuse to read (an `id` that is an object or an array, a `params` of the
+    // wrong type): rmcp answers that `415` quoting the parser's error, so it is refused here
+    // first, as the malformed request it is (issue 52 row 8).
+    let one = one && serde_json::from_slice::<rmcp::model::ClientJsonRpcMessage>(&bytes).is_ok();
     if !one {
         return Err(ApiError::bad(
             "body: must be one JSON-RPC 2.0 object (a batch, or anything but a JSON object with \

@@ -118,9 +118,17 @@ function shellWord(w) {
   return /^[A-Za-z0-9\/._+:@%,=-]+$/.test(w) ? w : "'" + w.replace(/'/g, "'\\''") + "'";
 }
 
+// Control characters but the newline, and bidirectional formatting characters, written as Rust
+// writes them (`\u{202e}`, `\t`): what the command line's `escaped` does
+// (crates/runner/src/wire/input.rs), so `e\u{202e}gnp.exe` cannot read as another name.
+function escaped(text) {
+  return text.replace(/[\u0000-\u0009\u000b-\u001f\u007f-\u009f\u200e\u200f\u202a-\u202e\u2066-\u2069]/g, (c) =>
+    c === "\t" ? "\\t" : c === "\r" ? "\\r" : "\\u{" + c.codePointAt(0).toString(16) + "}");
+}
+
 function commandText(j) {
   if (j.kind === "command" && j.payload && Array.isArray(j.payload.argv)) {
-    return j.payload.argv.map((a) => shellWord(String(a))).join(" ");
+    return escaped(j.payload.argv.map((a) => shellWord(String(a))).join(" "));
   }
   return "(" + j.kind + ")";
 }

@@ -23,7 +23,7 @@ use crate::client::{Client, ClientError, Trust};
 #[derive(Debug, Clone, Args)]
 pub struct Conn {
     /// Base URL of the service.
-    #[arg(long, env = "LEASEHOLD_SERVER", global = true)]
+    #[arg(long, env = "LEASEHOLD_SERVER", hide_env_values = true, global = true)]
     pub server: Option<String>,
     /// API key (`ak_...`).
     #[arg(long, env = "LEASEHOLD_API_KEY", hide_env_values = true, global = true)]

@@ -378,8 +378,13 @@ pub async fn upload(
     done
 }
 
+/// How long an upload refused at a transfer cap (`429 rate_limited`: the replica runs as many
+/// transfers as it allows, or this runner does) waits before it is tried again.
+const BUSY_PAUSE: Duration = Duration::from_secs(2);
+
 /// One file, streamed from where it is open (positioned reads: a retry through another
-/// replica starts again from byte 0), its progress reported every [`PROGRESS_EVERY`].
+/// replica starts again from byte 0), its progress reported every [`PROGRESS_EVERY`]. Refused
+/// at a transfer cap, it is tried again after [`BUSY_PAUSE`] for as long as its patience lasts.
 async fn upload_one(
     servers: &Arc<Servers>,
     job: &LeasedJob,
@@ -387,10 +392,32 @@ async fn upload_one(
     file: Arc<std::fs::File>,
     size: u64,
 ) -> Result<wire::ArtifactUploaded, super::servers::CallError> {
-    let sent = Arc::new(AtomicU64::new(0));
     // Ten minutes, and a second more per MiB: a slow link is not a dead one.
     let patience = Duration::from_secs(600 + size / (1024 * 1024));
-    let call = servers.call(Instant::now() + patience, patience, |c| {
+    let until = Instant::now() + patience;
+    loop {
+        match upload_until(servers, job, path, file.clone(), size, until, patience).await {
+            Err(e) if e.code() == Some("rate_limited") && Instant::now() + BUSY_PAUSE < until => {
+                tracing::info!(job = %job.id, %path, "the server runs as many transfers as it allows; trying again");
+                tokio::time::sleep(BUSY_PAUSE).await;
+            }
+            r => return r,
+        }
+    }
+}
+
+/// [`upload_one`]'s one try, through any replica, until `until`.
+async fn upload_until(
+    servers: &Arc<Servers>,
+    job: &LeasedJob,
+    path: &str,
+    file: Arc<std::fs::File>,
+    size: u64,
+    until: Instant,
+    patience: Duration,
+) -> Result<wire::ArtifactUploaded, super::servers::CallError> {
+    let sent = Arc::new(AtomicU64::new(0));
+    let call = servers.call(until, patience, |c| {
         let (file, sent) = (file.clone(), sent.clone());
         sent.store(0, Ordering::Relaxed);
         let body = reqwest::Body::wrap_stream(read_stream(file, size, sent));
