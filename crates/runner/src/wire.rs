@@ -296,6 +296,18 @@ pub struct Job {
     /// How it ended; null until it is terminal (v1.3).
     #[serde(default)]
     pub outcome: Option<Outcome>,
+    /// The caller of the last dispatch or retry call (v1.4 "Who"); null for a job parked
+    /// before the server recorded it.
+    #[serde(default)]
+    pub dispatched_by: Option<DispatchedBy>,
+}
+
+/// Who dispatched or last retried a job (v1.4): the API key's subject and role.
+#[derive(utoipa::ToSchema, Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DispatchedBy {
+    pub subject: String,
+    /// `member` or `admin`.
+    pub role: String,
 }
 
 /// A dispatch's retry policy (v1.2): up to `limit` re-parks, for the reasons in `on`, each
