@@ -95,6 +95,18 @@ statements! {
     SWEEP_ARTIFACT_UPLOADS => "sweep_artifact_uploads.sql",
     ARTIFACT_GARBAGE_TAKE => "artifact_garbage_take.sql",
     ARTIFACT_GARBAGE_FORGET => "artifact_garbage_forget.sql",
+    FEED_PAGE => "feed_page.sql",
+    FEED_PRUNED => "feed_pruned.sql",
+    FEED_HELD => "feed_held.sql",
+    WEBHOOK_PUT => "webhook_put.sql",
+    WEBHOOKS_LIST => "webhooks_list.sql",
+    WEBHOOK_GET => "webhook_get.sql",
+    WEBHOOK_DELETE => "webhook_delete.sql",
+    WEBHOOK_DELIVERIES_LIST => "webhook_deliveries_list.sql",
+    WEBHOOK_REDELIVER => "webhook_redeliver.sql",
+    WEBHOOK_FANOUT => "webhook_fanout.sql",
+    WEBHOOK_CLAIM => "webhook_claim.sql",
+    WEBHOOK_DELIVERY_DONE => "webhook_delivery_done.sql",
     ; derived:
     // sql/job_insert.sql with an ON CONFLICT clause (build.rs): jobs with an idempotency key.
     JOB_INSERT_IDEMPOTENT => "job_insert_idempotent.sql",

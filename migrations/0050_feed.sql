@@ -1,0 +1,55 @@
+-- The workspace feed (contract v1.4, "The workspace feed"): every job event in commit order.
+--
+-- Each event row records the id of the transaction that wrote it (`xid`, an xid8 taken by a
+-- column default, so no statement that appends events changes) and its job's workspace (set
+-- by the statements that know it, else by the trigger below from the job row). A reader
+-- reads only rows whose transaction id is below the snapshot's xmin (every transaction that
+-- could still commit a row there has finished) and orders them by (xid, job_id, seq): a row
+-- that commits after a later-numbered one is never passed over, because the cursor never
+-- moves past a transaction still in progress (docs/contract-notes.md, "The feed's order").
+ALTER TABLE job_events
+    ADD COLUMN workspace text,
+    ADD COLUMN xid xid8 NOT NULL DEFAULT pg_current_xact_id();
+
+UPDATE job_events e SET workspace = j.workspace FROM jobs j WHERE j.id = e.job_id;
+
+-- The statements that park or move a job (claim.sql and the sweeps) do not name the
+-- workspace: the job row does. A volatile trigger function sees the rows its own statement
+-- inserted earlier (job_insert.sql's job, before that job's first event).
+CREATE FUNCTION job_events_workspace() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    SELECT j.workspace INTO NEW.workspace FROM jobs j WHERE j.id = NEW.job_id;
+    RETURN NEW;
+END
+$$;
+
+CREATE TRIGGER job_events_workspace BEFORE INSERT ON job_events
+    FOR EACH ROW WHEN (NEW.workspace IS NULL) EXECUTE FUNCTION job_events_workspace();
+
+-- A page of the feed is one index range per kind it reads (feed_page.sql).
+CREATE INDEX job_events_feed ON job_events (workspace, kind, xid, job_id, seq);
+
+-- Where retention has deleted events of a workspace up to: a cursor below it may have missed
+-- some and answers 410 gone (feed_pruned.sql). Kept by the trigger below, whoever deletes.
+CREATE TABLE feed_pruned (
+    workspace text PRIMARY KEY,
+    xid       xid8 NOT NULL
+);
+
+CREATE FUNCTION job_events_pruned() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO feed_pruned (workspace, xid)
+    SELECT g.workspace, (array_agg(g.xid ORDER BY g.xid DESC))[1]
+      FROM gone g
+     WHERE g.workspace IS NOT NULL
+     GROUP BY g.workspace
+    ON CONFLICT (workspace) DO UPDATE SET xid = greatest(feed_pruned.xid, EXCLUDED.xid);
+    RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER job_events_pruned AFTER DELETE ON job_events
+    REFERENCING OLD TABLE AS gone
+    FOR EACH STATEMENT EXECUTE FUNCTION job_events_pruned();
