@@ -340,3 +340,68 @@ async fn who_dispatched_and_who_retried() {
         .expect("the retry's state event");
     assert_eq!(retry.data["by"], "bob");
 }
+
+/// `leasehold ARGS` against `server` with `key`; its standard output.
+fn cli(server: &str, key: &str, args: &[&str]) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args(args)
+        .env("LEASEHOLD_SERVER", server)
+        .env("LEASEHOLD_API_KEY", key)
+        .output()
+        .expect("leasehold runs");
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[tokio::test]
+async fn the_cli_prints_a_line_per_event_and_manages_webhooks() {
+    let app = TestApp::spawn_with(1, |c| c.webhook_allow_http = true).await;
+    let key = app.key("acme", "ada", true).await;
+    let alice = Client::new(app.url(0), Some(key.clone()));
+    let job = dispatch(&alice, personal(), json!(null)).await;
+    alice.cancel(job.id).await.unwrap();
+    alice.feed(None, &[], None, 5_000).await.unwrap();
+    let server = app.url(0);
+    let (server, key2) = (server.clone(), key.clone());
+    let out = tokio::task::spawn_blocking(move || cli(&server, &key2, &["events"]))
+        .await
+        .unwrap();
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 2, "{out}");
+    assert!(
+        lines[0].contains(&job.id.to_string()) && lines[0].contains("parked reason=dispatched"),
+        "{out}"
+    );
+    assert!(lines[1].contains("cancelled"), "{out}");
+
+    let server = app.url(0);
+    let out = tokio::task::spawn_blocking(move || {
+        let made = cli(
+            &server,
+            &key,
+            &[
+                "webhooks",
+                "set",
+                "ci",
+                "http://example.com/hook",
+                "--states",
+                "completed,failed",
+            ],
+        );
+        let listed = cli(&server, &key, &["webhooks", "list"]);
+        let removed = cli(&server, &key, &["webhooks", "rm", "ci"]);
+        format!("{made}{listed}{removed}")
+    })
+    .await
+    .unwrap();
+    assert!(out.contains("whsec_"), "{out}");
+    assert!(
+        out.contains("ci") && out.contains("completed,failed") && out.contains("active"),
+        "{out}"
+    );
+    assert!(out.contains("webhook ci deleted"), "{out}");
+}
