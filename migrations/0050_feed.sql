@@ -1,7 +1,8 @@
 -- The workspace feed (contract v1.4, "The workspace feed"): every job event in commit order.
 --
 -- Each event row records the id of the transaction that wrote it (`xid`, an xid8 taken by a
--- column default, so no statement that appends events changes) and its job's workspace (set
+-- column default, so no statement that appends events changes; raised to its job's previous
+-- event's by the trigger below) and its job's workspace (set
 -- by the statements that know it, else by the trigger below from the job row). A reader
 -- reads only rows whose transaction id is below the snapshot's xmin (every transaction that
 -- could still commit a row there has finished) and orders them by (xid, job_id, seq): a row
@@ -16,16 +17,32 @@ UPDATE job_events e SET workspace = j.workspace FROM jobs j WHERE j.id = e.job_i
 -- The statements that park or move a job (claim.sql and the sweeps) do not name the
 -- workspace: the job row does. A volatile trigger function sees the rows its own statement
 -- inserted earlier (job_insert.sql's job, before that job's first event).
-CREATE FUNCTION job_events_workspace() RETURNS trigger
+--
+-- One job's events keep their `seq` order in the feed: a transaction that took its id before
+-- another wrote the job's previous event (a dispatcher tick whose reports came first, then a
+-- claim of a job parked meanwhile) files its event under that previous event's transaction id.
+-- That id is of a transaction already committed (it held the job's row lock first), and a
+-- stored id is never below the writer's own, so a reader below the snapshot's xmin still never
+-- passes a transaction in progress.
+CREATE FUNCTION job_events_feed() RETURNS trigger
 LANGUAGE plpgsql AS $$
+DECLARE
+    previous xid8;
 BEGIN
-    SELECT j.workspace INTO NEW.workspace FROM jobs j WHERE j.id = NEW.job_id;
+    IF NEW.workspace IS NULL THEN
+        SELECT j.workspace INTO NEW.workspace FROM jobs j WHERE j.id = NEW.job_id;
+    END IF;
+    SELECT e.xid INTO previous FROM job_events e
+     WHERE e.job_id = NEW.job_id ORDER BY e.seq DESC LIMIT 1;
+    IF previous > NEW.xid THEN
+        NEW.xid := previous;
+    END IF;
     RETURN NEW;
 END
 $$;
 
-CREATE TRIGGER job_events_workspace BEFORE INSERT ON job_events
-    FOR EACH ROW WHEN (NEW.workspace IS NULL) EXECUTE FUNCTION job_events_workspace();
+CREATE TRIGGER job_events_feed BEFORE INSERT ON job_events
+    FOR EACH ROW EXECUTE FUNCTION job_events_feed();
 
 -- A page of the feed is one index range per kind it reads (feed_page.sql).
 CREATE INDEX job_events_feed ON job_events (workspace, kind, xid, job_id, seq);

@@ -405,3 +405,27 @@ async fn the_cli_prints_a_line_per_event_and_manages_webhooks() {
     );
     assert!(out.contains("webhook ci deleted"), "{out}");
 }
+
+#[tokio::test]
+async fn one_jobs_events_keep_their_order_when_transaction_ids_do_not() {
+    let app = TestApp::spawn().await;
+    let alice = app.operator("acme", "alice", false).await;
+    let job = dispatch(&alice, personal(), json!(null)).await;
+    let (_, cursor) = drain(&alice, None, &[]).await;
+    // The earlier transaction id writes the job's later event.
+    let early = connect(&app.database_url).await;
+    let late = connect(&app.database_url).await;
+    let insert = "INSERT INTO job_events (job_id, seq, kind, data) VALUES ($1, $2, 'state', '{}')";
+    early
+        .batch_execute("BEGIN; SELECT pg_current_xact_id()")
+        .await
+        .unwrap();
+    late.execute(insert, &[&job.id, &1000i32]).await.unwrap();
+    early.execute(insert, &[&job.id, &1001i32]).await.unwrap();
+    early.batch_execute("COMMIT").await.unwrap();
+    let (events, _) = drain(&alice, Some(cursor), &[]).await;
+    assert_eq!(
+        events.iter().map(|e| e.seq).collect::<Vec<_>>(),
+        [1000, 1001]
+    );
+}
