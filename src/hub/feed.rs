@@ -81,7 +81,7 @@ impl Hub {
                 .feed_page(&q.workspace, &q.kinds, q.after, q.limit)
                 .await?;
             let full = events.len() as i64 >= q.limit;
-            if !full && !shutdown.is_cancelled() && started.elapsed() < SETTLE.max(wait) {
+            if !full && !shutdown.is_cancelled() && started.elapsed() < SETTLE {
                 let from = events.last().map_or(q.after, |e| e.position);
                 if self.store.feed_held(&q.workspace, &q.kinds, from).await? {
                     tokio::time::sleep(settle).await;

@@ -283,6 +283,14 @@ impl Store {
             .collect())
     }
 
+    /// Delete up to `batch` settled deliveries made more than `older_than_ms` ago.
+    pub async fn sweep_webhook_deliveries(&self, batch: i64, older_than_ms: i64) -> Result<i64> {
+        Ok(self
+            .query_opt(sql::SWEEP_WEBHOOK_DELIVERIES, &[&batch, &older_than_ms])
+            .await?
+            .map_or(0, |r| r.get("deleted")))
+    }
+
     /// Report a try: `Some(status)` of the delivery after it (`pending`, `delivered`,
     /// `failed`) and whether its webhook was disabled by it; `None` when the lease was lost.
     pub async fn delivery_done(

@@ -107,6 +107,7 @@ statements! {
     WEBHOOK_FANOUT => "webhook_fanout.sql",
     WEBHOOK_CLAIM => "webhook_claim.sql",
     WEBHOOK_DELIVERY_DONE => "webhook_delivery_done.sql",
+    SWEEP_WEBHOOK_DELIVERIES => "sweep_webhook_deliveries.sql",
     ; derived:
     // sql/job_insert.sql with an ON CONFLICT clause (build.rs): jobs with an idempotency key.
     JOB_INSERT_IDEMPOTENT => "job_insert_idempotent.sql",
