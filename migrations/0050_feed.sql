@@ -8,11 +8,20 @@
 -- could still commit a row there has finished) and orders them by (xid, job_id, seq): a row
 -- that commits after a later-numbered one is never passed over, because the cursor never
 -- moves past a transaction still in progress (docs/contract-notes.md, "The feed's order").
+--
+-- The events already kept are filed under this migration's transaction (one pass over the
+-- table: the columns are added without a default, so adding them rewrites nothing).
 ALTER TABLE job_events
     ADD COLUMN workspace text,
-    ADD COLUMN xid xid8 NOT NULL DEFAULT pg_current_xact_id();
+    ADD COLUMN xid xid8;
 
-UPDATE job_events e SET workspace = j.workspace FROM jobs j WHERE j.id = e.job_id;
+UPDATE job_events e SET workspace = j.workspace, xid = pg_current_xact_id()
+  FROM jobs j WHERE j.id = e.job_id;
+UPDATE job_events SET xid = pg_current_xact_id() WHERE xid IS NULL;
+
+ALTER TABLE job_events
+    ALTER COLUMN xid SET DEFAULT pg_current_xact_id(),
+    ALTER COLUMN xid SET NOT NULL;
 
 -- The statements that park or move a job (claim.sql and the sweeps) do not name the
 -- workspace: the job row does. A volatile trigger function sees the rows its own statement
