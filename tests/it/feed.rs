@@ -2,8 +2,9 @@
 //!
 //! Invariants defended: a reader that follows `next` sees every event of its kinds exactly
 //! once and never skips one whose transaction committed after a later-numbered one (forced
-//! here with two transactions on raw connections); a cursor works on any replica (a restart or
-//! another replica changes nothing); a cursor of another workspace or not made by the server is
+//! here with two transactions on raw connections), and one job's events keep their seq order
+//! when transaction ids do not; a cursor works on any replica and after a restart; SIGTERM
+//! ends an open stream; a cursor of another workspace or not made by the server is
 //! `400 bad_request` naming `after`; one below what retention deleted is `410 gone` naming the
 //! oldest cursor, which then works; `wait_ms` answers as soon as an event comes; server-sent
 //! events carry `id:` cursors, resume from `Last-Event-ID`, keep the connection alive with
@@ -427,5 +428,54 @@ async fn one_jobs_events_keep_their_order_when_transaction_ids_do_not() {
     assert_eq!(
         events.iter().map(|e| e.seq).collect::<Vec<_>>(),
         [1000, 1001]
+    );
+}
+
+/// A reader's cursor outlives the replica that made it, and SIGTERM ends an open stream at
+/// once (the client reconnects elsewhere with its Last-Event-ID).
+#[tokio::test]
+async fn a_cursor_survives_a_replica_restart_and_sigterm_ends_a_stream() {
+    use crate::procs::{serve, TempDir};
+    use nix::sys::signal::Signal;
+    let app = TestApp::spawn_with(0, |_| {}).await;
+    let dir = TempDir::new("feed-restart");
+    let key = app.key("acme", "alice", false).await;
+    let (mut first, url) = serve(&app.database_url, &dir, &[]).await;
+    let alice = Client::new(url.clone(), Some(key.clone()));
+    let one = dispatch(&alice, personal(), json!(null)).await;
+    let page = alice.feed(None, &[], None, 5_000).await.unwrap();
+    assert_eq!(page.events[0].job_id, one.id);
+
+    let mut stream = reqwest::Client::new()
+        .get(format!("{url}/v1/events?after={}", page.next))
+        .bearer_auth(&key)
+        .header("accept", "text/event-stream")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stream.status(), 200);
+    stream
+        .chunk()
+        .await
+        .unwrap()
+        .expect("the stream's first comment");
+    first.signal(Signal::SIGTERM);
+    let rest = tokio::time::timeout(Duration::from_secs(10), async {
+        while let Ok(Some(_)) = stream.chunk().await {}
+    })
+    .await;
+    assert!(rest.is_ok(), "the stream ends at SIGTERM");
+    assert!(first.exit(Duration::from_secs(15)).await.success());
+
+    let (_second, url) = serve(&app.database_url, &dir, &[]).await;
+    let alice = Client::new(url, Some(key));
+    let two = dispatch(&alice, personal(), json!(null)).await;
+    let next = alice
+        .feed(Some(&page.next), &[], None, 5_000)
+        .await
+        .unwrap();
+    assert_eq!(
+        next.events.iter().map(|e| e.job_id).collect::<Vec<_>>(),
+        [two.id]
     );
 }
