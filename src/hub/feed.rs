@@ -23,6 +23,10 @@ use crate::store::Result;
 /// the re-check interval.
 const FIRST_RELOOK: Duration = Duration::from_millis(5);
 
+/// Least time between two looks of one waiting read: pulses come from every workspace's
+/// changes, so under load a read looks at most this often rather than at every change.
+const SPACING: Duration = Duration::from_millis(10);
+
 /// How long a read whose page is short waits, beyond its `wait_ms`, for events it sees
 /// committed but that an older open transaction holds back (so a caller reads its own
 /// writes); past it the page is answered as it is (nothing is skipped: the next read finds
@@ -74,7 +78,12 @@ impl Hub {
         let recheck = self.config.recheck_interval();
         let mut relook: Option<Duration> = None;
         let mut settle = FIRST_RELOOK;
+        let mut last_look: Option<Instant> = None;
         loop {
+            if let Some(at) = last_look {
+                tokio::time::sleep_until((at + SPACING).min(deadline.max(at))).await;
+            }
+            last_look = Some(Instant::now());
             pulses.borrow_and_update();
             let events = self
                 .store
