@@ -9,6 +9,9 @@
 //! only its own deliveries' senders. A try's end is reported fenced by the lease token: a
 //! replica whose lease lapsed (it stalled; another took over) changes nothing.
 //!
+//! The signing secret is kept sealed with `LEASEHOLD_SECRETS_KEY` when the replicas have one
+//! ([`keep_secret`]), and opened only to sign.
+//!
 //! Every connection a delivery makes is checked: the resolver ([`Guarded`]) drops loopback,
 //! private, link-local and unspecified addresses (DNS rebinding: a name is judged when it is
 //! resolved for a connection, not when it is saved), an address literal is judged before the
@@ -27,6 +30,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use super::Hub;
+use crate::domain::sealing::{Sealed, Sealer};
 use crate::domain::webhook;
 use crate::store::feed::{ClaimedDelivery, Delivery, FeedEvent, RetryTimings, TryOutcome, Webhook};
 use crate::store::Result;
@@ -50,6 +54,43 @@ pub fn new_secret() -> String {
         "whsec_{}",
         base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
     )
+}
+
+/// How a webhook's signing secret is kept: sealed with `LEASEHOLD_SECRETS_KEY` when the
+/// replicas have one (`sealed:<nonce>:<ciphertext>`, base64url, bound to the workspace and
+/// `webhook/<name>`, a name no workspace secret can have), else as it is.
+fn keep_secret(sealer: Option<&Sealer>, workspace: &str, name: &str, secret: &str) -> String {
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    use base64::Engine;
+    match sealer {
+        None => secret.to_owned(),
+        Some(s) => {
+            let sealed = s.seal(workspace, &format!("webhook/{name}"), secret);
+            format!(
+                "sealed:{}:{}",
+                URL_SAFE_NO_PAD.encode(&sealed.nonce),
+                URL_SAFE_NO_PAD.encode(&sealed.ciphertext)
+            )
+        }
+    }
+}
+
+/// The signing secret as [`keep_secret`] kept it; `None` when it is sealed and does not open
+/// (no key, or another key).
+fn open_secret(sealer: Option<&Sealer>, workspace: &str, name: &str, kept: &str) -> Option<String> {
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    use base64::Engine;
+    let Some(rest) = kept.strip_prefix("sealed:") else {
+        return Some(kept.to_owned());
+    };
+    let (nonce, ciphertext) = rest.split_once(':')?;
+    let sealed = Sealed {
+        nonce: URL_SAFE_NO_PAD.decode(nonce).ok()?,
+        ciphertext: URL_SAFE_NO_PAD.decode(ciphertext).ok()?,
+    };
+    sealer?
+        .open(workspace, &format!("webhook/{name}"), &sealed)
+        .ok()
 }
 
 /// The event as the feed answers it (`api::views::feed_event` makes the same from the same
@@ -78,6 +119,8 @@ impl Hub {
         kinds: &[String],
         states: Option<&[String]>,
     ) -> Result<Option<Webhook>> {
+        let secret = new_secret();
+        let kept = keep_secret(self.config.sealer().as_ref(), workspace, name, &secret);
         let hook = self
             .store
             .put_webhook(
@@ -86,10 +129,15 @@ impl Hub {
                 url,
                 kinds,
                 states,
-                &new_secret(),
+                &kept,
                 webhook::MAX_PER_WORKSPACE,
             )
-            .await?;
+            .await?
+            .map(|mut h| {
+                // The caller sees the secret it made (once, when created), never the kept form.
+                h.secret = if h.created { secret } else { String::new() };
+                h
+            });
         self.feed_pulse();
         Ok(hook)
     }
@@ -97,13 +145,21 @@ impl Hub {
     /// # Errors
     /// The database failed.
     pub async fn webhooks(&self, workspace: &str) -> Result<Vec<Webhook>> {
-        self.store.webhooks(workspace).await
+        let mut hooks = self.store.webhooks(workspace).await?;
+        for h in &mut hooks {
+            h.secret.clear();
+        }
+        Ok(hooks)
     }
 
     /// # Errors
     /// The database failed.
     pub async fn webhook(&self, workspace: &str, name: &str) -> Result<Option<Webhook>> {
-        self.store.webhook(workspace, name).await
+        let hook = self.store.webhook(workspace, name).await?;
+        Ok(hook.map(|mut h| {
+            h.secret.clear();
+            h
+        }))
     }
 
     /// # Errors
@@ -153,6 +209,7 @@ impl Hub {
                 return;
             }
         };
+        let sealer = self.config.sealer().map(Arc::new);
         let senders = Arc::new(Semaphore::new(SENDERS));
         let freed = Arc::new(Notify::new());
         let mut pulses = self.feed_pulses();
@@ -194,8 +251,9 @@ impl Hub {
                             let hub = self.clone();
                             let client = client.clone();
                             let freed = freed.clone();
+                            let sealer = sealer.clone();
                             tokio::spawn(async move {
-                                hub.deliver_one(&client, d).await;
+                                hub.deliver_one(&client, d, sealer.as_deref()).await;
                                 drop(permit);
                                 freed.notify_one();
                             });
@@ -229,8 +287,27 @@ impl Hub {
         }
     }
 
-    async fn deliver_one(&self, client: &reqwest::Client, d: ClaimedDelivery) {
-        let outcome = send(client, &d, self.config.webhook_allow_private).await;
+    async fn deliver_one(
+        &self,
+        client: &reqwest::Client,
+        mut d: ClaimedDelivery,
+        sealer: Option<&Sealer>,
+    ) {
+        let outcome = match open_secret(sealer, &d.workspace, &d.webhook, &d.secret) {
+            Some(secret) => {
+                d.secret = secret;
+                send(client, &d, self.config.webhook_allow_private).await
+            }
+            None => TryOutcome {
+                delivered: false,
+                status: None,
+                error: Some(
+                    "the signing secret does not open: it was sealed with a \
+                     LEASEHOLD_SECRETS_KEY this replica does not have"
+                        .into(),
+                ),
+            },
+        };
         match self
             .store
             .delivery_done(&d, &outcome, self.retry_timings())
@@ -380,5 +457,30 @@ impl Resolve for Guarded {
             let addrs: Addrs = Box::new(kept.into_iter());
             Ok(addrs)
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::sealing::SealKey;
+
+    #[test]
+    fn a_kept_secret_opens_only_where_it_was_sealed() {
+        let key = SealKey::generate();
+        let sealer = Sealer::new(&key, None);
+        let kept = keep_secret(Some(&sealer), "acme", "ci", "whsec_x");
+        assert!(kept.starts_with("sealed:") && !kept.contains("whsec_x"));
+        assert_eq!(
+            open_secret(Some(&sealer), "acme", "ci", &kept).as_deref(),
+            Some("whsec_x")
+        );
+        assert_eq!(open_secret(Some(&sealer), "beta", "ci", &kept), None);
+        assert_eq!(open_secret(None, "acme", "ci", &kept), None);
+        assert_eq!(keep_secret(None, "acme", "ci", "whsec_x"), "whsec_x");
+        assert_eq!(
+            open_secret(None, "acme", "ci", "whsec_x").as_deref(),
+            Some("whsec_x")
+        );
     }
 }

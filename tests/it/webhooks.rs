@@ -1,7 +1,7 @@
 //! Webhooks (contract v1.4, "Webhooks"), against a real HTTP receiver.
 //!
-//! Invariants defended: a webhook is made once with its `whsec_` secret (201) and replaced
-//! without it (200); every matching feed event is POSTed with `Leasehold-Delivery` and a
+//! Invariants defended: a webhook is made once with its `whsec_` secret (201), kept sealed
+//! when the replicas have a key, and replaced without it (200); every matching feed event is POSTed with `Leasehold-Delivery` and a
 //! `Leasehold-Signature` that Python's standard `hmac` verifies as a receiver would, the body's
 //! event being the feed's own; `states` filters; a failing endpoint is retried with a delay
 //! that doubles from the first up to the cap (read from the delivery log, computed on the
@@ -126,7 +126,11 @@ async fn deliveries(admin: &Client, name: &str) -> Vec<wire::WebhookDelivery> {
 
 #[tokio::test]
 async fn webhook_deliveries_are_signed_and_verify_in_python() {
-    let app = TestApp::spawn_with(1, local).await;
+    let app = TestApp::spawn_with(1, |c| {
+        local(c);
+        c.secrets_key = Some(leasehold::domain::sealing::SealKey::generate());
+    })
+    .await;
     let admin = app.operator("acme", "ada", true).await;
     let member = app.operator("acme", "alice", false).await;
     let rx = Receiver::start(200).await;
@@ -143,6 +147,17 @@ async fn webhook_deliveries_are_signed_and_verify_in_python() {
     let (status, again) = admin.put_webhook("ci", &hook(&rx.url())).await.unwrap();
     assert_eq!(status.as_u16(), 200);
     assert!(again.secret.is_none(), "never shown again");
+    // Kept sealed with the replicas' key, never as shown.
+    let kept: String = crate::support::connect(&app.database_url)
+        .await
+        .query_one("SELECT secret FROM webhooks", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(
+        kept.starts_with("sealed:") && !kept.contains(&secret[6..]),
+        "{kept}"
+    );
     let listed = admin.webhooks().await.unwrap().webhooks;
     assert_eq!(listed.len(), 1);
     assert_eq!(listed[0].status, "active");
