@@ -7,6 +7,7 @@
 
 use std::sync::Arc;
 
+use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::Json;
@@ -24,6 +25,12 @@ use crate::wire;
 
 const MAX_URL: usize = 2048;
 const MAX_KINDS: usize = 16;
+
+/// The path's parameters, or the contract's 400 (a segment that is not UTF-8, say).
+fn path<T>(p: Result<Path<T>, PathRejection>, what: &str) -> ApiResult<T> {
+    p.map(|Path(v)| v)
+        .map_err(|_| ApiError::bad(format!("{what}: not a valid path parameter")))
+}
 
 fn name(raw: &str) -> ApiResult<&str> {
     if webhook::valid_name(raw) {
@@ -121,10 +128,11 @@ async fn find(st: &AppState, workspace: &str, raw: &str) -> ApiResult<Webhook> {
 pub async fn put(
     State(st): State<Arc<AppState>>,
     op: Operator,
-    Path(raw): Path<String>,
+    raw: Result<Path<String>, PathRejection>,
     Body(req): Body<wire::PutWebhook>,
 ) -> ApiResult<(StatusCode, Json<wire::Webhook>)> {
     op.require_admin()?;
+    let raw = path(raw, "name")?;
     let name = name(&raw)?;
     let url = url(&st, &req.url)?;
     let kinds = kinds(req.kinds)?;
@@ -165,9 +173,10 @@ pub async fn list(
 pub async fn delete(
     State(st): State<Arc<AppState>>,
     op: Operator,
-    Path(raw): Path<String>,
+    raw: Result<Path<String>, PathRejection>,
 ) -> ApiResult<StatusCode> {
     op.require_admin()?;
+    let raw = path(raw, "name")?;
     let name = name(&raw)?;
     if st.hub.delete_webhook(&op.0.workspace, name).await? {
         Ok(StatusCode::NO_CONTENT)
@@ -179,10 +188,11 @@ pub async fn delete(
 pub async fn deliveries(
     State(st): State<Arc<AppState>>,
     op: Operator,
-    Path(raw): Path<String>,
+    raw: Result<Path<String>, PathRejection>,
     query: QueryMap,
 ) -> ApiResult<Json<wire::WebhookDeliveryList>> {
     op.require_admin()?;
+    let raw = path(raw, "name")?;
     let limit = query.int("limit", 1, 100)?.unwrap_or(20);
     let after = match query.get("after") {
         None => None,
@@ -207,9 +217,10 @@ pub async fn deliveries(
 pub async fn redeliver(
     State(st): State<Arc<AppState>>,
     op: Operator,
-    Path((raw, id)): Path<(String, String)>,
+    params: Result<Path<(String, String)>, PathRejection>,
 ) -> ApiResult<(StatusCode, Json<wire::WebhookDelivery>)> {
     op.require_admin()?;
+    let (raw, id) = path(params, "id")?;
     let id = Uuid::try_parse(&id)
         .map_err(|_| ApiError::bad(format!("id: '{}' is not a UUID", truncate(&id, 64))))?;
     let hook = find(&st, &op.0.workspace, &raw).await?;
