@@ -12,7 +12,7 @@ fenced AS (
      WHERE j.id = $1 AND j.epoch = $2
        -- Reached by primary key only (see job_fail.sql).
        AND j.leased_by IS NOT DISTINCT FROM me.id AND j.state IS NOT DISTINCT FROM 'leased'
-    RETURNING j.id, j.event_seq - cardinality($4::text[]) AS base
+    RETURNING j.id, j.workspace, j.event_seq - cardinality($4::text[]) AS base
 ),
 -- Best effort: a runner row another transaction holds (a tick, a revoke) is skipped, never
 -- waited for, so this statement never waits for a runner after taking a job (one lock order,
@@ -24,8 +24,8 @@ seen AS (
                      ORDER BY s.id FOR NO KEY UPDATE OF s SKIP LOCKED)
 ),
 appended AS (
-    INSERT INTO job_events (job_id, seq, kind, data)
-    SELECT fenced.id, fenced.base + e.ord::integer, e.kind, e.data
+    INSERT INTO job_events (job_id, workspace, seq, kind, data)
+    SELECT fenced.id, fenced.workspace, fenced.base + e.ord::integer, e.kind, e.data
       FROM fenced, unnest($4::text[], $5::jsonb[]) WITH ORDINALITY AS e (kind, data, ord)
     RETURNING seq
 )

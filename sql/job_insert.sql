@@ -50,8 +50,8 @@ inserted AS (
     RETURNING *
 ),
 events AS (
-    INSERT INTO job_events (job_id, seq, kind, data)
-    SELECT id, 1, 'state',
+    INSERT INTO job_events (job_id, workspace, seq, kind, data)
+    SELECT id, workspace, 1, 'state',
            jsonb_build_object('state', 'parked', 'reason', 'dispatched', 'runner', NULL, 'epoch', 0)
       FROM inserted
 )

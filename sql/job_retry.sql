@@ -7,7 +7,7 @@
 -- its reports get 409 lease_superseded and its next heartbeat lists the job in `cancelled`.
 -- Either way: epoch + 1, retries + 1, attempts back to 0, leasable at once (a retry call waits
 -- for no delay), its no-runner and queue clocks started again, and a `state` event
--- {"state":"parked","reason":"retry","after":"retry_call","attempt":<retries>}. An ephemeral
+-- {"state":"parked","reason":"retry","after":"retry_call","attempt":<retries>,"by":<$4>} (v1.4). An ephemeral
 -- runner that had taken the job stays spent: its token died when the job settled, and the job
 -- parked again must not bring it back, so it is revoked here. No row: unknown in this workspace,
 -- or parked already (the caller reads it and answers it unchanged).
@@ -46,7 +46,7 @@ events AS (
     INSERT INTO job_events (job_id, seq, kind, data)
     SELECT id, event_seq, 'state',
            jsonb_build_object('state', 'parked', 'reason', 'retry', 'after', 'retry_call',
-                              'attempt', retries, 'runner', holder, 'epoch', epoch)
+                              'attempt', retries, 'runner', holder, 'epoch', epoch, 'by', $4::text)
       FROM retried
 )
 SELECT * FROM retried

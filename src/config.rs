@@ -275,6 +275,66 @@ pub struct Config {
     /// for dead and its partial bytes are deleted.
     #[arg(long, env = "LEASEHOLD_ARTIFACT_STALE_MS", default_value_t = 60_000)]
     pub artifact_stale_ms: u64,
+    /// Webhook URLs may be `http` (v1.4; default: `https` only).
+    #[arg(
+        long,
+        env = "LEASEHOLD_WEBHOOK_ALLOW_HTTP",
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
+    pub webhook_allow_http: bool,
+    /// Deliveries may connect to loopback, private, link-local and unspecified addresses
+    /// (v1.4; default: refused at every connection).
+    #[arg(
+        long,
+        env = "LEASEHOLD_WEBHOOK_ALLOW_PRIVATE",
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
+    pub webhook_allow_private: bool,
+    /// A delivery's try must get its answer within this long (the contract's 10 s).
+    #[arg(long, env = "LEASEHOLD_WEBHOOK_TIMEOUT_MS", default_value_t = 10_000)]
+    pub webhook_timeout_ms: u64,
+    /// First retry of a failed delivery after this long, doubling per try (the contract's 5 s).
+    #[arg(
+        long,
+        env = "LEASEHOLD_WEBHOOK_RETRY_FIRST_MS",
+        default_value_t = 5_000
+    )]
+    pub webhook_retry_first_ms: u64,
+    /// The cap of that doubling delay (the contract's hour).
+    #[arg(
+        long,
+        env = "LEASEHOLD_WEBHOOK_RETRY_CAP_MS",
+        default_value_t = 3_600_000
+    )]
+    pub webhook_retry_cap_ms: u64,
+    /// A delivery is retried this long after it was made, then it is `failed` (24 h).
+    #[arg(
+        long,
+        env = "LEASEHOLD_WEBHOOK_RETRY_FOR_MS",
+        default_value_t = 86_400_000
+    )]
+    pub webhook_retry_for_ms: u64,
+    /// A webhook every try of whose deliveries failed for this long is disabled (24 h).
+    #[arg(
+        long,
+        env = "LEASEHOLD_WEBHOOK_DISABLE_AFTER_MS",
+        default_value_t = 86_400_000
+    )]
+    pub webhook_disable_after_ms: u64,
+    /// How long a replica holds a delivery it is sending: another replica takes it over once
+    /// this passes (the sender died). Longer than the timeout.
+    #[arg(long, env = "LEASEHOLD_WEBHOOK_LEASE_MS", default_value_t = 30_000)]
+    pub webhook_lease_ms: u64,
+    /// How often a replica looks for due deliveries and new events without being woken.
+    #[arg(long, env = "LEASEHOLD_WEBHOOK_POLL_MS", default_value_t = 1_000)]
+    pub webhook_poll_ms: u64,
+    /// Most deliveries of one webhook in flight at once, over every replica: a slow endpoint
+    /// holds no more of the senders than this.
+    #[arg(long, env = "LEASEHOLD_WEBHOOK_CONCURRENCY", default_value_t = 4)]
+    pub webhook_concurrency: u32,
+    /// A feed stream (server-sent events) sends a comment line at least this often (15 s).
+    #[arg(long, env = "LEASEHOLD_FEED_KEEPALIVE_MS", default_value_t = 15_000)]
+    pub feed_keepalive_ms: u64,
     /// Settings of the artifact bucket's client on top of the `AWS_*` environment, as
     /// `object_store` names them (`aws_endpoint`, `aws_allow_http`, ...): for an embedding
     /// process such as the tests, which cannot give each replica its own environment. Not a

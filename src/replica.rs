@@ -124,6 +124,7 @@ pub async fn start(config: Config, listener: TcpListener) -> anyhow::Result<Repl
     tasks.spawn(sweeper::run(hub.clone(), background.clone()));
     tasks.spawn(crate::hub::retention::run(hub.clone(), background.clone()));
     tasks.spawn(hub.clone().recheck_loop(background.clone()));
+    tasks.spawn(hub.clone().deliver_loop(background.clone()));
     tasks.spawn(count_jobs(
         hub.clone(),
         store.clone(),

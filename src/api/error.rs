@@ -35,6 +35,9 @@ pub enum ApiError {
     RunnerOutdated {
         min_version: String,
     },
+    /// A feed cursor older than the oldest event kept (v1.4); the message names the oldest
+    /// cursor.
+    Gone(String),
     /// A feature needs configuration this replica lacks (503, the message names the variable).
     NotConfigured(String),
     RateLimited {
@@ -135,6 +138,7 @@ impl ApiError {
                      `leasehold runner run`), then it leases again"
                 ),
             ),
+            Gone(m) => (StatusCode::GONE, "gone", m.clone()),
             NotConfigured(m) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable", m.clone()),
             RateLimited { .. } => (
                 StatusCode::TOO_MANY_REQUESTS,

@@ -145,6 +145,10 @@ pub(super) fn view(j: Job) -> wire::Job {
         retry: j.retry.and_then(retry_policy),
         outcome,
         not_before: j.not_before,
+        dispatched_by: j.dispatcher_subject.map(|subject| wire::DispatchedBy {
+            subject,
+            role: j.dispatcher_role.unwrap_or_else(|| "member".to_owned()),
+        }),
     }
 }
 

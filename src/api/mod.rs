@@ -10,6 +10,7 @@ pub mod deadline;
 mod envelope;
 pub mod error;
 pub mod extract;
+mod feed;
 mod jobs;
 mod join;
 pub mod mcp;
@@ -27,6 +28,7 @@ pub mod transfer;
 mod ui;
 pub mod validate;
 pub mod views;
+mod webhooks;
 
 use std::net::IpAddr;
 use std::num::NonZeroU32;
@@ -103,6 +105,12 @@ pub struct Limits {
     pub trusted_proxies: TrustedProxies,
     /// Where runners reach the service, put into join codes' connect payloads.
     pub public_url: Vec<String>,
+    /// A feed stream's comment line comes at least this often (v1.4).
+    pub feed_keepalive: Duration,
+    /// Webhook URLs may be plain `http` (v1.4).
+    pub webhook_allow_http: bool,
+    /// Webhook URLs may name a private address literal (v1.4).
+    pub webhook_allow_private: bool,
 }
 
 impl Limits {
@@ -127,6 +135,9 @@ impl Limits {
             min_runner_version: config.min_runner_version.clone(),
             trusted_proxies: config.trusted_proxies.clone(),
             public_url: config.public_url.clone(),
+            feed_keepalive: Duration::from_millis(config.feed_keepalive_ms.clamp(10, 15_000)),
+            webhook_allow_http: config.webhook_allow_http,
+            webhook_allow_private: config.webhook_allow_private,
         }
     }
 }

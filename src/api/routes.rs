@@ -14,7 +14,10 @@ use axum::routing::{delete, get, post, put, MethodRouter};
 use utoipa::openapi::{RefOr, Schema};
 use utoipa::ToSchema;
 
-use super::{artifacts, jobs, join, mcp, operators, ops, placement, runner, secrets, ui, AppState};
+use super::{
+    artifacts, feed, jobs, join, mcp, operators, ops, placement, runner, secrets, ui, webhooks,
+    AppState,
+};
 use crate::wire;
 
 /// Who may call a route.
@@ -190,6 +193,13 @@ pub fn table() -> Vec<Route> {
         route(M::PUT, "/v1/secrets/{name}", put(secrets::put), Doc::new("Create or replace a workspace secret (v1.1) with its scope (runners: workspace|any, dispatch: member|admin); the value is never shown again", Admin).body::<wire::PutSecret>().empty(204)),
         route(M::GET, "/v1/secrets", get(secrets::list), Doc::new("The workspace's secret names and scopes, by name (v1.1); never a value", Member).answer::<wire::SecretList>(200)),
         route(M::DELETE, "/v1/secrets/{name}", delete(secrets::delete), Doc::new("Delete a workspace secret (v1.1)", Admin).empty(204)),
+        // ---- the workspace feed and webhooks (v1.4)
+        route(M::GET, "/v1/events", get(feed::events), Doc::new("The workspace's job events in commit order (v1.4): a page and the cursor to read on from; with Accept: text/event-stream, server-sent events (id: the cursor; Last-Event-ID resumes)", Member).answer::<wire::FeedPage>(200).query(&[("after", "string", "a cursor (opaque; absent: from the oldest kept)"), ("limit", "integer", "1..1000, default 100"), ("kinds", "string", "comma-separated event kinds, default state"), ("wait_ms", "integer", "0..60000 (clamped to LEASEHOLD_MAX_WAIT_MS), default 0: wait for an event past after")]).errors(&["gone"])),
+        route(M::PUT, "/v1/webhooks/{name}", put(webhooks::put), Doc::new("Create (201, with the whsec_ secret, shown once) or replace (200) a webhook (v1.4); a replace enables a disabled one", Admin).body::<wire::PutWebhook>().answer::<wire::Webhook>(201)),
+        route(M::GET, "/v1/webhooks", get(webhooks::list), Doc::new("The workspace's webhooks by name (v1.4)", Admin).answer::<wire::WebhookList>(200)),
+        route(M::DELETE, "/v1/webhooks/{name}", delete(webhooks::delete), Doc::new("Delete a webhook and its delivery log (v1.4)", Admin).empty(204)),
+        route(M::GET, "/v1/webhooks/{name}/deliveries", get(webhooks::deliveries), Doc::new("A webhook's deliveries, newest first (v1.4)", Admin).answer::<wire::WebhookDeliveryList>(200).query(&[("limit", "integer", "1..100, default 20"), ("after", "string", "the `next` of the previous page, exclusive")])),
+        route(M::POST, "/v1/webhooks/{name}/deliveries/{id}/redeliver", post(webhooks::redeliver), Doc::new("Send a delivery's event again as a new delivery, due now (v1.4)", Admin).answer::<wire::WebhookDelivery>(202)),
         // ---- operator tools for agents (v1.2)
         route(M::POST, "/mcp", post(mcp::endpoint::serve), Doc::new("The operator tools over the Model Context Protocol (Streamable HTTP, stateless, JSON answers; v1.2): JSON-RPC in, JSON-RPC out; README, \"Tools for agents\"", Member).media("application/json")),
         // ---- runners

@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use crate::domain::state::{JobState, Outcome};
+use crate::store::feed::{Delivery, FeedEvent, Webhook};
 use crate::store::records::{Claimed, Event, RepoTarget, Runner, SecretInfo};
 use crate::wire;
 
@@ -150,6 +151,58 @@ pub fn event(e: Event) -> wire::Event {
         at: e.at,
         kind: e.kind,
         data: e.data,
+    }
+}
+
+/// A feed event as `GET /v1/events` answers it (`hub::webhooks::event_json` is the same for a
+/// delivery's body).
+pub fn feed_event(e: &FeedEvent, workspace: &str) -> wire::FeedEvent {
+    wire::FeedEvent {
+        cursor: e.position.encode(workspace),
+        job_id: e.position.job,
+        seq: e.position.seq,
+        kind: e.kind.clone(),
+        data: e.data.clone(),
+        at: e.at,
+    }
+}
+
+/// A webhook; its secret only when `secret` (the call that created it).
+pub fn webhook(w: Webhook, secret: bool) -> wire::Webhook {
+    wire::Webhook {
+        status: if w.disabled_at.is_some() {
+            "disabled"
+        } else {
+            "active"
+        }
+        .to_owned(),
+        secret: secret.then_some(w.secret),
+        name: w.name,
+        url: w.url,
+        kinds: w.kinds,
+        states: w.states,
+        disabled_at: w.disabled_at,
+        disabled_reason: w.disabled_reason,
+        created_at: w.created_at,
+        updated_at: w.updated_at,
+    }
+}
+
+/// A row of a webhook's delivery log.
+pub fn delivery(d: Delivery, workspace: &str) -> wire::WebhookDelivery {
+    let event = feed_event(&d.event, workspace);
+    wire::WebhookDelivery {
+        id: d.id,
+        event_cursor: event.cursor.clone(),
+        next_try_at: (d.status == "pending").then_some(d.next_at),
+        status: d.status,
+        attempts: d.attempts,
+        last_status_code: d.last_status,
+        last_error: d.last_error,
+        last_attempt_at: d.last_at,
+        redelivery_of: d.redelivery_of,
+        created_at: d.created_at,
+        event,
     }
 }
 

@@ -14,6 +14,7 @@
 
 mod artifacts;
 pub mod dispatcher;
+pub mod feed;
 pub mod handover;
 mod jobs;
 mod long_poll;
@@ -26,6 +27,7 @@ pub mod sweeper;
 mod transitions;
 pub mod vacuum;
 pub mod waiters;
+pub mod webhooks;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -57,6 +59,9 @@ pub struct Hub {
     pub dispatcher: Arc<Dispatcher>,
     /// Reads waiting on a job.
     pub waiters: Waiters,
+    /// Bumped by every change this replica makes or hears of: feed reads and the webhook
+    /// deliverer look again (`feed.rs`).
+    feed: tokio::sync::watch::Sender<u64>,
     pub notifier: Notifier,
     /// Identifies this replica's own notifications, which it has already acted on locally.
     pub origin: String,
@@ -98,6 +103,7 @@ impl Hub {
                 config,
                 dispatcher,
                 waiters: Waiters::default(),
+                feed: tokio::sync::watch::Sender::new(0),
                 notifier,
                 origin,
                 listening: AtomicBool::new(false),
@@ -112,12 +118,14 @@ impl Hub {
     /// for the runners here that read its lane, or, when none does, the other replicas are told.
     pub fn job_parked(&self, id: Uuid, queue: &Queue) {
         self.dispatcher.parked(queue, id, true);
+        self.feed_pulse();
     }
 
     /// Something happened to a job (state change, events): wake its readers everywhere.
     pub fn job_changed(&self, id: Uuid) {
         self.waiters.wake_all(id);
         self.notifier.send(Notice::Job(id));
+        self.feed_pulse();
     }
 
     /// Wake-ups for jobs a sweep or revocation moved.
@@ -193,6 +201,7 @@ impl Hub {
                 // Notifications sent while we were not listening are gone: everyone looks again.
                 self.waiters.wake_everyone();
                 self.dispatcher.everyone_looks();
+                self.feed_pulse();
             }
             ListenerEvent::Down => self.listening.store(false, Ordering::Release),
             ListenerEvent::Notification(payload) => {
@@ -203,6 +212,7 @@ impl Hub {
                 if origin == self.origin {
                     return;
                 }
+                self.feed_pulse();
                 match Notice::decode(notice) {
                     Some(Notice::Job(id)) => {
                         self.waiters.wake_all(id);

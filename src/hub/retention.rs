@@ -1,6 +1,7 @@
 //! Retention (contract v1.2): jobs settled longer ago than the window
 //! ([`crate::config::Config::retention`]) are deleted with their events and artifacts, in the
-//! background; their ids then answer 404, and their idempotency keys are free again.
+//! background; their ids then answer 404, and their idempotency keys are free again. Settled
+//! webhook deliveries made longer ago than the window leave the delivery log too (v1.4).
 //!
 //! Invariants: each batch is one short statement over at most [`BATCH`] jobs taken with
 //! `FOR UPDATE SKIP LOCKED` (`sweep_retention.sql`), so replicas sweeping at once delete each
@@ -60,9 +61,13 @@ pub async fn retain(hub: &Hub, window: Duration, cancel: &CancellationToken) -> 
     loop {
         let started = Instant::now();
         let deleted = hub.store.sweep_retention(BATCH, older_than_ms).await?;
+        let log = hub
+            .store
+            .sweep_webhook_deliveries(BATCH * 10, older_than_ms)
+            .await?;
         hub.metrics.sweep_batch("retention");
         total += deleted;
-        if deleted < BATCH {
+        if deleted < BATCH && log < BATCH * 10 {
             return Ok(total);
         }
         let rest = started.elapsed().max(REST);

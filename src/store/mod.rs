@@ -24,6 +24,7 @@ pub mod combine;
 pub mod conn;
 mod depth;
 pub mod error;
+pub mod feed;
 pub mod horizon;
 pub mod jobs;
 pub mod keys;

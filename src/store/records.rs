@@ -256,6 +256,10 @@ record! {
         pub retry: Option<Value> = "retry",
         /// While it waits out a retry's delay: when it may be leased again.
         pub not_before: Option<DateTime<Utc>> = "not_before",
+        /// Who made the last dispatch or retry call (v1.4 "Who"; migration 0031): subject.
+        pub dispatcher_subject: Option<String> = "dispatcher_subject",
+        /// That caller's role, `member` or `admin`.
+        pub dispatcher_role: Option<String> = "dispatcher_role",
     }
 }
 

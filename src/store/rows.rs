@@ -24,6 +24,59 @@ pub const PARKED_COLUMNS: &[&str] = &[
     "needs_workspace_runner",
 ];
 
+/// Columns `feed::webhook` reads.
+pub const WEBHOOK_COLUMNS: &[&str] = &[
+    "id",
+    "workspace",
+    "name",
+    "url",
+    "kinds",
+    "states",
+    "secret",
+    "disabled_at",
+    "disabled_reason",
+    "failing_since",
+    "created_at",
+    "updated_at",
+    "created",
+];
+
+/// Columns `feed::delivery` reads.
+pub const DELIVERY_COLUMNS: &[&str] = &[
+    "id",
+    "xid",
+    "job_id",
+    "seq",
+    "kind",
+    "data",
+    "at",
+    "status",
+    "attempts",
+    "next_at",
+    "last_status",
+    "last_error",
+    "last_at",
+    "redelivery_of",
+    "created_at",
+];
+
+/// Columns the delivery claim answers (`feed.rs`).
+pub const CLAIMED_DELIVERY_COLUMNS: &[&str] = &[
+    "id",
+    "lease_token",
+    "attempts",
+    "xid",
+    "job_id",
+    "seq",
+    "kind",
+    "data",
+    "at",
+    "workspace",
+    "name",
+    "url",
+    "secret",
+];
+
 /// Which statements feed which mapping: the schema test checks that each returns every column
 /// its mapping reads, so a column dropped from a statement fails a test, not a request.
 pub const MAPPED: &[(&str, &[&str])] = &[
@@ -54,6 +107,12 @@ pub const MAPPED: &[(&str, &[&str])] = &[
     ("lease_give_back.sql", PARKED_COLUMNS),
     ("lease_give_back.sql", MOVED_COLUMNS),
     ("claim.sql", CLAIMED_COLUMNS),
+    ("webhook_put.sql", WEBHOOK_COLUMNS),
+    ("webhooks_list.sql", WEBHOOK_COLUMNS),
+    ("webhook_get.sql", WEBHOOK_COLUMNS),
+    ("webhook_deliveries_list.sql", DELIVERY_COLUMNS),
+    ("webhook_redeliver.sql", DELIVERY_COLUMNS),
+    ("webhook_claim.sql", CLAIMED_DELIVERY_COLUMNS),
     (
         "claim.sql",
         &[

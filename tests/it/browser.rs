@@ -767,3 +767,64 @@ async fn a_commands_control_and_bidi_characters_read_escaped_as_the_cli_writes_t
         json!(cli)
     );
 }
+
+/// The activity view follows the feed live (server-sent events read with the key), and an
+/// admin sees the webhooks with their last deliveries.
+#[tokio::test]
+async fn the_page_shows_live_activity_and_the_webhooks() {
+    let Some(browser) = Browser::or_skip("activity_page").await else {
+        return;
+    };
+    let app = TestApp::spawn_with(1, |c| {
+        c.webhook_allow_http = true;
+        c.webhook_poll_ms = 20;
+    })
+    .await;
+    let url = app.url(0);
+    let key = app.key("acme", "ada", true).await;
+    let admin = leasehold::client::Client::new(url.clone(), Some(key.clone()));
+    admin
+        .put_webhook(
+            "ci-done",
+            &wire::PutWebhook {
+                url: "http://localhost:9/hook".into(),
+                kinds: None,
+                states: None,
+            },
+        )
+        .await
+        .unwrap();
+    let mut page = browser.page().await;
+    page.call("Page.navigate", json!({"url": format!("{url}/ui")}))
+        .await;
+    page.until("document.readyState === 'complete'", "the page")
+        .await;
+    page.eval(&format!(
+        "sessionStorage.setItem('leasehold.key', '{key}'); location.reload(); true"
+    ))
+    .await;
+    page.until(
+        "document.body !== null && document.body.dataset.ready === 'true'",
+        "the board",
+    )
+    .await;
+    let job = dispatch(&admin, personal(), json!(null)).await;
+    let short = &job.id.to_string()[28..];
+    page.until(
+        &format!("document.getElementById('activity').textContent.includes('{short}')"),
+        "the dispatch in the activity view",
+    )
+    .await;
+    admin.cancel(job.id).await.unwrap();
+    page.until(
+        "document.getElementById('activity').firstChild.textContent.includes('cancelled')",
+        "the cancel on top, live",
+    )
+    .await;
+    page.until(
+        "!document.getElementById('webhooks-section').hidden && document.getElementById('webhooks').textContent.includes('ci-done') && document.querySelectorAll('#webhooks .badge').length > 1",
+        "the webhook with its deliveries",
+    )
+    .await;
+    page.screenshot("activity.png").await;
+}

@@ -191,6 +191,29 @@ async fn a_few_thousand_malformed_requests_across_every_route_produce_no_5xx() {
             json!({"target": {"runner_id": runner.id}, "required_capabilities": ["linux"]}),
         ),
         (Method::GET, "/v1/pool", Value::Null),
+        // The workspace feed and webhooks (v1.4).
+        (
+            Method::GET,
+            "/v1/events?limit=5&kinds=state,stdout&wait_ms=5",
+            Value::Null,
+        ),
+        (
+            Method::PUT,
+            "/v1/webhooks/fuzz-hook",
+            json!({"url": "https://example.com/hook", "kinds": ["state"], "states": ["failed"]}),
+        ),
+        (Method::GET, "/v1/webhooks", Value::Null),
+        (
+            Method::GET,
+            "/v1/webhooks/fuzz-hook/deliveries?limit=5",
+            Value::Null,
+        ),
+        (
+            Method::POST,
+            "/v1/webhooks/fuzz-hook/deliveries/{id}/redeliver",
+            Value::Null,
+        ),
+        (Method::DELETE, "/v1/webhooks/fuzz-hook", Value::Null),
         (
             Method::POST,
             "/v1/runner/heartbeat",
@@ -349,7 +372,7 @@ async fn a_few_thousand_malformed_requests_across_every_route_produce_no_5xx() {
         "random input: {sent} requests over {} route paths, statuses {by_status:?}",
         routes_hit.len()
     );
-    assert_eq!(routes_hit.len(), 22, "every route path was exercised");
+    assert_eq!(routes_hit.len(), 27, "every route path was exercised");
     // Still live and still correct.
     let fresh = dispatch(&admin, personal(), json!("after the storm")).await;
     assert_eq!(admin.job(fresh.id).await.unwrap().state, "parked");

@@ -2,7 +2,7 @@
 //! official Python SDK (`mcp` from PyPI, `tests/it/mcp_client.py`) over Streamable HTTP through
 //! HAProxy running the shipped `deploy/haproxy.cfg` in front of two replica processes, and over
 //! stdio with `leasehold mcp` as its subprocess; the official MCP Inspector's CLI listing and
-//! calling the tools. Invariants: the thirteen tools are listed by their exact names; each one
+//! calling the tools. Invariants: the fourteen tools are listed by their exact names; each one
 //! is its API call with the caller's role (what the script changed is in the database, a
 //! member's refusal of an admin's call is an error result beginning with `forbidden`); `/mcp`
 //! keeps no session, so one client's requests are served by both replicas; a bad key at `/mcp`
@@ -128,7 +128,7 @@ impl Setup {
             .iter()
             .map(|n| n.as_str().unwrap())
             .collect();
-        assert_eq!(names.len(), 13, "{names:?}");
+        assert_eq!(names.len(), 14, "{names:?}");
         let id = report["job_id"].as_str().unwrap().parse().unwrap();
         let job = self.admin.job(id).await.unwrap();
         // Cancelled, then parked again by retry_job.
@@ -273,7 +273,7 @@ async fn the_python_sdk_calls_every_tool_over_stdio_through_leasehold_mcp() {
 }
 
 #[tokio::test]
-async fn the_mcp_inspector_cli_lists_the_thirteen_tools_and_calls_one() {
+async fn the_mcp_inspector_cli_lists_the_fourteen_tools_and_calls_one() {
     const TEST: &str = "mcp_inspector_cli";
     let Some(inspector) = inspector(TEST) else {
         return;
@@ -326,7 +326,7 @@ async fn the_mcp_inspector_cli_lists_the_thirteen_tools_and_calls_one() {
     let mut want = leasehold::api::mcp::catalogue::names();
     want.sort_unstable();
     assert_eq!(names, want);
-    assert_eq!(names.len(), 13);
+    assert_eq!(names.len(), 14);
 
     let called = run(vec![
         "--method".into(),

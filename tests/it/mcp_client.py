@@ -20,7 +20,7 @@ from mcp.client.streamable_http import streamable_http_client
 TOOLS = {
     "list_runners", "pool_summary", "dispatch_job", "get_job", "list_jobs", "job_events",
     "cancel_job", "retry_job", "list_artifacts", "list_repo_targets", "approve_repo_target",
-    "revoke_repo_target", "list_secrets",
+    "revoke_repo_target", "list_secrets", "list_events",
 }
 FIXTURE = json.loads(os.environ["MCP_FIXTURE"])
 called = set()
@@ -123,6 +123,9 @@ async def main():
         assert job["id"] in [j["id"] for j in listed["jobs"]], listed
         events = await ok(admin, "job_events", {"id": job["id"], "after": 0})
         assert events["events"][0]["data"]["state"] == "parked", events
+        feed = await ok(admin, "list_events", {"limit": 1000, "wait_ms": 5000})
+        assert job["id"] in [e["job_id"] for e in feed["events"]], feed
+        assert isinstance(feed["next"], str), feed
 
         cancelled = await ok(admin, "cancel_job", {"id": job["id"]})
         assert cancelled["state"] == "cancelled", cancelled

@@ -197,6 +197,12 @@ async fn check_hot_plans(app: &TestApp) {
             sql::JOBS_LIST_DESC,
             format!("'acme', NULL, {job}, 100, 4194304, 'failed'"),
         ),
+        // A page of the workspace feed (v1.4): one range per kind.
+        (
+            "feed_page",
+            sql::FEED_PAGE,
+            format!("'acme', ARRAY['state', 'stdout'], 0, {nil}, 0, 100"),
+        ),
     ];
     let plans = app
         .store
@@ -318,6 +324,14 @@ async fn check_hot_plans(app: &TestApp) {
             &["Seq Scan", "Sort Key: j."],
         );
     }
+    // A page of the feed reads one ordered range of the feed index per kind, each stopped at
+    // the page's size: a reader far behind costs one page, never the workspace's history.
+    assert_plan(
+        "feed_page",
+        plan("feed_page"),
+        &["Index Scan using job_events_feed", "Limit"],
+        &["Seq Scan"],
+    );
 }
 
 /// A claim behind unfit work reads none of it (v1.4, "No class starves"): 5,000 parked jobs

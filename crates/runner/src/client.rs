@@ -416,6 +416,88 @@ impl Client {
         .await
     }
 
+    /// A page of the workspace feed (v1.4) after `after` (a cursor; `None`: from the oldest
+    /// kept), of `kinds` (empty: `state`), waiting up to `wait_ms` for an event.
+    pub async fn feed(
+        &self,
+        after: Option<&str>,
+        kinds: &[String],
+        limit: Option<i64>,
+        wait_ms: u64,
+    ) -> Result<wire::FeedPage> {
+        let mut path = format!("/v1/events?wait_ms={wait_ms}");
+        if let Some(a) = after {
+            path.push_str(&format!("&after={}", query_text(a)));
+        }
+        if !kinds.is_empty() {
+            path.push_str(&format!("&kinds={}", query_text(&kinds.join(","))));
+        }
+        if let Some(l) = limit {
+            path.push_str(&format!("&limit={l}"));
+        }
+        self.get(&path).await
+    }
+
+    /// Create or replace a webhook (admin, v1.4): the status says which (201 created, with
+    /// the secret; 200 replaced).
+    pub async fn put_webhook(
+        &self,
+        name: &str,
+        req: &wire::PutWebhook,
+    ) -> Result<(StatusCode, wire::Webhook)> {
+        self.call(
+            Method::PUT,
+            &format!("/v1/webhooks/{}", query_text(name)),
+            Some(req),
+            &[],
+        )
+        .await
+    }
+
+    pub async fn webhooks(&self) -> Result<wire::WebhookList> {
+        self.get("/v1/webhooks").await
+    }
+
+    pub async fn delete_webhook(&self, name: &str) -> Result<()> {
+        self.call::<(), serde_json::Value>(
+            Method::DELETE,
+            &format!("/v1/webhooks/{}", query_text(name)),
+            None,
+            &[],
+        )
+        .await
+        .map(drop)
+    }
+
+    /// A page of a webhook's deliveries, newest first, older than `after` (a delivery id).
+    pub async fn webhook_deliveries(
+        &self,
+        name: &str,
+        after: Option<Uuid>,
+        limit: Option<i64>,
+    ) -> Result<wire::WebhookDeliveryList> {
+        let mut path = format!("/v1/webhooks/{}/deliveries?", query_text(name));
+        if let Some(a) = after {
+            path.push_str(&format!("after={a}&"));
+        }
+        if let Some(l) = limit {
+            path.push_str(&format!("limit={l}"));
+        }
+        self.get(&path).await
+    }
+
+    /// Send delivery `id`'s event again, as a new delivery.
+    pub async fn redeliver(&self, name: &str, id: Uuid) -> Result<wire::WebhookDelivery> {
+        self.post(
+            &format!(
+                "/v1/webhooks/{}/deliveries/{id}/redeliver",
+                query_text(name)
+            ),
+            &serde_json::json!({}),
+        )
+        .await
+    }
+
     pub async fn preflight(&self, req: &wire::Preflight) -> Result<wire::PreflightReport> {
         self.post("/v1/preflight", req).await
     }
@@ -558,6 +640,20 @@ impl Client {
         )
         .await
     }
+}
+
+/// `text` percent-encoded for a query value or a path segment (cursors and names are URL-safe
+/// already; anything else typed is encoded rather than trusted).
+fn query_text(text: &str) -> String {
+    text.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-_.~,".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
 }
 
 #[cfg(test)]

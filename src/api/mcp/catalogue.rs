@@ -1,4 +1,4 @@
-//! The thirteen operator tools, each one route of the HTTP API: what a tool is called, which
+//! The fourteen operator tools, each one route of the HTTP API: what a tool is called, which
 //! route it calls, the input schema derived from that route's documentation in the route table
 //! (its path parameters, its query parameters, the fields of its body's wire type), the request
 //! its arguments become, and the tool result an answer becomes.
@@ -90,6 +90,8 @@ fn specs() -> Vec<Spec> {
             "Revoke a runner's repository target (POST /v1/runners/{id}/repo-targets/{target_id}/revoke; `id` is the runner's id, `target_id` the target's): the runner takes no new job of that repository."),
         spec("list_secrets", Method::GET, "/v1/secrets", Read,
             "List the workspace's secrets by name with their scopes (GET /v1/secrets); never a value."),
+        spec("list_events", Method::GET, "/v1/events", Read,
+            "Read the workspace's job events in commit order (GET /v1/events): state changes of every job (and, with `kinds`, output such as stdout); follow with `after` set to the previous answer's `next`, and `wait_ms` to wait for the next event."),
     ]
 }
 
@@ -456,7 +458,7 @@ mod tests {
     }
 
     #[test]
-    fn thirteen_tools_in_the_contracts_order() {
+    fn fourteen_tools_in_the_contracts_order() {
         assert_eq!(
             names(),
             [
@@ -473,6 +475,7 @@ mod tests {
                 "approve_repo_target",
                 "revoke_repo_target",
                 "list_secrets",
+                "list_events",
             ]
         );
     }

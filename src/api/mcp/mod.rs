@@ -1,5 +1,5 @@
 //! Operator tools for agents: the Model Context Protocol server of the contract's v1.2 part B.
-//! The same thirteen tools are served two ways: at `/mcp` of every replica over the Streamable
+//! The same fourteen tools are served two ways: at `/mcp` of every replica over the Streamable
 //! HTTP transport ([`endpoint`]), and over stdio by `leasehold mcp`
 //! ([`crate::commands::mcp`]), which calls a replica through the client library.
 //!

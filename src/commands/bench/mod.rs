@@ -8,6 +8,7 @@
 mod artifacts;
 mod churn;
 mod depth;
+mod feed;
 mod fleet;
 mod idle;
 mod redelivery;
@@ -164,6 +165,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         "fleet",
         "artifacts",
         "retention",
+        "feed",
         "soak",
     ];
     let chosen: Vec<&str> = if args.scenario == "all" {
@@ -202,6 +204,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
             "artifacts" => artifacts::run(&deployment, &args, &mut report).await,
             "retention" => retention::run(&deployment, &args, &mut report).await,
             "soak" => soak::run(&deployment, &args, &mut report).await,
+            "feed" => feed::run(&deployment, &args, &mut report).await,
             _ => unreachable!("checked above"),
         };
         done_progress();

@@ -1,5 +1,5 @@
 //! The command line for people and scripts:
-//! `leasehold job|runners|join-code|pool|preflight|secrets`. (The runner's own command line,
+//! `leasehold job|runners|join-code|pool|preflight|secrets|events|webhooks`. (The runner's own command line,
 //! `leasehold runner connect|run`, lives with the runner.)
 //!
 //! It speaks only the public contract through [`crate::client`]. Output is for people by
@@ -9,9 +9,11 @@
 //! `--ca-cert` / `LEASEHOLD_CA_CERT`.
 
 pub mod artifacts;
+pub mod events;
 pub mod jobs;
 pub mod operators;
 pub mod secrets;
+pub mod webhooks;
 
 use std::fmt::Write as _;
 
@@ -103,6 +105,20 @@ pub enum Command {
         #[command(subcommand)]
         command: secrets::SecretsCommand,
     },
+    /// The workspace's job events in commit order, a line each (`--follow` keeps reading).
+    Events {
+        #[command(flatten)]
+        conn: Conn,
+        #[command(flatten)]
+        args: events::EventsArgs,
+    },
+    /// Webhooks that receive the workspace's events, signed (admin).
+    Webhooks {
+        #[command(flatten)]
+        conn: Conn,
+        #[command(subcommand)]
+        command: webhooks::WebhooksCommand,
+    },
 }
 
 /// Run a command; the result is the process's exit status.
@@ -122,6 +138,8 @@ pub async fn run(command: Command) -> anyhow::Result<i32> {
             source,
         } => operators::preflight(&conn, &target, require, source).await,
         Command::Secrets { conn, command } => secrets::run(&conn, command).await,
+        Command::Events { conn, args } => events::run(&conn, args).await,
+        Command::Webhooks { conn, command } => webhooks::run(&conn, command).await,
     }
 }
 

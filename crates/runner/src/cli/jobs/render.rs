@@ -368,6 +368,7 @@ const DESCRIBED: &[&str] = &[
     "retry",
     "not_before",
     "outcome",
+    "dispatched_by",
 ];
 
 /// Every other field of the job that has a value (not null, not empty), by its name: a field
@@ -449,6 +450,9 @@ pub(super) fn describe(job: &Job) {
     }
     if let Some(t) = job.not_before {
         rows.push(("not before", when(Some(t))));
+    }
+    if let Some(by) = &job.dispatched_by {
+        rows.push(("by", format!("{} ({})", by.subject, by.role)));
     }
     rows.push(("created", when(Some(job.created_at))));
     rows.push(("leased", when(job.leased_at)));
