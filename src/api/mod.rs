@@ -21,6 +21,7 @@ mod ops;
 mod placement;
 pub mod poll_limit;
 pub mod reference;
+pub mod route_doc;
 pub mod routes;
 mod runner;
 mod secrets;
@@ -220,11 +221,19 @@ impl AppState {
     }
 }
 
+/// Every route a replica serves: the route table's, and `/mcp`, whose tools call the others
+/// (the table imports nothing of it). The router and the OpenAPI document are built from this.
+pub fn every_route() -> Vec<route_doc::Route> {
+    let mut all = routes::table();
+    all.push(mcp::endpoint::route());
+    all
+}
+
 /// The router of one replica.
 pub fn router(state: Arc<AppState>) -> Router {
-    // Every route comes from the one table the OpenAPI document is built from.
+    // Every route comes from the one list the OpenAPI document is built from.
     let mut router = Router::new();
-    for route in routes::table() {
+    for route in every_route() {
         if let Some(handler) = route.handler {
             router = router.route(route.path, handler);
         }

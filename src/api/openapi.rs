@@ -12,16 +12,16 @@ use std::sync::OnceLock;
 use serde_json::{json, Map, Value};
 use utoipa::openapi::{RefOr, Schema};
 
-use super::routes::{self, Auth, Route};
+use super::route_doc::{Auth, Route, Schemas, WireType};
 use crate::wire;
 
 /// The components: the schema of every wire type a route of the table takes or answers, of
 /// every type those name, and of the error body every route may answer. Derived from
-/// [`routes::table`], so a route's types cannot go undocumented.
+/// [`super::every_route`], so a route's types cannot go undocumented.
 fn schemas() -> BTreeMap<String, RefOr<Schema>> {
-    let mut found = routes::Schemas::new();
-    routes::WireType::of::<wire::ErrorBody>().collect(&mut found);
-    for route in routes::table() {
+    let mut found = Schemas::new();
+    WireType::of::<wire::ErrorBody>().collect(&mut found);
+    for route in super::every_route() {
         for t in [route.doc.body, route.doc.answer].into_iter().flatten() {
             t.collect(&mut found);
         }
@@ -220,7 +220,7 @@ pub fn document() -> &'static Value {
 
 fn build() -> Value {
     let mut paths = Map::new();
-    for route in routes::table() {
+    for route in super::every_route() {
         let item = paths
             .entry(route.path.to_owned())
             .or_insert_with(|| json!({}));
@@ -292,7 +292,7 @@ mod tests {
                 "{name} is named but not a component"
             );
         }
-        for route in routes::table() {
+        for route in crate::api::every_route() {
             for t in [route.doc.body, route.doc.answer].into_iter().flatten() {
                 assert!(
                     schemas.contains_key(&*(t.name)()),

@@ -44,7 +44,7 @@ fn render(doc: &Value) -> String {
         }
     }
     // The route table's order, as the document's operation ids keep it.
-    let order: Vec<String> = super::routes::table()
+    let order: Vec<String> = super::every_route()
         .iter()
         .map(|r| format!("{} {}", r.method, r.path))
         .collect();

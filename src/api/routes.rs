@@ -1,158 +1,24 @@
-//! The route table: every route of the router, with what the OpenAPI document says about it.
+//! The route table: every route of the router but `/mcp`, with what the OpenAPI document says
+//! about it (its types are `route_doc`'s). `/mcp` calls these routes (its tools are built from
+//! this table), so it is added where every route is mounted ([`super::every_route`]), and this
+//! table imports nothing of it: the imports run one way.
 //!
 //! Invariant: the router ([`super::router`]) and `/openapi.json` ([`super::openapi`]) are both
-//! built from [`table`], so a route cannot be served undocumented or documented unserved. A
+//! built from [`super::every_route`], so a route cannot be served undocumented or documented
+//! unserved. A
 //! route of the contract whose handler is not written yet carries no handler: it is documented
 //! and answers the router's 404 until one is added here. Imports run one way: the document
 //! reads this table, never the reverse (the document's own route answers the text
 //! [`AppState::openapi`] holds).
 
-use std::sync::Arc;
-
 use axum::http::Method;
-use axum::routing::{delete, get, post, put, MethodRouter};
-use utoipa::openapi::{RefOr, Schema};
-use utoipa::ToSchema;
+use axum::routing::{delete, get, post, put};
 
+use super::route_doc::{route, Auth, Doc, Route};
 use super::{
-    artifacts, feed, jobs, join, mcp, operators, ops, placement, runner, secrets, ui, webhooks,
-    AppState,
+    artifacts, feed, jobs, join, operators, ops, placement, runner, secrets, ui, webhooks,
 };
 use crate::wire;
-
-/// Who may call a route.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Auth {
-    /// No credential (health, metrics, enrolment by join code, the page's files).
-    Open,
-    /// An API key of any role.
-    Member,
-    /// An API key with role `admin`.
-    Admin,
-    /// A runner token.
-    Runner,
-}
-
-/// Named schemas of a document's components.
-pub type Schemas = Vec<(String, RefOr<Schema>)>;
-
-/// A wire type a route takes or answers: its schema name, and how to add its schema and those
-/// of every type it names to a document's components (so the components are derived from the
-/// route table, never listed by hand).
-#[derive(Clone, Copy)]
-pub struct WireType {
-    pub name: fn() -> std::borrow::Cow<'static, str>,
-    pub schemas: fn(&mut Schemas),
-}
-
-impl std::fmt::Debug for WireType {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&(self.name)())
-    }
-}
-
-fn with_dependencies<T: ToSchema>(out: &mut Schemas) {
-    out.push((T::name().into_owned(), T::schema()));
-    T::schemas(out);
-}
-
-impl WireType {
-    pub fn of<T: ToSchema>() -> Self {
-        Self {
-            name: T::name,
-            schemas: with_dependencies::<T>,
-        }
-    }
-
-    /// Add its schema and its dependencies' to `out`.
-    pub fn collect(self, out: &mut Schemas) {
-        (self.schemas)(out);
-    }
-}
-
-/// A query parameter: name, JSON type, description.
-pub type Query = (&'static str, &'static str, &'static str);
-
-/// What the document says about one route.
-#[derive(Debug, Clone)]
-pub struct Doc {
-    pub summary: &'static str,
-    pub auth: Auth,
-    /// The wire type of the JSON body, if it takes one.
-    pub body: Option<WireType>,
-    /// Status of the success answer.
-    pub ok: u16,
-    /// The wire type of the success answer (`None`: no body, or not JSON).
-    pub answer: Option<WireType>,
-    /// Media type of a non-JSON success answer.
-    pub media: Option<&'static str>,
-    pub query: &'static [Query],
-    /// Contract codes of the 4xx answers this route gives beyond the common ones.
-    pub errors: &'static [&'static str],
-}
-
-impl Doc {
-    const fn new(summary: &'static str, auth: Auth) -> Self {
-        Self {
-            summary,
-            auth,
-            body: None,
-            ok: 200,
-            answer: None,
-            media: None,
-            query: &[],
-            errors: &[],
-        }
-    }
-    fn body<T: ToSchema>(mut self) -> Self {
-        self.body = Some(WireType::of::<T>());
-        self
-    }
-    fn answer<T: ToSchema>(mut self, ok: u16) -> Self {
-        self.ok = ok;
-        self.answer = Some(WireType::of::<T>());
-        self
-    }
-    const fn empty(mut self, ok: u16) -> Self {
-        self.ok = ok;
-        self
-    }
-    const fn media(mut self, media: &'static str) -> Self {
-        self.media = Some(media);
-        self
-    }
-    const fn query(mut self, query: &'static [Query]) -> Self {
-        self.query = query;
-        self
-    }
-    const fn errors(mut self, errors: &'static [&'static str]) -> Self {
-        self.errors = errors;
-        self
-    }
-}
-
-/// One route: method and path template (axum's `{param}` form, which is also OpenAPI's).
-pub struct Route {
-    pub method: Method,
-    pub path: &'static str,
-    pub doc: Doc,
-    /// `None` while the handler is written elsewhere (documented from the contract).
-    pub handler: Option<MethodRouter<Arc<AppState>>>,
-}
-
-fn route(
-    method: Method,
-    path: &'static str,
-    handler: MethodRouter<Arc<AppState>>,
-    doc: Doc,
-) -> Route {
-    Route {
-        method,
-        path,
-        doc,
-        handler: Some(handler),
-    }
-}
 
 const FENCE: &[&str] = &["job_terminal", "lease_superseded"];
 const JOB_ID: &str = "/v1/jobs/{id}";
@@ -201,7 +67,6 @@ pub fn table() -> Vec<Route> {
         route(M::GET, "/v1/webhooks/{name}/deliveries", get(webhooks::deliveries), Doc::new("A webhook's deliveries, newest first (v1.4)", Admin).answer::<wire::WebhookDeliveryList>(200).query(&[("limit", "integer", "1..100, default 20"), ("after", "string", "the `next` of the previous page, exclusive")])),
         route(M::POST, "/v1/webhooks/{name}/deliveries/{id}/redeliver", post(webhooks::redeliver), Doc::new("Send a delivery's event again as a new delivery, due now (v1.4)", Admin).answer::<wire::WebhookDelivery>(202)),
         // ---- operator tools for agents (v1.2)
-        route(M::POST, "/mcp", post(mcp::endpoint::serve), Doc::new("The operator tools over the Model Context Protocol (Streamable HTTP, stateless, JSON answers; v1.2): JSON-RPC in, JSON-RPC out; README, \"Tools for agents\"", Member).media("application/json")),
         // ---- runners
         route(M::GET, "/j/{short}", get(join::fetch).head(join::head_refused), Doc::new("A join URL (v1.2): the join code's connect payload, once; unknown, used or expired short codes get one identical 404, each counted against the caller's rate-limit bucket", Open).answer::<wire::JoinUrl>(200).errors(&["rate_limited"])),
         route(M::GET, "/install.sh", get(join::install_sh), Doc::new("The installer (v1.2): sh -c \"$(curl -fsSL https://HOST/install.sh || echo exit 1)\" install.sh https://HOST/j/<short> [--service]", Open).media("text/x-shellscript")),

@@ -14,7 +14,8 @@ use axum::http::Method;
 use rmcp::model::{CallToolResult, ContentBlock, JsonObject, Tool, ToolAnnotations};
 use serde_json::{json, Map, Value};
 
-use crate::api::routes::{self, Query, Schemas, WireType};
+use crate::api::route_doc::{Query, Schemas, WireType};
+use crate::api::routes;
 
 /// What calling a tool does to the service, for the clients' annotations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -203,3 +203,14 @@ impl Caller for InProcess {
         }
     }
 }
+
+/// `/mcp` as a route of the replica ([`crate::api::every_route`]), documented as every route is.
+pub fn route() -> crate::api::route_doc::Route {
+    use crate::api::route_doc::{route, Auth, Doc};
+    route(
+        axum::http::Method::POST,
+        "/mcp",
+        axum::routing::post(serve),
+        Doc::new("The operator tools over the Model Context Protocol (Streamable HTTP, stateless, JSON answers; v1.2): JSON-RPC in, JSON-RPC out; README, \"Tools for agents\"", Auth::Member).media("application/json"),
+    )
+}
