@@ -16,22 +16,26 @@
 //! directory removed when the value drops, or, if this process dies first, once a watchdog
 //! notices; every wait is a condition with a deadline.
 
-use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
 use serde_json::Value;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use uuid::Uuid;
 
+mod links;
+mod templates;
+
+use links::{serve_link, Cuts};
+pub use templates::{fill, haproxy_config};
+
 /// The shipped node configuration, a template filled in per node.
-pub const PATRONI_TEMPLATE: &str = include_str!("../../../deploy/patroni.yml");
+pub const PATRONI_TEMPLATE: &str = include_str!("../../../../deploy/patroni.yml");
 /// The shipped HAProxy configuration; its bind and server lines are rewritten for this machine.
-pub const HAPROXY_TEMPLATE: &str = include_str!("../../../deploy/haproxy-patroni.cfg");
+pub const HAPROXY_TEMPLATE: &str = include_str!("../../../../deploy/haproxy-patroni.cfg");
 
 /// Timings of a test or drill cluster: short, so a failover takes seconds, but with room for a
 /// loaded two-core machine (an HA loop that overruns `ttl` would flap the leader).
@@ -115,19 +119,6 @@ impl Node {
     pub fn postmaster_pid(&self) -> Option<i32> {
         crate::tooling::private_pg::postmaster_pid_in(&self.data_dir())
             .and_then(|p| i32::try_from(p).ok())
-    }
-}
-
-/// Which standbys are cut off, shared by every replication proxy.
-#[derive(Default)]
-struct Cuts {
-    names: Mutex<HashSet<String>>,
-    changed: tokio::sync::Notify,
-}
-
-impl Cuts {
-    fn is_cut(&self, name: Option<&str>) -> bool {
-        name.is_some_and(|n| self.names.lock().expect("cuts lock").contains(n))
     }
 }
 
@@ -792,236 +783,5 @@ impl Drop for PatroniCluster {
         if std::env::var_os("LEASEHOLD_KEEP_PATRONI").is_none() {
             let _ = std::fs::remove_dir_all(&self.root);
         }
-    }
-}
-
-/// Fill `{{key}}` placeholders; every one must be given.
-///
-/// # Errors
-/// A placeholder was left unfilled.
-pub fn fill(template: &str, values: &[(&str, String)]) -> anyhow::Result<String> {
-    let mut out = template.to_owned();
-    for (k, v) in values {
-        out = out.replace(&format!("{{{{{k}}}}}"), v);
-    }
-    // Only lines that are not comments must be complete (the header documents the keys).
-    if let Some(line) = out
-        .lines()
-        .find(|l| l.contains("{{") && !l.trim_start().starts_with('#'))
-    {
-        bail!("unfilled placeholder in: {line}");
-    }
-    Ok(out)
-}
-
-/// The shipped HAProxy configuration for this machine: `bind` on loopback `port`, and one
-/// `server` line per node with the shipped first server line's options (its check port
-/// replaced by the node's REST port).
-///
-/// # Errors
-/// The template has no `bind` or no `server` line.
-pub fn haproxy_config(template: &str, port: u16, nodes: &[Node]) -> anyhow::Result<String> {
-    let mut out = String::new();
-    let mut bound = false;
-    let mut shape: Option<Vec<String>> = None;
-    for line in template.lines() {
-        let t = line.trim_start();
-        if t.starts_with("bind ") {
-            out.push_str(&format!("    bind 127.0.0.1:{port}\n"));
-            bound = true;
-        } else if t.starts_with("server ") {
-            shape.get_or_insert_with(|| t.split_whitespace().map(str::to_owned).collect());
-        } else {
-            out.push_str(line);
-            out.push('\n');
-        }
-    }
-    let shape = shape.context("no server line in the HAProxy template")?;
-    anyhow::ensure!(bound, "no bind line in the HAProxy template");
-    for n in nodes {
-        let mut words = shape.clone();
-        words[1] = n.name.clone();
-        words[2] = format!("127.0.0.1:{}", n.pg_port);
-        if let Some(i) = words.iter().position(|w| w == "port") {
-            if let Some(w) = words.get_mut(i + 1) {
-                *w = n.rest_port.to_string();
-            }
-        }
-        out.push_str(&format!("    {}\n", words.join(" ")));
-    }
-    Ok(out)
-}
-
-// ---- the replication proxies ----------------------------------------------------------------
-
-/// Forward every connection to `upstream`, unless its startup packet names a cut standby.
-async fn serve_link(listener: TcpListener, upstream: u16, cuts: Arc<Cuts>) {
-    // Dropped (aborting every link) when this task is aborted.
-    let mut links = tokio::task::JoinSet::new();
-    loop {
-        let Ok((sock, _)) = listener.accept().await else {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            continue;
-        };
-        links.spawn(link(sock, upstream, cuts.clone()));
-        while links.try_join_next().is_some() {}
-    }
-}
-
-async fn link(mut client: TcpStream, upstream: u16, cuts: Arc<Cuts>) -> std::io::Result<()> {
-    let startup = read_startup(&mut client).await?;
-    let name = startup_param(&startup, "application_name");
-    if cuts.is_cut(name.as_deref()) {
-        return Ok(());
-    }
-    let mut server = TcpStream::connect(("127.0.0.1", upstream)).await?;
-    server.write_all(&startup).await?;
-    let cut = async {
-        loop {
-            let changed = cuts.changed.notified();
-            if cuts.is_cut(name.as_deref()) {
-                return;
-            }
-            changed.await;
-        }
-    };
-    tokio::select! {
-        _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
-        () = cut => {}
-    }
-    Ok(())
-}
-
-const SSL_REQUEST: u32 = 80_877_103;
-const GSSENC_REQUEST: u32 = 80_877_104;
-const PROTOCOL_3: u32 = 196_608;
-
-/// The client's startup packet, after declining SSL and GSS encryption (answering `N`, as a
-/// server without them does), so the proxy can read it.
-async fn read_startup(s: &mut TcpStream) -> std::io::Result<Vec<u8>> {
-    for _ in 0..3 {
-        let mut len = [0u8; 4];
-        s.read_exact(&mut len).await?;
-        let n = u32::from_be_bytes(len) as usize;
-        if !(8..=10_000).contains(&n) {
-            return Err(std::io::Error::other("not a PostgreSQL startup packet"));
-        }
-        let mut body = vec![0u8; n - 4];
-        s.read_exact(&mut body).await?;
-        let code = u32::from_be_bytes([body[0], body[1], body[2], body[3]]);
-        if n == 8 && (code == SSL_REQUEST || code == GSSENC_REQUEST) {
-            s.write_all(b"N").await?;
-            continue;
-        }
-        let mut packet = len.to_vec();
-        packet.extend_from_slice(&body);
-        return Ok(packet);
-    }
-    Err(std::io::Error::other("too many encryption requests"))
-}
-
-/// A parameter of a protocol 3.0 startup packet (length, version, then `key\0value\0`... `\0`).
-fn startup_param(packet: &[u8], key: &str) -> Option<String> {
-    if packet.len() < 8
-        || u32::from_be_bytes([packet[4], packet[5], packet[6], packet[7]]) != PROTOCOL_3
-    {
-        return None;
-    }
-    let mut parts = packet[8..].split(|b| *b == 0);
-    while let Some(k) = parts.next() {
-        if k.is_empty() {
-            return None;
-        }
-        let v = parts.next()?;
-        if k == key.as_bytes() {
-            return Some(String::from_utf8_lossy(v).into_owned());
-        }
-    }
-    None
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn startup(params: &[(&str, &str)]) -> Vec<u8> {
-        let mut body = PROTOCOL_3.to_be_bytes().to_vec();
-        for (k, v) in params {
-            body.extend_from_slice(k.as_bytes());
-            body.push(0);
-            body.extend_from_slice(v.as_bytes());
-            body.push(0);
-        }
-        body.push(0);
-        let mut p = ((body.len() + 4) as u32).to_be_bytes().to_vec();
-        p.extend(body);
-        p
-    }
-
-    #[test]
-    fn the_startup_packet_names_the_standby() {
-        let p = startup(&[
-            ("user", "replicator"),
-            ("application_name", "pg1"),
-            ("replication", "true"),
-        ]);
-        assert_eq!(
-            startup_param(&p, "application_name").as_deref(),
-            Some("pg1")
-        );
-        assert_eq!(startup_param(&p, "user").as_deref(), Some("replicator"));
-        assert_eq!(startup_param(&p, "database"), None);
-        let mut cancel = 16u32.to_be_bytes().to_vec();
-        cancel.extend(80_877_102u32.to_be_bytes());
-        cancel.extend([0u8; 8]);
-        assert_eq!(startup_param(&cancel, "application_name"), None);
-    }
-
-    #[test]
-    fn the_shipped_templates_fill_for_this_machine() {
-        let values: Vec<(&str, String)> = [
-            "name",
-            "rest_listen",
-            "rest_connect",
-            "etcd_hosts",
-            "pg_listen",
-            "pg_connect",
-            "data_dir",
-            "bin_dir",
-            "pgpass",
-            "socket_dir",
-            "cidr",
-            "ttl",
-            "loop_wait",
-            "retry_timeout",
-            "archive_command",
-            "superuser_password",
-            "replication_password",
-        ]
-        .into_iter()
-        .map(|k| (k, "x".to_owned()))
-        .collect();
-        let filled = fill(PATRONI_TEMPLATE, &values).expect("every placeholder known");
-        assert!(filled.contains("synchronous_mode: true"));
-        assert!(
-            fill(PATRONI_TEMPLATE, &values[1..]).is_err(),
-            "a missing value is an error"
-        );
-        let nodes: Vec<Node> = (0..2)
-            .map(|i| Node {
-                name: format!("pg{i}"),
-                pg_port: 5000 + i,
-                rest_port: 8000 + i,
-                link_port: 0,
-                dir: PathBuf::new(),
-                patroni: None,
-            })
-            .collect();
-        let cfg = haproxy_config(HAPROXY_TEMPLATE, 4321, &nodes).unwrap();
-        assert!(cfg.contains("bind 127.0.0.1:4321"), "{cfg}");
-        assert!(cfg.contains("server pg1 127.0.0.1:5001 "), "{cfg}");
-        assert!(cfg.contains("check port 8001"), "{cfg}");
-        assert!(cfg.contains("GET /primary"), "{cfg}");
-        assert_eq!(cfg.matches("server pg").count(), 2, "{cfg}");
     }
 }
