@@ -608,3 +608,64 @@ async fn rust_and_sql_place_a_parked_job_in_the_same_lanes() {
         assert_eq!(rust, sql, "{j:?}");
     }
 }
+
+/// More than a lane scan's page of unfit work ahead of a fitting job (issue 51, v1.4 "No class
+/// starves"): 1,200 parked `gpu` jobs of the workspace pool, then one `arm64` job and one that
+/// needs both. A claim for an exclusive `arm64` class takes its job, whatever is ahead; one for
+/// a `gpu`+`arm64` class takes in the pool's order (the `gpu` jobs first), as the model does.
+#[tokio::test]
+async fn a_claim_takes_what_it_can_run_behind_1200_it_cannot() {
+    let url = fresh_database().await;
+    let db = connect(&url).await;
+    let store = Store::connect(&url, 2, 60_000).unwrap();
+    db.batch_execute(
+        "INSERT INTO jobs (id, workspace, owner, pool, state, kind, payload, max_attempts,
+                           required_capabilities, no_runner_timeout_ms, no_runner_check_at)
+         SELECT ('00000000-0000-7000-8000-' || lpad(to_hex(g), 12, '0'))::uuid, 'acme',
+                'ws:acme', 'workspace', 'parked', 'command', '{}', 3,
+                CASE WHEN g <= 1200 THEN '{gpu}' WHEN g = 1201 THEN '{arm64}'
+                     ELSE '{arm64,gpu}' END::text[],
+                300000, now() + interval '5 minutes'
+           FROM generate_series(1, 1202) g;
+         ANALYZE jobs;",
+    )
+    .await
+    .unwrap();
+    let id = |g: u32| Uuid::parse_str(&format!("00000000-0000-7000-8000-{g:012x}")).unwrap();
+    for (caps, exclusive, want, takes) in [
+        (vec!["arm64"], vec!["arm64"], 2, vec![id(1201)]),
+        (vec!["arm64", "gpu"], vec![], 2, vec![id(1), id(2)]),
+    ] {
+        let runner = Runner {
+            id: Uuid::now_v7(),
+            token_hash: rand::random::<[u8; 32]>().to_vec(),
+            owner: "ws:acme".into(),
+            capabilities: caps.iter().map(|c| (*c).to_owned()).collect(),
+            exclusive: exclusive.iter().map(|c| (*c).to_owned()).collect(),
+            sources: Vec::new(),
+            capacity: 4,
+        };
+        insert_runner(&db, &runner, None).await;
+        let (owner, capabilities, exclusive_set, sources) = class_of(&runner);
+        let claim = ClassClaim {
+            workspace: WORKSPACE.into(),
+            owner,
+            capabilities,
+            exclusive: exclusive_set,
+            sources,
+            runners: vec![runner.id],
+            wants: vec![want],
+            since: vec![None],
+            named: vec![true],
+            ..ClassClaim::default()
+        };
+        let out = store.tick(&[], &[claim], 600_000).await.unwrap();
+        let mut got: Vec<Uuid> = out.claims[0]
+            .runners
+            .iter()
+            .flat_map(|r| r.claimed.iter().map(|c| c.id))
+            .collect();
+        got.sort();
+        assert_eq!(got, takes, "{caps:?} exclusive {exclusive:?}");
+    }
+}
