@@ -512,6 +512,52 @@ async fn a_restarted_runner_kills_what_a_crashed_run_left_and_clears_its_work_di
     .await;
 }
 
+/// Issue 56 row 1: a second `runner run` of the same configuration, with another work
+/// directory, refuses to start with one line naming the running one, and the first one's job
+/// runs on; so does a copy of the configuration at another path.
+#[tokio::test]
+async fn a_second_run_of_the_same_configuration_refuses_and_kills_nothing() {
+    let rig = RunnerRig::new(TestApp::spawn().await, "e2e-twice").await;
+    let (config, first) = rig.start_runner(&[], &["--unconfined"]).await;
+    let m = marker();
+    let _cleanup = KillOnDrop(m.clone());
+    let id = rig.submit(&["--", "sh", "-c", &format!("sleep {m}")]).await;
+    let pgid = eventually(LONG, "the job runs", || async {
+        let p = processes_with(&m);
+        (p.iter().filter(|(_, s, _)| *s != 'Z').count() >= 2).then(|| p[0].2)
+    })
+    .await;
+
+    let mut second = runner(&config, &rig.dir.join("work-2"), &["--unconfined"], &[]);
+    let status = second.exit(LONG).await;
+    let log = second.log();
+    assert!(!status.success(), "{log}");
+    assert!(
+        log.contains("already running on this machine")
+            && log.contains(&format!("pid {}", first.pid())),
+        "says which process runs it: {log}"
+    );
+    assert!(!log.contains("killing"), "{log}");
+    assert!(live_in_group(pgid) > 0, "the first one's job runs on");
+
+    // A copy of the configuration at another path is the same runner: refused as well (the
+    // machine-wide lock keyed by the runner id), and it sweeps nothing.
+    let copy_dir = rig.dir.join("copy");
+    std::fs::create_dir_all(&copy_dir).unwrap();
+    let copy = copy_dir.join("runner.json");
+    std::fs::copy(&config, &copy).unwrap();
+    let mut third = runner(&copy, &rig.dir.join("work-3"), &["--unconfined"], &[]);
+    let status = third.exit(LONG).await;
+    let log = third.log();
+    assert!(!status.success(), "{log}");
+    assert!(log.contains("already running on this machine"), "{log}");
+    assert!(!log.contains("killing"), "{log}");
+    assert!(live_in_group(pgid) > 0, "the first one's job runs on");
+    let job = rig.alice.job(id).await.unwrap();
+    assert_eq!(job.state, "leased", "{}", first.log());
+    rig.alice.cancel(id).await.unwrap();
+}
+
 #[tokio::test]
 async fn a_second_sigterm_releases_at_once() {
     let rig = RunnerRig::new(TestApp::spawn().await, "e2e-term2").await;

@@ -18,6 +18,7 @@
 //! - [`sandbox`]: direct execution or bubblewrap; the job's environment allow-list.
 //! - [`contain`]: nothing a job started outlives it (a cgroup per job, a uid per job with a
 //!   range, the sweep, the subreaper).
+//! - [`holder`]: one process per runner configuration on a machine (a lock beside it).
 //! - [`workdir`]: one locked directory per runner, one fresh directory per job.
 //! - `startup`: what a runner checks and sets up before its first lease.
 //!
@@ -34,6 +35,7 @@ pub mod config;
 pub mod contain;
 pub mod descriptors;
 pub mod executor;
+pub mod holder;
 pub mod job;
 pub mod join_url;
 pub mod mailbox;
@@ -345,6 +347,17 @@ pub async fn run(opts: Options, stopper: Stopper) -> anyhow::Result<Summary> {
     // Nothing the runner was started with reaches a job (v1.3, "What a job inherits").
     descriptors::close_on_exec_above_stderr();
     let config = &opts.config;
+    // Before anything is touched (a uid's leftovers, the work directory): a second process of
+    // this runner refuses here, whatever its work directory.
+    let holder = holder::Holder::acquire(
+        &holder::lock_path(
+            opts.config_path.as_deref(),
+            &opts.work_dir,
+            config.runner_id,
+        ),
+        config.runner_id,
+        &opts.work_dir,
+    )?;
     let capacity = opts.capacity.unwrap_or(config.capacity).clamp(1, 256);
     let once = opts.once || config.ephemeral;
     let servers = Arc::new(
@@ -357,7 +370,7 @@ pub async fn run(opts: Options, stopper: Stopper) -> anyhow::Result<Summary> {
         ),
     );
 
-    let confined = startup::confine(&opts, capacity).await?;
+    let confined = startup::confine(&opts, capacity, &holder).await?;
     // After the probes: the reaper leaves alone only the children spawned by the executor.
     let _reaper = if opts.subreaper {
         Some(startup::reap_orphans()?)
