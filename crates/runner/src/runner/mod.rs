@@ -443,6 +443,13 @@ async fn lease_until_stopped(
         // Every slot busy: wait for a job to end, and take the report of one that finishes
         // meanwhile into the lease call that follows at once (v1.2 `done`).
         let mut letters = Vec::new();
+        if capacity - (jobs.len() as i64) <= 0 && matches!(shared.users, Users::Pool(_)) {
+            // A job's uid is free again only once its task has cleaned up after the report
+            // (v1.4: never lease what cannot start at once): wait for a task to end, and let
+            // reports go alone rather than lease for a slot whose uid is still held.
+            jobs.one_ends_or(&stopper.drain).await;
+            continue;
+        }
         if capacity - (jobs.len() as i64) <= 0 {
             shared.mailbox.open();
             tokio::select! {
