@@ -558,6 +558,48 @@ async fn a_second_run_of_the_same_configuration_refuses_and_kills_nothing() {
     rig.alice.cancel(id).await.unwrap();
 }
 
+/// Issue 56 row 5: revoking a runner whose job is running and printing: on the first 401 the
+/// runner kills its job (reporting nothing) and exits non-zero with one line saying it was
+/// revoked, rather than shipping refused output until the lease lapses.
+#[tokio::test]
+async fn a_revoked_runner_stops_its_jobs_and_exits_saying_so() {
+    let rig = RunnerRig::new(TestApp::spawn().await, "e2e-revoked").await;
+    let (config, mut r) = rig.start_runner(&[], &["--unconfined"]).await;
+    let m = marker();
+    let _cleanup = KillOnDrop(m.clone());
+    let script = format!("while :; do echo tick; sleep 0.1; done & exec sleep {m}");
+    let id = rig.submit(&["--", "sh", "-c", &script]).await;
+    let pgid = eventually(LONG, "the job runs", || async {
+        let p = processes_with(&m);
+        p.iter().find(|(_, s, _)| *s != 'Z').map(|p| p.2)
+    })
+    .await;
+    let runner_id: Uuid = saved(&config)["runner_id"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    rig.alice
+        .revoke_runner(wire::Tier::Personal, runner_id)
+        .await
+        .unwrap();
+    let status = r.exit(LONG).await;
+    let log = r.log();
+    assert!(!status.success(), "{log}");
+    let last = log.lines().last().unwrap_or_default();
+    assert!(
+        last.contains("this runner was revoked"),
+        "its last line says it was revoked: {log}"
+    );
+    assert!(
+        log.matches("output batch refused").count() <= 1,
+        "stops at the first 401: {log}"
+    );
+    assert_eq!(live_in_group(pgid), 0, "its job is killed: {log}");
+    let job = rig.alice.job(id).await.unwrap();
+    assert_ne!(job.state, "completed", "{job:?}");
+}
+
 #[tokio::test]
 async fn a_second_sigterm_releases_at_once() {
     let rig = RunnerRig::new(TestApp::spawn().await, "e2e-term2").await;

@@ -179,6 +179,9 @@ impl Shared {
             return false;
         }
         running.insert(id, (epoch, lost.clone()));
+        if self.servers.revoked().is_cancelled() {
+            lost.cancel();
+        }
         true
     }
 
@@ -392,6 +395,7 @@ pub async fn run(opts: Options, stopper: Stopper) -> anyhow::Result<Summary> {
         mailbox: mailbox::Mailbox::default(),
     });
     let _presence = AbortOnDropHandle::new(tokio::spawn(runner_heartbeat(shared.clone())));
+    let _revoked = stop_when_revoked(shared.clone(), stopper.clone());
     let _deadline = release_at_drain_deadline(&stopper, opts.drain_timeout);
 
     let mut jobs = JobTasks::default();
@@ -401,7 +405,34 @@ pub async fn run(opts: Options, stopper: Stopper) -> anyhow::Result<Summary> {
     .await;
     let summary = jobs.wait_all().await;
     tracing::info!(?summary, "runner stopped");
+    // An ephemeral runner's token dies once its job settled: that is its end, not a refusal.
+    let settled_its_one = once && summary.completed + summary.failed > 0 && summary.lost == 0;
+    if servers.revoked().is_cancelled() && !settled_its_one {
+        anyhow::bail!("{REVOKED}");
+    }
     result.map(|()| summary)
+}
+
+/// The one line a runner whose token the service refuses exits with.
+pub const REVOKED: &str = "this runner was revoked: the service refused its token (401), so      its running jobs were stopped and it exits; enrol it again with a new join code      (`leasehold runner connect CODE`) to run jobs here";
+
+/// On the first 401 of any call (the token is revoked), stop every running job at once
+/// without reporting it (no call can succeed) and stop leasing.
+fn stop_when_revoked(shared: Arc<Shared>, stopper: Stopper) -> AbortOnDropHandle<()> {
+    AbortOnDropHandle::new(tokio::spawn(async move {
+        shared.servers.revoked().cancelled().await;
+        let running: Vec<CancellationToken> = shared
+            .running
+            .lock()
+            .expect("running lock")
+            .values()
+            .map(|(_, lost)| lost.clone())
+            .collect();
+        for lost in running {
+            lost.cancel();
+        }
+        stopper.drain.cancel();
+    }))
 }
 
 /// After a drain starts, the drain deadline escalates it to a release.
@@ -509,9 +540,7 @@ async fn lease_until_stopped(
                 }
             }
             Err(e) if e.is_unauthorized() => {
-                return Err(anyhow::anyhow!(
-                    "the service refused this runner's token (revoked?); stopping"
-                ));
+                return Err(anyhow::anyhow!("{REVOKED}"));
             }
             Err(CallError::Api(e)) if e.code() == Some("runner_outdated") => {
                 // Running jobs keep heartbeating and report as usual; no new lease until the
