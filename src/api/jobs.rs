@@ -145,7 +145,18 @@ pub(super) fn view(j: Job) -> wire::Job {
         retry: j.retry.and_then(retry_policy),
         outcome,
         not_before: j.not_before,
+        waiting: None,
     }
+}
+
+/// [`view`] of one job with why it waits, if it is parked (v1.4 "Why a job waits").
+async fn view_waiting(st: &AppState, j: Job) -> ApiResult<wire::Job> {
+    let waiting = if j.state == JobState::Parked {
+        st.hub.job_waiting(j.id, &j.workspace).await?
+    } else {
+        None
+    };
+    Ok(wire::Job { waiting, ..view(j) })
 }
 
 /// A stored retry policy (validated and normalised at dispatch); `None`, and an error logged,
@@ -351,14 +362,14 @@ pub async fn dispatch(
             .park(new_job(&key.hash, checked, None, None, false))
             .await?
         {
-            Some(parked) => Ok((StatusCode::CREATED, Json(view(parked)))),
+            Some(parked) => Ok((StatusCode::CREATED, Json(view_waiting(&st, parked).await?))),
             None => Err(st.auth_failed(key.ip)),
         };
     }
     let caller = key.check(&st).await?;
     if let Some(k) = &idempotency_key {
         if let Some(first) = hub.job_by_idempotency_key(&caller.workspace, k).await? {
-            return Ok((StatusCode::OK, Json(view(first))));
+            return Ok((StatusCode::OK, Json(view_waiting(&st, first).await?)));
         }
     }
     let runner = resolve_target(&st, &caller, &checked.target).await?;
@@ -379,7 +390,7 @@ pub async fn dispatch(
         needs_workspace_runner,
     );
     match st.hub.park(job.clone()).await? {
-        Some(parked) => Ok((StatusCode::CREATED, Json(view(parked)))),
+        Some(parked) => Ok((StatusCode::CREATED, Json(view_waiting(&st, parked).await?))),
         None => match &job.idempotency_key {
             // A concurrent dispatch with the same key won the insert.
             Some(k) => {
@@ -387,7 +398,7 @@ pub async fn dispatch(
                     .job_by_idempotency_key(&caller.workspace, k)
                     .await?
                     .ok_or(ApiError::Internal)?;
-                Ok((StatusCode::OK, Json(view(first))))
+                Ok((StatusCode::OK, Json(view_waiting(&st, first).await?)))
             }
             // The key was revoked between the check and the insert.
             None => Err(st.auth_failed(key.ip)),
@@ -510,7 +521,10 @@ pub async fn get(
             |j| j.as_ref().is_none_or(|j| j.state.is_terminal()),
         )
         .await?;
-    job.map(|j| Json(view(j))).ok_or(ApiError::NotFound)
+    match job {
+        Some(j) => Ok(Json(view_waiting(&st, j).await?)),
+        None => Err(ApiError::NotFound),
+    }
 }
 
 pub async fn list(

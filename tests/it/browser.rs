@@ -709,3 +709,47 @@ async fn a_failed_jobs_page_reads_as_a_failure_and_can_be_retried() {
 }
 
 const LONG_UI: Duration = Duration::from_secs(20);
+
+/// Issue 56 row 4 (v1.4 "Why a job waits"): a job no runner can take says so on its page,
+/// with what it requires.
+#[tokio::test]
+async fn a_waiting_jobs_page_says_why_and_what_it_requires() {
+    let Some(browser) = Browser::or_skip("waiting_job_page").await else {
+        return;
+    };
+    let app = TestApp::spawn().await;
+    let url = app.url(0);
+    let key = app.key("acme", "alice", false).await;
+    let operator = leasehold::client::Client::new(url.clone(), Some(key.clone()));
+    let mut req = wire::Dispatch::new(personal(), json!({"argv": ["nvidia-smi"]}));
+    req.required_capabilities = Some(vec!["gpu".into()]);
+    let job = operator.dispatch(&req).await.unwrap();
+
+    let mut page = browser.page().await;
+    page.call("Page.navigate", json!({"url": format!("{url}/ui")}))
+        .await;
+    page.until("document.readyState === 'complete'", "the page")
+        .await;
+    page.eval(&format!(
+        "sessionStorage.setItem('leasehold.key', '{key}'); location.hash = '#job={}'; \
+         location.reload(); true",
+        job.id
+    ))
+    .await;
+    page.until(
+        "document.body !== null && document.body.dataset.ready === 'true' && \
+         !document.getElementById('job').hidden && \
+         document.getElementById('job-facts').dataset.state === 'parked'",
+        "the job's page",
+    )
+    .await;
+    let facts = page
+        .eval("document.getElementById('job-facts').textContent")
+        .await;
+    let facts = facts.as_str().unwrap();
+    assert!(facts.contains("Requiresgpu"), "{facts}");
+    assert!(
+        facts.contains("Waiting") && facts.contains("no_matching_runner"),
+        "{facts}"
+    );
+}

@@ -55,3 +55,4 @@ mod transfers;
 mod transport;
 mod trust;
 mod vendor;
+mod waiting;

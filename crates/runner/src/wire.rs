@@ -296,6 +296,11 @@ pub struct Job {
     /// How it ended; null until it is terminal (v1.3).
     #[serde(default)]
     pub outcome: Option<Outcome>,
+    /// Why a parked job waits (v1.4): `no_matching_runner`, `no_runner_online`, `all_busy`,
+    /// `not_before`, or null (about to be leased, or not parked). `GET /v1/jobs/{id}` and a
+    /// dispatch answer compute it; lists leave it null.
+    #[serde(default)]
+    pub waiting: Option<String>,
 }
 
 /// A dispatch's retry policy (v1.2): up to `limit` re-parks, for the reasons in `on`, each

@@ -125,6 +125,17 @@ function commandText(j) {
   return "(" + j.kind + ")";
 }
 
+// Why a parked job waits (v1.4 `waiting`), in words.
+function waitingText(j) {
+  const words = {
+    no_matching_runner: "no runner of its target can take it (none enrolled there advertises what it requires)",
+    no_runner_online: "runners of its target could take it, but none is online",
+    all_busy: "every slot of the online runners of its target is busy",
+    not_before: "a retry's delay has not passed yet",
+  };
+  return (words[j.waiting] || j.waiting) + " (" + j.waiting + ")";
+}
+
 function target(j) {
   if (j.runner_id && j.runner_id !== "*") return "runner " + runnerName(j.runner_id);
   if (j.pool) return j.pool + " pool";
@@ -330,11 +341,16 @@ async function renderJob(id) {
     ["Status", s.text],
     ["State", job.state],
     ["Target", target(job)],
+  ];
+  if (job.required_capabilities && job.required_capabilities.length)
+    pairs.push(["Requires", job.required_capabilities.join(", ")]);
+  if (job.waiting) pairs.push(["Waiting", waitingText(job)]);
+  pairs.push(
     ["Attempt", attemptText(job)],
     ["Leases of this attempt", job.attempts + " of " + job.max_attempts],
     ["Created", new Date(job.created_at).toLocaleString()],
     ["Finished", job.finished_at ? new Date(job.finished_at).toLocaleString() : "–"],
-  ];
+  );
   const took = duration(job.leased_at, job.finished_at);
   if (took) pairs.push(["Duration", took]);
   const exit = exitText(job);

@@ -423,6 +423,7 @@ async fn submit(client: &Client, json_out: bool, args: SubmitArgs) -> anyhow::Re
         Some(key) => client.dispatch_idempotent(&req, key).await?.1,
         None => client.dispatch(&req).await?,
     };
+    warn_waiting(&job);
     if !args.wait {
         if json_out {
             print_json(&job);
@@ -450,6 +451,19 @@ async fn submit(client: &Client, json_out: bool, args: SubmitArgs) -> anyhow::Re
         print_json(&job);
     }
     Ok(exit_code(&job))
+}
+
+/// Say on stderr why a job just dispatched will wait, when a runner cannot take it now
+/// (v1.4 `waiting`; a retry's delay and a busy pool are not worth a warning at dispatch).
+fn warn_waiting(job: &Job) {
+    if matches!(
+        job.waiting.as_deref(),
+        Some("no_matching_runner" | "no_runner_online")
+    ) {
+        if let Some(text) = render::waiting_text(job) {
+            eprintln!("leasehold: warning: job {} waits: {text}", job.id);
+        }
+    }
 }
 
 /// `submit --wait` for a job no runner can take would wait forever (or until the no-runner
@@ -504,6 +518,12 @@ async fn submit_many(
         })
         .collect();
     let jobs = client.dispatch_batch(items).await?;
+    // A batch answer is a list (its `waiting` may be null): ask for the first copy's.
+    if let Some(first) = jobs.first() {
+        if let Ok(job) = client.job(first.id).await {
+            warn_waiting(&job);
+        }
+    }
     for job in &jobs {
         if json_out {
             print_json(job);
