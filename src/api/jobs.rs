@@ -54,6 +54,9 @@ fn check(st: &AppState, req: wire::Dispatch, at: &str) -> ApiResult<Checked> {
         .ok_or_else(|| ApiError::bad(format!("{}: required", field("payload"))))?;
     validate::no_nul(&field("payload"), &payload)?;
     let kind = validate::job_kind(req.kind.as_deref()).map_err(|e| prefixed(e, at))?;
+    if kind == "command" {
+        empty_command(&payload).map_err(|e| prefixed(e, at))?;
+    }
     let required = st
         .vocabulary
         .required(req.required_capabilities.as_deref().unwrap_or(&[]))
@@ -165,6 +168,21 @@ fn retry_policy(stored: serde_json::Value) -> Option<wire::RetryPolicy> {
     serde_json::from_value(stored)
         .map_err(|e| tracing::error!(error = %e, "a stored retry policy does not read back"))
         .ok()
+}
+
+/// A `command` job with nothing to run (`argv` empty, or its program an empty or blank
+/// string) is refused at dispatch rather than failed by a runner later; any other payload
+/// shape is the runner's to judge (it fails the job saying why).
+fn empty_command(payload: &serde_json::Value) -> ApiResult<()> {
+    match payload.get("argv").and_then(serde_json::Value::as_array) {
+        Some(argv) if argv.is_empty() => Err(ApiError::bad(
+            "payload.argv: empty; name the program to run first",
+        )),
+        Some(argv) if argv[0].as_str().is_some_and(|p| p.trim().is_empty()) => Err(ApiError::bad(
+            "payload.argv[0]: the program is empty; name the program to run",
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// A validation error of a batch item, its field names prefixed.

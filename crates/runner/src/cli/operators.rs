@@ -45,9 +45,9 @@ pub enum JoinCodeCommand {
         /// The runner takes one job and its token dies once that job settles.
         #[arg(long)]
         ephemeral: bool,
-        /// Seconds the code stays valid (1..600).
-        #[arg(long, value_name = "SECONDS")]
-        ttl: Option<i64>,
+        /// How long the code stays valid (1 s..10m): `10m`, `90s`, or seconds.
+        #[arg(long, value_name = "DURATION", value_parser = crate::wire::input::parse_seconds)]
+        ttl: Option<f64>,
     },
 }
 
@@ -183,7 +183,7 @@ pub async fn join_code(conn: &Conn, command: JoinCodeCommand) -> anyhow::Result<
     let code = client
         .create_join_code(&wire::CreateJoinCode {
             tier: tier(workspace),
-            ttl_s: ttl,
+            ttl_s: ttl.map(|t| t.round() as i64),
             ephemeral: ephemeral.then_some(true),
         })
         .await?;

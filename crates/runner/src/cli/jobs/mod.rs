@@ -80,8 +80,8 @@ pub struct SubmitArgs {
     /// Working directory, relative to the job's work directory.
     #[arg(long)]
     pub cwd: Option<String>,
-    /// Kill the command after this many seconds.
-    #[arg(long, value_name = "SECONDS")]
+    /// Kill the command after this long: `90s`, `5m`, `1h`, `500ms`, or seconds.
+    #[arg(long, value_name = "DURATION", value_parser = crate::wire::input::parse_seconds)]
     pub timeout: Option<f64>,
     /// Text written to the command's standard input.
     #[arg(long)]
@@ -140,21 +140,21 @@ pub struct SubmitArgs {
 pub enum JobCommand {
     /// Dispatch a command; prints the job id (with --wait, follows it instead).
     Submit(Box<SubmitArgs>),
-    /// Show a job.
-    Get { id: Uuid },
+    /// Show a job (its id, or a unique prefix of it such as the 8 characters the page shows).
+    Get { id: String },
     /// Cancel a job; a running command is killed by its runner at its next heartbeat.
-    Cancel { id: Uuid },
+    Cancel { id: String },
     /// Run a job again (v1.2): a finished job is parked again; a running one is superseded
     /// (its runner kills the command) and parked again.
     Retry {
-        id: Uuid,
+        id: String,
         /// Retry at most once per key (a repeat shows the job as it is).
         #[arg(long)]
         idempotency_key: Option<String>,
     },
     /// Print a job's output.
     Logs {
-        id: Uuid,
+        id: String,
         /// Keep printing until the job ends.
         #[arg(long, short)]
         follow: bool,
@@ -162,7 +162,7 @@ pub enum JobCommand {
     /// List a job's artifacts (every attempt's, newest first), or download them (`--download
     /// DIR [PATH...]`, sha256 checked: each path's newest file, or attempt `--epoch N`'s).
     Artifacts {
-        id: Uuid,
+        id: String,
         /// Only the files of the attempt leased at this epoch.
         #[arg(long, value_name = "N")]
         epoch: Option<i64>,
@@ -210,9 +210,11 @@ pub async fn run(conn: &Conn, command: JobCommand) -> anyhow::Result<i32> {
             download,
             paths,
         } => {
+            let id = super::ids::job(&client, &id).await?;
             super::artifacts::run(&client, conn.json, id, epoch, download.as_deref(), &paths).await
         }
         JobCommand::Get { id } => {
+            let id = super::ids::job(&client, &id).await?;
             let job = client.job(id).await?;
             if conn.json {
                 print_json(&job);
@@ -222,6 +224,7 @@ pub async fn run(conn: &Conn, command: JobCommand) -> anyhow::Result<i32> {
             Ok(0)
         }
         JobCommand::Cancel { id } => {
+            let id = super::ids::job(&client, &id).await?;
             let job = client.cancel(id).await?;
             if conn.json {
                 print_json(&job);
@@ -236,6 +239,7 @@ pub async fn run(conn: &Conn, command: JobCommand) -> anyhow::Result<i32> {
             id,
             idempotency_key,
         } => {
+            let id = super::ids::job(&client, &id).await?;
             let job = client.retry_job(id, idempotency_key.as_deref()).await?;
             if conn.json {
                 print_json(&job);
@@ -248,6 +252,7 @@ pub async fn run(conn: &Conn, command: JobCommand) -> anyhow::Result<i32> {
             Ok(0)
         }
         JobCommand::Logs { id, follow } => {
+            let id = super::ids::job(&client, &id).await?;
             let mode = if conn.json { Show::Json } else { Show::Output };
             if follow {
                 follow_job(&client, id, mode).await?;
@@ -367,6 +372,10 @@ pub fn parse_source(text: &str) -> Result<wire::Source, String> {
 }
 
 fn payload(args: &SubmitArgs) -> anyhow::Result<Value> {
+    anyhow::ensure!(
+        args.argv.first().is_some_and(|p| !p.trim().is_empty()),
+        "the command is empty: give the program to run after `--` (e.g. `-- make test`)"
+    );
     let mut spec = CommandSpec::new(args.argv.clone());
     for pair in &args.env {
         let (k, v) = pair
