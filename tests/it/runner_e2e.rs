@@ -105,7 +105,15 @@ async fn a_join_code_enrols_a_runner_whose_command_output_and_exit_code_come_bac
     assert_eq!(missing.stderr.trim(), "leasehold: not found (not_found)");
     let denied = cli(&url, "ak_nope", &["job", "list"], LONG).await;
     assert_eq!(denied.code, Some(1));
-    assert_eq!(denied.stderr.trim(), "leasehold: unauthorized");
+    // The contract's one 401, with its three causes named (issue 56 row 6).
+    assert!(
+        denied
+            .stderr
+            .starts_with("leasehold: the service refused the API key (unauthorized)")
+            && denied.stderr.lines().count() == 1,
+        "{}",
+        denied.stderr
+    );
 
     r.signal(Signal::SIGTERM);
     assert!(r.exit(LONG).await.success(), "{}", r.log());
