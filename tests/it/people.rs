@@ -327,3 +327,118 @@ async fn the_command_line_forgives_what_a_newcomer_types() {
         assert_eq!(crate::support::code(refused), "bad_request");
     }
 }
+
+/// Issue 56 row 3: the two tiers as a person meets them. `join-code create` says which tier
+/// it mints and how to mint the other; `runners list` shows both tiers with a TIER column; a
+/// dispatch no runner of its pool can take names the runner of the other tier that could;
+/// `runners revoke` finds a runner's tier by itself, and refuses another's personal runner
+/// naming its owner.
+#[tokio::test]
+async fn the_two_tiers_are_named_found_and_suggested() {
+    use leasehold::wire::Tier;
+    let app = TestApp::spawn().await;
+    let url = app.url(0);
+    let admin_key = app.key("acme", "alice", true).await;
+    let bob_key = app.key("acme", "bob", false).await;
+    let alice = leasehold::client::Client::new(url.clone(), Some(admin_key.clone()));
+
+    let code = cli(&url, &admin_key, &["join-code", "create"], LONG).await;
+    assert_eq!(code.code, Some(0), "{code:?}");
+    assert!(
+        code.stderr.contains("personal runner") && code.stderr.contains("--workspace"),
+        "says the tier and how to mint the other: {code:?}"
+    );
+
+    let (gpu_box, _) = crate::support::pair_as(
+        &alice,
+        Tier::Personal,
+        &leasehold::wire::CreateRunner {
+            label: "box2".into(),
+            capabilities: Some(vec!["gpu".into()]),
+            ..Default::default()
+        },
+    )
+    .await;
+    let (shared, _) = crate::support::pair_as(
+        &alice,
+        Tier::Workspace,
+        &leasehold::wire::CreateRunner {
+            label: "shared-1".into(),
+            ..Default::default()
+        },
+    )
+    .await;
+
+    let list = cli(&url, &admin_key, &["runners", "list"], LONG).await;
+    assert_eq!(list.code, Some(0), "{list:?}");
+    assert!(
+        list.stdout.starts_with("ID") && list.stdout.contains("TIER"),
+        "{list:?}"
+    );
+    for (r, tier) in [(&gpu_box, "personal"), (&shared, "workspace")] {
+        let line = list
+            .stdout
+            .lines()
+            .find(|l| l.contains(&r.id.to_string()))
+            .unwrap_or_else(|| panic!("{} listed: {list:?}", r.label));
+        assert!(line.contains(tier), "{line}");
+    }
+
+    let out = cli(
+        &url,
+        &admin_key,
+        &[
+            "job",
+            "submit",
+            "--pool",
+            "workspace",
+            "--require",
+            "gpu",
+            "--",
+            "true",
+        ],
+        LONG,
+    )
+    .await;
+    assert_eq!(out.code, Some(0), "{out:?}");
+    assert!(
+        out.stderr.contains("box2") && out.stderr.contains("--pool personal"),
+        "names the near miss: {out:?}"
+    );
+
+    // Bob cannot revoke alice's personal runner, and is told whose it is.
+    let refused = cli(
+        &url,
+        &bob_key,
+        &["runners", "revoke", &gpu_box.id.to_string()],
+        LONG,
+    )
+    .await;
+    assert_eq!(refused.code, Some(1), "{refused:?}");
+    assert!(refused.stderr.contains("alice"), "{refused:?}");
+    // Two runners paired in the same minute share their first 8 characters (UUIDv7): the
+    // prefix is refused naming both, and a longer one works.
+    let short = cli(
+        &url,
+        &admin_key,
+        &["runners", "revoke", &shared.id.to_string()[..8]],
+        LONG,
+    )
+    .await;
+    assert_eq!(short.code, Some(1), "{short:?}");
+    assert!(
+        short.stderr.contains("shared-1") && short.stderr.contains("box2"),
+        "{short:?}"
+    );
+    // Alice revokes the workspace runner without saying its tier, by a unique prefix.
+    let revoked = cli(
+        &url,
+        &admin_key,
+        &["runners", "revoke", &shared.id.to_string()[..23]],
+        LONG,
+    )
+    .await;
+    assert_eq!(revoked.code, Some(0), "{revoked:?}");
+    let left = alice.runners(Tier::Workspace).await.unwrap();
+    assert!(left.iter().all(|r| r.id != shared.id));
+}

@@ -432,7 +432,7 @@ async fn submit(client: &Client, json_out: bool, args: SubmitArgs) -> anyhow::Re
         Some(key) => client.dispatch_idempotent(&req, key).await?.1,
         None => client.dispatch(&req).await?,
     };
-    warn_waiting(&job);
+    warn_waiting(client, &job).await;
     if !args.wait {
         if json_out {
             print_json(&job);
@@ -463,15 +463,71 @@ async fn submit(client: &Client, json_out: bool, args: SubmitArgs) -> anyhow::Re
 }
 
 /// Say on stderr why a job just dispatched will wait, when a runner cannot take it now
-/// (v1.4 `waiting`; a retry's delay and a busy pool are not worth a warning at dispatch).
-fn warn_waiting(job: &Job) {
-    if matches!(
+/// (v1.4 `waiting`; a retry's delay and a busy pool are not worth a warning at dispatch), with
+/// the near miss when there is one.
+async fn warn_waiting(client: &Client, job: &Job) {
+    if !matches!(
         job.waiting.as_deref(),
         Some("no_matching_runner" | "no_runner_online")
     ) {
-        if let Some(text) = render::waiting_text(job) {
-            eprintln!("leasehold: warning: job {} waits: {text}", job.id);
+        return;
+    }
+    if let Some(text) = render::waiting_text(job) {
+        eprintln!("leasehold: warning: job {} waits: {text}", job.id);
+    }
+    if job.waiting.as_deref() == Some("no_matching_runner") {
+        let target = if job.runner_id != "*" {
+            None
+        } else if job.owner.starts_with("ws:") {
+            Some(crate::wire::PoolName::Workspace)
+        } else {
+            Some(crate::wire::PoolName::Personal)
+        };
+        if let Some(hint) = near_miss(client, target, &job.required_capabilities).await {
+            eprintln!("leasehold: {hint}");
         }
+    }
+}
+
+/// A runner of the other tier the caller could dispatch to that has what the job requires:
+/// "your personal runner box2 has gpu; --pool personal, or enrol it with a workspace code".
+/// `None` when there is none, or the lists cannot be read (this is only a hint).
+async fn near_miss(
+    client: &Client,
+    pool: Option<crate::wire::PoolName>,
+    required: &[String],
+) -> Option<String> {
+    use crate::wire::{PoolName, Tier};
+    let fits = |r: &crate::wire::Runner| required.iter().all(|c| r.capabilities.contains(c));
+    let needs = if required.is_empty() {
+        "a runner".to_owned()
+    } else {
+        required.join(", ")
+    };
+    match pool? {
+        PoolName::Workspace => {
+            let mine = client.runners(Tier::Personal).await.ok()?;
+            let r = mine.iter().find(|r| fits(r))?;
+            Some(format!(
+                "your personal runner {} ({}) has {needs}: dispatch with --pool personal, or \
+                 enrol it again with a workspace join code (an admin's `leasehold join-code \
+                 create --workspace`) to serve the workspace pool",
+                r.label,
+                &r.id.to_string()[..8]
+            ))
+        }
+        PoolName::Personal => {
+            let roster = client.runners(Tier::Workspace).await.ok()?;
+            let r = roster
+                .iter()
+                .find(|r| r.owner.starts_with("ws:") && fits(r))?;
+            Some(format!(
+                "the workspace runner {} ({}) has {needs}: dispatch with --pool workspace",
+                r.label,
+                &r.id.to_string()[..8]
+            ))
+        }
+        PoolName::Any => None,
     }
 }
 
@@ -494,9 +550,17 @@ async fn refuse_a_hopeless_wait(client: &Client, req: &wire::Dispatch) -> anyhow
         .iter()
         .map(|b| format!("{}: {}", b.code, b.message))
         .collect();
+    let pool = match &req.target {
+        wire::Target::Pool { pool } => Some(*pool),
+        wire::Target::Runner { .. } => None,
+    };
+    let required = req.required_capabilities.clone().unwrap_or_default();
+    let hint = near_miss(client, pool, &required)
+        .await
+        .map_or_else(String::new, |h| format!(" ({h})"));
     anyhow::bail!(
-        "no runner can take this job ({}); nothing was dispatched. Enrol a runner for this \
-         target (leasehold join-code), or pass --wait-anyway to dispatch and wait for one",
+        "no runner can take this job ({}); nothing was dispatched{hint}. Enrol a runner for \
+         this target (leasehold join-code), or pass --wait-anyway to dispatch and wait for one",
         why.join("; ")
     )
 }
@@ -530,7 +594,7 @@ async fn submit_many(
     // A batch answer is a list (its `waiting` may be null): ask for the first copy's.
     if let Some(first) = jobs.first() {
         if let Ok(job) = client.job(first.id).await {
-            warn_waiting(&job);
+            warn_waiting(client, &job).await;
         }
     }
     for job in &jobs {
