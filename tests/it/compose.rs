@@ -824,5 +824,35 @@ async fn the_compose_stack_runs_jobs_through_a_replica_kill_and_a_database_resta
     let completed = jobs.iter().filter(|j| j.state == "completed").count();
     assert!(completed >= 3, "nothing lost: {jobs:?}");
 
+    // Another admin key from the running stack, as the README says.
+    let minted = podman_run(
+        "podman",
+        &[
+            "exec",
+            &stack.container("leasehold-2"),
+            "compose-secrets.sh",
+            "run",
+            "leasehold",
+            "admin",
+            "create-key",
+            "--workspace",
+            "demo",
+            "--subject",
+            "admin2",
+            "--role",
+            "admin",
+        ],
+    );
+    let minted = minted
+        .split_whitespace()
+        .find(|w| w.starts_with("ak_"))
+        .unwrap_or_else(|| panic!("a key: {minted}"))
+        .to_owned();
+    let admin2 = leasehold::client::Client::new(url.clone(), Some(minted));
+    assert_eq!(
+        admin2.jobs(None, None, None).await.unwrap().jobs.len(),
+        jobs.len()
+    );
+
     stack.compose(&["down", "-v", "-t", "2"]);
 }
