@@ -288,11 +288,13 @@ async fn the_command_line_forgives_what_a_newcomer_types() {
         "ends quietly: {stderr}"
     );
 
-    // The 8 characters the page shows.
-    let short = &id.to_string()[..8];
-    let got = cli(&url, &key, &["job", "get", short], LONG).await;
-    assert_eq!(got.code, Some(0), "{got:?}");
-    assert!(got.stdout.contains(&id.to_string()), "{got:?}");
+    // The 8 characters the page shows (an id's end), and an id's start.
+    let whole = id.to_string();
+    for short in [&whole[28..], &whole[..8]] {
+        let got = cli(&url, &key, &["job", "get", short], LONG).await;
+        assert_eq!(got.code, Some(0), "{short}: {got:?}");
+        assert!(got.stdout.contains(&whole), "{got:?}");
+    }
 
     // No scheme on a loopback address.
     let bare = url.trim_start_matches("http://");

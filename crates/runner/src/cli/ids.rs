@@ -1,7 +1,8 @@
-//! Ids as people type them: a whole UUID, or a unique prefix of one (the 8 characters the page
-//! and the tables show). Jobs are found through the list call (ids are time-ordered, so every
-//! id with a prefix sits just after that prefix padded with zeros: one page of two tells
-//! unique from ambiguous); runners through the lists the caller may read.
+//! Ids as people type them: a whole UUID, or a unique start or end of one (the page shows an
+//! id's last 8 characters). Jobs are found through the list call: ids are time-ordered, so
+//! every id with a given start sits just after that start padded with zeros (one page of two
+//! tells unique from ambiguous); an end is looked for among the newest jobs (up to
+//! [`SCAN_JOBS`]). Runners are found in the lists the caller may read.
 //!
 //! Invariant: a prefix resolves only when exactly one visible object has it; otherwise the
 //! error says none or names the candidates, and nothing is called on a guess.
@@ -11,6 +12,9 @@ use uuid::Uuid;
 
 use crate::client::{Client, JobQuery};
 use crate::wire;
+
+/// How many of the newest jobs an id's end is looked for among.
+pub const SCAN_JOBS: usize = 5000;
 
 /// The hex digits of a prefix (hyphens dropped), when `text` can be the start of an id.
 fn prefix_of(text: &str) -> Option<String> {
@@ -46,23 +50,62 @@ pub async fn job(client: &Client, text: &str) -> anyhow::Result<Uuid> {
             newest_first: false,
         })
         .await?;
-    let hits: Vec<Uuid> = page
+    let mut hits: Vec<Uuid> = page
         .jobs
         .iter()
         .map(|j| j.id)
         .filter(|id| id.simple().to_string().starts_with(&prefix))
         .collect();
+    if hits.is_empty() {
+        hits = ending_with(client, &prefix).await?;
+    }
     match hits.as_slice() {
         [one] => Ok(*one),
-        [] => bail!("no job of this workspace has an id starting {text}"),
+        [] => bail!(
+            "no job of this workspace has an id starting or ending {text} (ends are looked for \
+             among the newest {SCAN_JOBS} jobs)"
+        ),
         _ => bail!(
-            "several jobs have an id starting {text} (such as {}): give more of the id",
+            "several jobs have an id starting or ending {text} (such as {}): give more of the id",
             hits.iter()
                 .map(Uuid::to_string)
                 .collect::<Vec<_>>()
                 .join(", ")
         ),
     }
+}
+
+/// The newest jobs (up to [`SCAN_JOBS`]) whose id ends with the hex digits `end`; two at most.
+async fn ending_with(client: &Client, end: &str) -> anyhow::Result<Vec<Uuid>> {
+    let mut hits = Vec::new();
+    let mut after = None;
+    let mut seen = 0;
+    while seen < SCAN_JOBS {
+        let page = client
+            .list_jobs(&JobQuery {
+                state: None,
+                outcome: None,
+                limit: Some(500),
+                after,
+                newest_first: true,
+            })
+            .await?;
+        seen += page.jobs.len();
+        hits.extend(
+            page.jobs
+                .iter()
+                .map(|j| j.id)
+                .filter(|id| id.simple().to_string().ends_with(end)),
+        );
+        if hits.len() > 1 {
+            break;
+        }
+        match page.next {
+            Some(next) => after = Some(next),
+            None => break,
+        }
+    }
+    Ok(hits)
 }
 
 /// The runner `text` names among `runners`: a whole id as it is (even if not listed), a prefix
@@ -75,15 +118,21 @@ pub fn runner(runners: &[wire::Runner], text: &str) -> anyhow::Result<Uuid> {
         return Ok(id);
     }
     let prefix = prefix_of(text.trim()).ok_or_else(|| not_an_id(text, "runner"))?;
-    let hits: Vec<&wire::Runner> = runners
-        .iter()
-        .filter(|r| r.id.simple().to_string().starts_with(&prefix))
-        .collect();
+    let by = |f: &dyn Fn(&str) -> bool| -> Vec<&wire::Runner> {
+        runners
+            .iter()
+            .filter(|r| f(&r.id.simple().to_string()))
+            .collect()
+    };
+    let mut hits = by(&|id| id.starts_with(&prefix));
+    if hits.is_empty() {
+        hits = by(&|id| id.ends_with(&prefix));
+    }
     match hits.as_slice() {
         [one] => Ok(one.id),
-        [] => bail!("no runner you can see has an id starting {text}"),
+        [] => bail!("no runner you can see has an id starting or ending {text}"),
         _ => bail!(
-            "several runners have an id starting {text} ({}): give more of the id",
+            "several runners have an id starting or ending {text} ({}): give more of the id",
             hits.iter()
                 .map(|r| format!("{} {}", r.id, r.label))
                 .collect::<Vec<_>>()
