@@ -633,7 +633,8 @@ async fn a_failed_jobs_page_reads_as_a_failure_and_can_be_retried() {
     let timeline = page.eval(&text("timeline")).await;
     let timeline = timeline.as_str().unwrap();
     assert!(
-        timeline.contains("Attempt 1 ended: exit_code") && timeline.contains("Attempt 2: started"),
+        timeline.contains("Attempt 1 ended: the command exited non-zero")
+            && timeline.contains("Attempt 2: started"),
         "{timeline}"
     );
     // Its artifacts, each attempt's, with download links.
@@ -687,6 +688,23 @@ async fn a_failed_jobs_page_reads_as_a_failure_and_can_be_retried() {
         "the cancelled job",
     )
     .await;
+    // Words a person reads, not the contract's codes (issue 56 row 7).
+    page.until(
+        "document.getElementById('timeline').textContent.includes('Cancelled')",
+        "the timeline's end",
+    )
+    .await;
+    let read = page
+        .eval(
+            "document.getElementById('timeline').textContent + ' | ' + \
+             document.getElementById('job-facts').textContent",
+        )
+        .await;
+    let read = read.as_str().unwrap();
+    assert!(read.contains("retried by hand"), "{read}");
+    for code in ["cancelled: cancelled", "retry_call", "exit_code"] {
+        assert!(!read.contains(code), "{code} in {read}");
+    }
 
     // The server goes away: no runner is shown online, and the page says why.
     rc.runner_heartbeat(&wire::RunnerHeartbeat::default())

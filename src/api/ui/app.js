@@ -150,6 +150,27 @@ function attemptText(j) {
   return n + of;
 }
 
+// A reason code of the contract (a state event's reason or `after`), in words a person reads.
+const REASONS = {
+  runner_failed: "the runner could not run it",
+  exit_code: "the command exited non-zero",
+  lease_lost: "its runner went silent (lease lost)",
+  cancelled: "cancelled",
+  capability_mismatch: "the runner lacks what it requires",
+  no_runner: "no runner could take it in time",
+  queue_timeout: "it waited too long in the queue",
+  runner_revoked: "its runner was revoked",
+  secret_missing: "a secret it needs is missing",
+  retry_call: "retried by hand",
+  retry: "retried",
+  caller_gone: "the runner's lease call was gone",
+  released: "the runner gave it back",
+  lapsed: "its lease lapsed",
+};
+function reasonText(code) {
+  return REASONS[code] || (code ? String(code).replace(/_/g, " ") : "");
+}
+
 // Which attempt and lease each event belongs to (the command line's `Attempts`).
 class Attempts {
   constructor() {
@@ -163,11 +184,11 @@ class Attempts {
       const ended = Number.isInteger(d.attempt) ? d.attempt : this.attempt;
       this.attempt = ended + 1;
       this.lease = 0;
-      this.ended = "attempt " + ended + " ended: " + (d.after || "retry");
+      this.ended = "attempt " + ended + " ended: " + reasonText(d.after || "retry");
       return null;
     }
     if (d.state === "parked") {
-      if (d.reason && d.reason !== "dispatched") this.ended = d.reason;
+      if (d.reason && d.reason !== "dispatched") this.ended = reasonText(d.reason);
       return null;
     }
     if (d.state === "leased") {
@@ -356,7 +377,12 @@ async function renderJob(id) {
   const exit = exitText(job);
   if (exit) pairs.push(["Exit", exit]);
   if (job.not_before) pairs.push(["Retries at", new Date(job.not_before).toLocaleString()]);
-  if (job.error) pairs.push(["Error", job.error.reason + (job.error.message ? ": " + job.error.message : "")]);
+  if (job.error) {
+    const why = reasonText(job.error.reason);
+    const m = job.error.message || "";
+    // "cancelled by alice" says it all; else the reason in words, then the message.
+    pairs.push(["Error", m.startsWith(why) ? m : m && m !== job.error.reason ? why + ": " + m : why]);
+  }
   if (job.provenance && job.provenance.runner) pairs.push(["Ran on", runnerName(job.provenance.runner)]);
   pairs.push(["Id", job.id]);
   facts.replaceChildren(
@@ -445,16 +471,18 @@ function renderTimeline(job, events) {
     if (l) {
       item("leased", leaseName(l) + ": started", "runner " + runnerName(l.runner), e.at);
     } else if (d.state === "parked" && d.reason === "retry") {
-      item("retry", "Attempt " + d.attempt + " ended: " + (d.after || "retry"), "parked again for a retry", e.at);
+      item("retry", "Attempt " + d.attempt + " ended: " + reasonText(d.after || "retry"), "parked again for a retry", e.at);
     } else if (d.state === "parked" && (!d.reason || d.reason === "dispatched")) {
       item("parked", "Dispatched", "waiting for a runner", e.at);
     } else if (d.state === "parked") {
-      item("parked", "Lease ended: " + d.reason, "parked again; the next lease runs it", e.at);
+      item("parked", "Lease ended: " + reasonText(d.reason), "parked again; the next lease runs it", e.at);
     } else if (d.state === "completed") {
       const s = status(job);
       item("end " + s.cls, s.text, "finished on runner " + runnerName(d.runner), e.at);
     } else {
-      item("end outcome-" + (d.state === "failed" ? "failed" : d.state), d.state + (d.reason ? ": " + d.reason : ""), d.runner ? "runner " + runnerName(d.runner) : "", e.at);
+      const title = d.state.charAt(0).toUpperCase() + d.state.slice(1);
+      const why = d.reason && d.reason !== d.state ? ": " + reasonText(d.reason) : "";
+      item("end outcome-" + (d.state === "failed" ? "failed" : d.state), title + why, d.runner ? "runner " + runnerName(d.runner) : "", e.at);
     }
   }
   $("timeline").replaceChildren(...items);
