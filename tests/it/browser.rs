@@ -739,7 +739,10 @@ async fn a_waiting_jobs_page_says_why_and_what_it_requires() {
     let url = app.url(0);
     let key = app.key("acme", "alice", false).await;
     let operator = leasehold::client::Client::new(url.clone(), Some(key.clone()));
-    let mut req = wire::Dispatch::new(personal(), json!({"argv": ["nvidia-smi"]}));
+    let mut req = wire::Dispatch::new(
+        personal(),
+        json!({"argv": ["nvidia-smi"], "timeout_s": 300}),
+    );
     req.required_capabilities = Some(vec!["gpu".into()]);
     let job = operator.dispatch(&req).await.unwrap();
 
@@ -769,5 +772,65 @@ async fn a_waiting_jobs_page_says_why_and_what_it_requires() {
     assert!(
         facts.contains("Waiting") && facts.contains("no_matching_runner"),
         "{facts}"
+    );
+    assert!(facts.contains("Timeout5 min"), "{facts}");
+}
+
+/// Issue 56 row 7: a job's ANSI colours are rendered in its log, never shown as escapes.
+#[tokio::test]
+async fn a_jobs_colours_are_rendered_not_shown_as_escapes() {
+    let Some(browser) = Browser::or_skip("log_colours").await else {
+        return;
+    };
+    let app = TestApp::spawn().await;
+    let url = app.url(0);
+    let key = app.key("acme", "alice", false).await;
+    let operator = leasehold::client::Client::new(url.clone(), Some(key.clone()));
+    let (_runner, rc) = pair(&operator, wire::Tier::Personal, &[], 1).await;
+    let job = dispatch(&operator, personal(), json!({"argv": ["true"]})).await;
+    let leased = lease(&rc, 5_000, 1).await;
+    rc.append_events(
+        job.id,
+        leased[0].epoch,
+        vec![wire::NewEvent {
+            kind: "stdout".into(),
+            data: Some(
+                json!({"text": "\u{1b}[32mok\u{1b}[0m plain \u{1b}[1;31mbad\u{1b}[0m\u{1b}[K\n"}),
+            ),
+        }],
+    )
+    .await
+    .unwrap();
+    rc.complete(job.id, leased[0].epoch, json!({"exit_code": 0}))
+        .await
+        .unwrap();
+
+    let mut page = browser.page().await;
+    page.call("Page.navigate", json!({"url": format!("{url}/ui")}))
+        .await;
+    page.until("document.readyState === 'complete'", "the page")
+        .await;
+    page.eval(&format!(
+        "sessionStorage.setItem('leasehold.key', '{key}'); location.hash = '#job={}'; \
+         location.reload(); true",
+        job.id
+    ))
+    .await;
+    page.until(
+        "document.body !== null && document.querySelector('#log .line') !== null",
+        "the job's log",
+    )
+    .await;
+    let text = page
+        .eval("document.querySelector('#log .line').textContent")
+        .await;
+    assert_eq!(text, json!("ok plain bad"));
+    assert_eq!(
+        page.eval(
+            "[...document.querySelectorAll('#log .line span')].map(s => s.className + ':' + \
+             s.textContent).join(',')"
+        )
+        .await,
+        json!("ansi-fg-2:ok,ansi-fg-1 ansi-bold:bad")
     );
 }

@@ -372,6 +372,12 @@ async function renderJob(id) {
     ["Created", new Date(job.created_at).toLocaleString()],
     ["Finished", job.finished_at ? new Date(job.finished_at).toLocaleString() : "–"],
   );
+  const waited = duration(job.created_at, job.leased_at);
+  if (waited) pairs.push(["Waited for a runner", waited]);
+  if (job.payload && typeof job.payload.timeout_s === "number") {
+    const t = job.payload.timeout_s;
+    pairs.push(["Timeout", t < 120 ? t + " s" : Math.floor(t / 60) + " min" + (t % 60 ? " " + Math.round(t % 60) + " s" : "")]);
+  }
   const took = duration(job.leased_at, job.finished_at);
   if (took) pairs.push(["Duration", took]);
   const exit = exitText(job);
@@ -402,6 +408,37 @@ async function renderJob(id) {
 
 // The log as text: each lease's standard output and error, lines in the order they were
 // shipped, under a heading naming its attempt.
+// A line's text with its ANSI colour codes (SGR: 30-37, 90-97, bold, reset) rendered as
+// spans, and every other escape sequence dropped; the text itself only ever as text.
+function paint(line) {
+  const raw = line.dataset.raw;
+  const parts = [];
+  let fg = null;
+  let bold = false;
+  let at = 0;
+  const csi = /\x1b\[([0-9;?]*)([@-~])|\x1b[@-Z\\-_]?/g;
+  const push = (text) => {
+    if (!text) return;
+    const cls = [fg !== null ? "ansi-fg-" + fg : "", bold ? "ansi-bold" : ""].filter(Boolean).join(" ");
+    parts.push(cls ? el("span", text, cls) : document.createTextNode(text));
+  };
+  for (const m of raw.matchAll(csi)) {
+    push(raw.slice(at, m.index));
+    at = m.index + m[0].length;
+    if (m[2] !== "m") continue;
+    for (const p of (m[1] || "0").split(";").map(Number)) {
+      if (p === 0) { fg = null; bold = false; }
+      else if (p === 1) bold = true;
+      else if (p === 22) bold = false;
+      else if (p === 39) fg = null;
+      else if (p >= 30 && p <= 37) fg = p - 30;
+      else if (p >= 90 && p <= 97) fg = p - 90 + 8;
+    }
+  }
+  push(raw.slice(at));
+  line.replaceChildren(...parts);
+}
+
 function renderLog(events) {
   const attempts = new Attempts();
   const blocks = [];
@@ -437,10 +474,13 @@ function renderLog(events) {
         return;
       }
       if (i === 0 && open && open.dataset.stream === e.kind) {
-        open.textContent += part;
+        open.dataset.raw += part;
+        paint(open);
       } else {
-        const line = el("span", part, "line " + e.kind);
+        const line = el("span", null, "line " + e.kind);
         line.dataset.stream = e.kind;
+        line.dataset.raw = part;
+        paint(line);
         block.append(line);
         open = line;
       }
