@@ -833,4 +833,19 @@ async fn a_jobs_colours_are_rendered_not_shown_as_escapes() {
         .await,
         json!("ansi-fg-2:ok,ansi-fg-1 ansi-bold:bad")
     );
+    // The raw text to download: what the job wrote, the escapes stripped. (The page's CSP keeps
+    // even a blob: URL from fetch; the link's file is the page's `rawText`.)
+    page.until(
+        "!document.getElementById('log-raw').hidden",
+        "the raw log link",
+    )
+    .await;
+    assert_eq!(
+        page.eval(
+            "document.getElementById('log-raw').download + '|' + \
+             document.getElementById('log-raw').href.startsWith('blob:') + '|' + rawText"
+        )
+        .await,
+        json!(format!("job-{}.log|true|ok plain bad\n", job.id))
+    );
 }

@@ -401,6 +401,7 @@ async function renderJob(id) {
   facts.dataset.state = job.state;
   facts.dataset.outcome = job.outcome || "";
   renderLog(events);
+  rawLog(id, events);
   renderTimeline(job, events);
   renderEvents(events);
   renderArtifacts(id, artifacts);
@@ -437,6 +438,27 @@ function paint(line) {
   }
   push(raw.slice(at));
   line.replaceChildren(...parts);
+}
+
+// A job's output as plain text (what it wrote, escape sequences stripped), behind the log's
+// "raw text" link as a file to download.
+let rawUrl = null;
+let rawText = null;
+function rawLog(id, events) {
+  const text = events
+    .filter((e) => (e.kind === "stdout" || e.kind === "stderr") && e.data)
+    .map((e) => (typeof e.data.text === "string" ? e.data.text : typeof e.data.line === "string" ? e.data.line + "\n" : ""))
+    .join("")
+    .replace(/\x1b\[[0-9;?]*[@-~]|\x1b[@-Z\\-_]?/g, "");
+  const link = $("log-raw");
+  // The same text keeps its URL (the page refreshes; a link being followed stays valid).
+  if (rawUrl && rawText === text && link.download === "job-" + id + ".log") return;
+  if (rawUrl) URL.revokeObjectURL(rawUrl);
+  rawText = text;
+  rawUrl = URL.createObjectURL(new Blob([text], { type: "text/plain" }));
+  link.href = rawUrl;
+  link.download = "job-" + id + ".log";
+  link.hidden = text === "";
 }
 
 function renderLog(events) {
