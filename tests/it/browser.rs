@@ -825,6 +825,15 @@ async fn a_jobs_colours_are_rendered_not_shown_as_escapes() {
         .eval("document.querySelector('#log .line').textContent")
         .await;
     assert_eq!(text, json!("ok plain bad"));
+    // Each line says when it was written.
+    assert_eq!(
+        page.eval(
+            "(() => { const l = document.querySelector('#log .line'); \
+             return l.title !== '' && !Number.isNaN(Date.parse(l.dataset.at)); })()"
+        )
+        .await,
+        json!(true)
+    );
     assert_eq!(
         page.eval(
             "[...document.querySelectorAll('#log .line span')].map(s => s.className + ':' + \

@@ -502,6 +502,9 @@ function renderLog(events) {
         const line = el("span", null, "line " + e.kind);
         line.dataset.stream = e.kind;
         line.dataset.raw = part;
+        // When the line was written (its event's time), on hover and for tools.
+        line.dataset.at = e.at || "";
+        line.title = clock(e.at);
         paint(line);
         block.append(line);
         open = line;
