@@ -24,6 +24,12 @@ mmdebstrap --quiet --variant=minbase \
     --customize-hook='mkdir -p "$1/var/lib/leasehold/bootstrap" "$1/var/lib/leasehold/runner" "$1/usr/local/etc/haproxy" && chown -R 999:999 "$1/var/lib/leasehold"' \
     bookworm "$work/rootfs.tar"
 path=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin
+# The images these tags name now, removed once the new ones take the tags (each run would
+# otherwise leave three untagged 600 MB images behind).
+old=""
+for tag in localhost/leasehold:dev localhost/leasehold-postgres:15 localhost/leasehold-haproxy:2.8; do
+    old="$old $(podman image inspect --format '{{.Id}}' "$tag" 2>/dev/null || true)"
+done
 podman import --quiet \
     --change "ENV PATH=$path" --change 'USER 999' --change 'WORKDIR /var/lib/leasehold' \
     --change 'ENTRYPOINT ["leasehold"]' --change 'CMD ["serve", "--listen", "0.0.0.0:8080"]' \
@@ -36,3 +42,6 @@ podman import --quiet \
 podman import --quiet --change "ENV PATH=$path" \
     --change 'CMD ["haproxy", "-W", "-db", "-f", "/usr/local/etc/haproxy/haproxy.cfg"]' \
     "$work/rootfs.tar" localhost/leasehold-haproxy:2.8 >/dev/null
+for id in $old; do
+    podman rmi "$id" >/dev/null 2>&1 || true
+done
