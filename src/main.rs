@@ -87,7 +87,12 @@ fn init_tracing(default: &str, traces: bool) -> Option<leasehold::telemetry::tra
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    let command = Cli::parse().command;
+    let command = Cli::parse_from(cli::hoist_globals(std::env::args_os().collect())).command;
+    if matches!(command, Command::People(_)) {
+        // A closed pipe (`job get ID | head -1`) ends a people's command quietly, as it does
+        // any Unix tool, rather than as a panic of println!.
+        default_sigpipe();
+    }
     let quiet = matches!(
         &command,
         Command::People(_) | Command::Drill(_) | Command::DrillWorker(_) | Command::Mcp(_)
@@ -123,4 +128,14 @@ async fn run(command: Command) -> anyhow::Result<i32> {
         Command::Admin { command } => admin::run(command).await,
         Command::Mcp(args) => leasehold::commands::mcp::run(args).await.map(|()| 0),
     }
+}
+
+/// Let SIGPIPE end the process (its default; Rust's runtime ignores it): for the people's
+/// commands only, whose output is the point; never for the runner or the server, which write
+/// to sockets and must live on when a peer goes away.
+fn default_sigpipe() {
+    use nix::sys::signal::{signal, SigHandler, Signal};
+    // SAFETY: SIG_DFL installs no handler, so nothing runs in signal context; called before
+    // any other thread could be handling SIGPIPE.
+    let _ = unsafe { signal(Signal::SIGPIPE, SigHandler::SigDfl) };
 }

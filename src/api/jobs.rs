@@ -54,6 +54,9 @@ fn check(st: &AppState, req: wire::Dispatch, at: &str) -> ApiResult<Checked> {
         .ok_or_else(|| ApiError::bad(format!("{}: required", field("payload"))))?;
     validate::no_nul(&field("payload"), &payload)?;
     let kind = validate::job_kind(req.kind.as_deref()).map_err(|e| prefixed(e, at))?;
+    if kind == "command" {
+        empty_command(&payload).map_err(|e| prefixed(e, at))?;
+    }
     let required = st
         .vocabulary
         .required(req.required_capabilities.as_deref().unwrap_or(&[]))
@@ -149,7 +152,18 @@ pub(super) fn view(j: Job) -> wire::Job {
             subject,
             role: j.dispatcher_role.unwrap_or_else(|| "member".to_owned()),
         }),
+        waiting: None,
     }
+}
+
+/// [`view`] of one job with why it waits, if it is parked (v1.4 "Why a job waits").
+async fn view_waiting(st: &AppState, j: Job) -> ApiResult<wire::Job> {
+    let waiting = if j.state == JobState::Parked {
+        st.hub.job_waiting(j.id, &j.workspace).await?
+    } else {
+        None
+    };
+    Ok(wire::Job { waiting, ..view(j) })
 }
 
 /// A stored retry policy (validated and normalised at dispatch); `None`, and an error logged,
@@ -158,6 +172,21 @@ fn retry_policy(stored: serde_json::Value) -> Option<wire::RetryPolicy> {
     serde_json::from_value(stored)
         .map_err(|e| tracing::error!(error = %e, "a stored retry policy does not read back"))
         .ok()
+}
+
+/// A `command` job with nothing to run (`argv` empty, or its program an empty or blank
+/// string) is refused at dispatch rather than failed by a runner later; any other payload
+/// shape is the runner's to judge (it fails the job saying why).
+fn empty_command(payload: &serde_json::Value) -> ApiResult<()> {
+    match payload.get("argv").and_then(serde_json::Value::as_array) {
+        Some(argv) if argv.is_empty() => Err(ApiError::bad(
+            "payload.argv: empty; name the program to run first",
+        )),
+        Some(argv) if argv[0].as_str().is_some_and(|p| p.trim().is_empty()) => Err(ApiError::bad(
+            "payload.argv[0]: the program is empty; name the program to run",
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// A validation error of a batch item, its field names prefixed.
@@ -355,14 +384,14 @@ pub async fn dispatch(
             .park(new_job(&key.hash, checked, None, None, false))
             .await?
         {
-            Some(parked) => Ok((StatusCode::CREATED, Json(view(parked)))),
+            Some(parked) => Ok((StatusCode::CREATED, Json(view_waiting(&st, parked).await?))),
             None => Err(st.auth_failed(key.ip)),
         };
     }
     let caller = key.check(&st).await?;
     if let Some(k) = &idempotency_key {
         if let Some(first) = hub.job_by_idempotency_key(&caller.workspace, k).await? {
-            return Ok((StatusCode::OK, Json(view(first))));
+            return Ok((StatusCode::OK, Json(view_waiting(&st, first).await?)));
         }
     }
     let runner = resolve_target(&st, &caller, &checked.target).await?;
@@ -383,7 +412,7 @@ pub async fn dispatch(
         needs_workspace_runner,
     );
     match st.hub.park(job.clone()).await? {
-        Some(parked) => Ok((StatusCode::CREATED, Json(view(parked)))),
+        Some(parked) => Ok((StatusCode::CREATED, Json(view_waiting(&st, parked).await?))),
         None => match &job.idempotency_key {
             // A concurrent dispatch with the same key won the insert.
             Some(k) => {
@@ -391,7 +420,7 @@ pub async fn dispatch(
                     .job_by_idempotency_key(&caller.workspace, k)
                     .await?
                     .ok_or(ApiError::Internal)?;
-                Ok((StatusCode::OK, Json(view(first))))
+                Ok((StatusCode::OK, Json(view_waiting(&st, first).await?)))
             }
             // The key was revoked between the check and the insert.
             None => Err(st.auth_failed(key.ip)),
@@ -514,7 +543,10 @@ pub async fn get(
             |j| j.as_ref().is_none_or(|j| j.state.is_terminal()),
         )
         .await?;
-    job.map(|j| Json(view(j))).ok_or(ApiError::NotFound)
+    match job {
+        Some(j) => Ok(Json(view_waiting(&st, j).await?)),
+        None => Err(ApiError::NotFound),
+    }
 }
 
 pub async fn list(

@@ -153,17 +153,26 @@ impl Hub {
         for id in &after.rejected {
             self.job_changed(*id);
         }
-        for (token_hash, id, epoch) in &after.orphans {
-            self.metrics.caller_gone.inc();
+        // Given back per runner, all its jobs in one statement: a failed tick's many at once.
+        type Leases = Vec<(Uuid, i64)>;
+        let mut orphans: Vec<(Vec<u8>, Leases)> = Vec::new();
+        for (token_hash, id, epoch) in after.orphans {
+            match orphans.iter_mut().find(|(t, _)| *t == token_hash) {
+                Some((_, jobs)) => jobs.push((id, epoch)),
+                None => orphans.push((token_hash, vec![(id, epoch)])),
+            }
+        }
+        for (token_hash, jobs) in &orphans {
+            self.metrics.caller_gone.inc_by(jobs.len() as u64);
             match self
                 .store
-                .give_back(&[(*id, *epoch)], token_hash, GiveBack::CallerGone)
+                .give_back(jobs, token_hash, GiveBack::CallerGone)
                 .await
             {
                 Ok(moved) => self.after_moves(&moved),
                 Err(e) => {
                     self.metrics.background_failure("give_back");
-                    tracing::warn!(error = %e, job = %id, "giving back a job leased for a call that went away failed; it is re-delivered when its lease lapses");
+                    tracing::warn!(error = %e, jobs = jobs.len(), "giving back jobs leased for a call that went away failed; they are re-delivered when their leases lapse");
                 }
             }
         }

@@ -167,6 +167,14 @@ impl Hub {
         self.store.pool_counts(subject, ws_owner, workspace).await
     }
 
+    /// Why a parked job waits (v1.4 "Why a job waits"); `None` when it does not.
+    ///
+    /// # Errors
+    /// The database failed.
+    pub async fn job_waiting(&self, id: Uuid, workspace: &str) -> Result<Option<String>> {
+        self.store.job_waiting(id, workspace).await
+    }
+
     /// The runner counts a dispatch's preflight judges.
     ///
     /// # Errors

@@ -1,4 +1,4 @@
-//! What dispatchers ask about queues: pool counts and preflight. Read-only.
+//! What dispatchers ask about queues: pool counts, preflight and why a job waits. Read-only.
 
 use uuid::Uuid;
 
@@ -79,5 +79,17 @@ impl Store {
             usable: r.get("usable"),
             online: r.get("online"),
         })
+    }
+
+    /// Why job `id` of `workspace` waits (v1.4): `no_matching_runner`, `no_runner_online`,
+    /// `all_busy`, `not_before`, or `None` (not parked, or about to be leased, or no such job).
+    pub async fn job_waiting(&self, id: Uuid, workspace: &str) -> Result<Option<String>> {
+        let rows = self
+            .query(
+                sql::JOB_WAITING,
+                &[&id, &workspace, &self.presence_window_ms],
+            )
+            .await?;
+        Ok(rows.first().and_then(|r| r.get("waiting")))
     }
 }

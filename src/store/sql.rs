@@ -62,6 +62,7 @@ statements! {
     JOIN_URL_BURN => "join_url_burn.sql",
     POOL_COUNTS => "pool_counts.sql",
     PREFLIGHT_RUNNERS => "preflight_runners.sql",
+    JOB_WAITING => "job_waiting.sql",
     PARKED_LANES => "parked_lanes.sql",
     NOTIFY => "notify.sql",
     SECRET_PUT => "secret_put.sql",

@@ -642,7 +642,8 @@ async fn a_failed_jobs_page_reads_as_a_failure_and_can_be_retried() {
     let timeline = page.eval(&text("timeline")).await;
     let timeline = timeline.as_str().unwrap();
     assert!(
-        timeline.contains("Attempt 1 ended: exit_code") && timeline.contains("Attempt 2: started"),
+        timeline.contains("Attempt 1 ended: the command exited non-zero")
+            && timeline.contains("Attempt 2: started"),
         "{timeline}"
     );
     // Its artifacts, each attempt's, with download links.
@@ -696,6 +697,23 @@ async fn a_failed_jobs_page_reads_as_a_failure_and_can_be_retried() {
         "the cancelled job",
     )
     .await;
+    // Words a person reads, not the contract's codes (issue 56 row 7).
+    page.until(
+        "document.getElementById('timeline').textContent.includes('Cancelled')",
+        "the timeline's end",
+    )
+    .await;
+    let read = page
+        .eval(
+            "document.getElementById('timeline').textContent + ' | ' + \
+             document.getElementById('job-facts').textContent",
+        )
+        .await;
+    let read = read.as_str().unwrap();
+    assert!(read.contains("retried by hand"), "{read}");
+    for code in ["cancelled: cancelled", "retry_call", "exit_code"] {
+        assert!(!read.contains(code), "{code} in {read}");
+    }
 
     // The server goes away: no runner is shown online, and the page says why.
     rc.runner_heartbeat(&wire::RunnerHeartbeat::default())
@@ -827,4 +845,135 @@ async fn the_page_shows_live_activity_and_the_webhooks() {
     )
     .await;
     page.screenshot("activity.png").await;
+}
+
+/// Issue 56 row 4 (v1.4 "Why a job waits"): a job no runner can take says so on its page,
+/// with what it requires.
+#[tokio::test]
+async fn a_waiting_jobs_page_says_why_and_what_it_requires() {
+    let Some(browser) = Browser::or_skip("waiting_job_page").await else {
+        return;
+    };
+    let app = TestApp::spawn().await;
+    let url = app.url(0);
+    let key = app.key("acme", "alice", false).await;
+    let operator = leasehold::client::Client::new(url.clone(), Some(key.clone()));
+    let mut req = wire::Dispatch::new(
+        personal(),
+        json!({"argv": ["nvidia-smi"], "timeout_s": 300}),
+    );
+    req.required_capabilities = Some(vec!["gpu".into()]);
+    let job = operator.dispatch(&req).await.unwrap();
+
+    let mut page = browser.page().await;
+    page.call("Page.navigate", json!({"url": format!("{url}/ui")}))
+        .await;
+    page.until("document.readyState === 'complete'", "the page")
+        .await;
+    page.eval(&format!(
+        "sessionStorage.setItem('leasehold.key', '{key}'); location.hash = '#job={}'; \
+         location.reload(); true",
+        job.id
+    ))
+    .await;
+    page.until(
+        "document.body !== null && document.body.dataset.ready === 'true' && \
+         !document.getElementById('job').hidden && \
+         document.getElementById('job-facts').dataset.state === 'parked'",
+        "the job's page",
+    )
+    .await;
+    let facts = page
+        .eval("document.getElementById('job-facts').textContent")
+        .await;
+    let facts = facts.as_str().unwrap();
+    assert!(facts.contains("Requiresgpu"), "{facts}");
+    assert!(
+        facts.contains("Waiting") && facts.contains("no_matching_runner"),
+        "{facts}"
+    );
+    assert!(facts.contains("Timeout5 min"), "{facts}");
+}
+
+/// Issue 56 row 7: a job's ANSI colours are rendered in its log, never shown as escapes.
+#[tokio::test]
+async fn a_jobs_colours_are_rendered_not_shown_as_escapes() {
+    let Some(browser) = Browser::or_skip("log_colours").await else {
+        return;
+    };
+    let app = TestApp::spawn().await;
+    let url = app.url(0);
+    let key = app.key("acme", "alice", false).await;
+    let operator = leasehold::client::Client::new(url.clone(), Some(key.clone()));
+    let (_runner, rc) = pair(&operator, wire::Tier::Personal, &[], 1).await;
+    let job = dispatch(&operator, personal(), json!({"argv": ["true"]})).await;
+    let leased = lease(&rc, 5_000, 1).await;
+    rc.append_events(
+        job.id,
+        leased[0].epoch,
+        vec![wire::NewEvent {
+            kind: "stdout".into(),
+            data: Some(
+                json!({"text": "\u{1b}[32mok\u{1b}[0m plain \u{1b}[1;31mbad\u{1b}[0m\u{1b}[K\n"}),
+            ),
+        }],
+    )
+    .await
+    .unwrap();
+    rc.complete(job.id, leased[0].epoch, json!({"exit_code": 0}))
+        .await
+        .unwrap();
+
+    let mut page = browser.page().await;
+    page.call("Page.navigate", json!({"url": format!("{url}/ui")}))
+        .await;
+    page.until("document.readyState === 'complete'", "the page")
+        .await;
+    page.eval(&format!(
+        "sessionStorage.setItem('leasehold.key', '{key}'); location.hash = '#job={}'; \
+         location.reload(); true",
+        job.id
+    ))
+    .await;
+    page.until(
+        "document.body !== null && document.querySelector('#log .line') !== null",
+        "the job's log",
+    )
+    .await;
+    let text = page
+        .eval("document.querySelector('#log .line').textContent")
+        .await;
+    assert_eq!(text, json!("ok plain bad"));
+    // Each line says when it was written.
+    assert_eq!(
+        page.eval(
+            "(() => { const l = document.querySelector('#log .line'); \
+             return l.title !== '' && !Number.isNaN(Date.parse(l.dataset.at)); })()"
+        )
+        .await,
+        json!(true)
+    );
+    assert_eq!(
+        page.eval(
+            "[...document.querySelectorAll('#log .line span')].map(s => s.className + ':' + \
+             s.textContent).join(',')"
+        )
+        .await,
+        json!("ansi-fg-2:ok,ansi-fg-1 ansi-bold:bad")
+    );
+    // The raw text to download: what the job wrote, the escapes stripped. (The page's CSP keeps
+    // even a blob: URL from fetch; the link's file is the page's `rawText`.)
+    page.until(
+        "!document.getElementById('log-raw').hidden",
+        "the raw log link",
+    )
+    .await;
+    assert_eq!(
+        page.eval(
+            "document.getElementById('log-raw').download + '|' + \
+             document.getElementById('log-raw').href.startsWith('blob:') + '|' + rawText"
+        )
+        .await,
+        json!(format!("job-{}.log|true|ok plain bad\n", job.id))
+    );
 }

@@ -28,6 +28,11 @@
 //!   password file without running its command.
 //! - Every script the compose file runs from the leasehold image is copied into the image's
 //!   runtime stage at that path, is executable and parses (`sh -n`).
+//! - Every service that runs the leasehold image says `build:` (issue 56 row 8).
+//! - The file runs for real (issue 56 row 8) on podman with images made from Debian's packages
+//!   (`deploy/local/`): the stack comes up, the compose runner enrols itself, jobs run through
+//!   the balancer, with a replica killed, and after PostgreSQL restarts, losing nothing; then it
+//!   comes down. Needs podman, podman-compose and mmdebstrap (`.ci/run` installs them).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::Ipv4Addr;
@@ -623,4 +628,231 @@ fn every_script_the_compose_file_runs_from_the_image_is_in_it_and_parses() {
         checked.iter().any(|p| p.ends_with("compose-secrets.sh")),
         "checked {checked:?}"
     );
+}
+
+/// Issue 56 row 8: every service that runs the leasehold image builds it (`build:`), so no
+/// compose release tries to pull an image no registry has.
+#[test]
+fn every_service_that_runs_leasehold_says_how_to_build_it() {
+    let doc = compose();
+    for (name, svc) in services(&doc) {
+        if svc["image"].as_str() == Some("leasehold:dev") {
+            assert!(
+                svc["build"].is_object(),
+                "{name} runs leasehold:dev and says no build:"
+            );
+        }
+    }
+}
+
+/// `podman ARGS` (or another program) with the local podman settings; its output, failing the
+/// test when it fails.
+fn podman_run(program: &str, args: &[&str]) -> String {
+    let out = Command::new(program)
+        .args(args)
+        .current_dir(repo())
+        .env(
+            "CONTAINERS_CONF",
+            repo().join("deploy/local/containers.conf"),
+        )
+        .output()
+        .unwrap_or_else(|e| panic!("{program}: {e}"));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{program} {args:?}: {text}");
+    text
+}
+
+/// The stack brought down (containers, networks, volumes) when the test ends, however.
+struct Stack {
+    project: String,
+    /// An override publishing the balancer on the test's port of the loopback address.
+    ports: PathBuf,
+}
+
+impl Stack {
+    fn compose(&self, args: &[&str]) -> String {
+        let ports = self.ports.to_str().unwrap();
+        let mut all = vec![
+            "-p",
+            &self.project,
+            "-f",
+            "docker-compose.yml",
+            "-f",
+            "deploy/local/compose.podman.yml",
+            "-f",
+            ports,
+        ];
+        all.extend_from_slice(args);
+        podman_run("podman-compose", &all)
+    }
+
+    fn container(&self, service: &str) -> String {
+        format!("{}_{service}_1", self.project)
+    }
+}
+
+impl Drop for Stack {
+    fn drop(&mut self) {
+        let _ = Command::new("podman-compose")
+            .args(["-p", &self.project, "-f", "docker-compose.yml"])
+            .args([
+                "-f",
+                "deploy/local/compose.podman.yml",
+                "down",
+                "-v",
+                "-t",
+                "2",
+            ])
+            .current_dir(repo())
+            .env(
+                "CONTAINERS_CONF",
+                repo().join("deploy/local/containers.conf"),
+            )
+            .output();
+    }
+}
+
+/// Issue 56 row 8: docker-compose.yml run for real, on podman with images made from Debian's
+/// packages (deploy/local): the stack comes up, the compose runner enrols itself, a job runs
+/// through the balancer; with a replica killed another job runs; after PostgreSQL restarts
+/// nothing acknowledged is lost and a third job runs; the stack comes down.
+#[tokio::test]
+async fn the_compose_stack_runs_jobs_through_a_replica_kill_and_a_database_restart() {
+    use crate::procs::{cli, LONG};
+    use crate::support::eventually;
+    const TEST: &str = "compose_stack";
+    for tool in ["podman", "podman-compose", "mmdebstrap"] {
+        let missing = Command::new("sh")
+            .args(["-c", &format!("command -v {tool}")])
+            .output()
+            .map_or(true, |o| !o.status.success());
+        if !crate::support::require(TEST, missing.then(|| format!("{tool} is not installed"))) {
+            return;
+        }
+    }
+    let up_to = std::time::Duration::from_secs(300);
+    podman_run("deploy/local/images.sh", &[crate::procs::BIN]);
+
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let dir = TempDir::new("compose-stack");
+    let ports = dir.join("ports.yml");
+    std::fs::write(
+        &ports,
+        format!("services:\n  lb:\n    ports: !override\n      - \"127.0.0.1:{port}:8080\"\n"),
+    )
+    .unwrap();
+    let stack = Stack {
+        project: format!("lh{}", &uuid::Uuid::now_v7().simple().to_string()[20..]),
+        ports,
+    };
+    stack.compose(&["up", "-d", "--no-build"]);
+    let url = format!("http://127.0.0.1:{port}");
+    let http = reqwest::Client::new();
+    eventually(up_to, "the balancer answers ready", || async {
+        let r = http.get(format!("{url}/readyz")).send().await.ok()?;
+        r.status().is_success().then_some(())
+    })
+    .await;
+
+    // The admin key, from the running stack as the README says.
+    let key = eventually(up_to, "the bootstrap prints the admin key", || async {
+        let logs = podman_run("podman", &["logs", &stack.container("bootstrap")]);
+        logs.lines()
+            .find_map(|l| l.split("(shown once): ").nth(1))
+            .map(|k| k.trim().to_owned())
+    })
+    .await;
+    let admin = leasehold::client::Client::new(url.clone(), Some(key.clone()));
+    eventually(up_to, "the compose runner is online", || async {
+        let runners = admin.runners(leasehold::wire::Tier::Workspace).await.ok()?;
+        runners
+            .iter()
+            .any(|r| r.label == "compose-runner" && r.presence == "online")
+            .then_some(())
+    })
+    .await;
+
+    let run = |text: &'static str| {
+        let (url, key) = (url.clone(), key.clone());
+        async move {
+            cli(
+                &url,
+                &key,
+                &[
+                    "job",
+                    "submit",
+                    "--wait",
+                    "--pool",
+                    "workspace",
+                    "--",
+                    "echo",
+                    text,
+                ],
+                LONG,
+            )
+            .await
+        }
+    };
+    let first = run("through the balancer").await;
+    assert_eq!(first.code, Some(0), "{first:?}");
+    assert_eq!(first.stdout, "through the balancer\n");
+
+    podman_run("podman", &["kill", &stack.container("leasehold-1")]);
+    let second = eventually(up_to, "a job runs with a replica killed", || async {
+        let out = run("one replica down").await;
+        (out.code == Some(0)).then_some(out)
+    })
+    .await;
+    assert_eq!(second.stdout, "one replica down\n");
+
+    podman_run("podman", &["restart", &stack.container("postgres")]);
+    let third = eventually(up_to, "a job runs after the database restarts", || async {
+        let out = run("after the restart").await;
+        (out.code == Some(0)).then_some(out)
+    })
+    .await;
+    assert_eq!(third.stdout, "after the restart\n");
+    let jobs = admin.jobs(None, None, None).await.unwrap().jobs;
+    let completed = jobs.iter().filter(|j| j.state == "completed").count();
+    assert!(completed >= 3, "nothing lost: {jobs:?}");
+
+    // Another admin key from the running stack, as the README says.
+    let minted = podman_run(
+        "podman",
+        &[
+            "exec",
+            &stack.container("leasehold-2"),
+            "compose-secrets.sh",
+            "run",
+            "leasehold",
+            "admin",
+            "create-key",
+            "--workspace",
+            "demo",
+            "--subject",
+            "admin2",
+            "--role",
+            "admin",
+        ],
+    );
+    let minted = minted
+        .split_whitespace()
+        .find(|w| w.starts_with("ak_"))
+        .unwrap_or_else(|| panic!("a key: {minted}"))
+        .to_owned();
+    let admin2 = leasehold::client::Client::new(url.clone(), Some(minted));
+    assert_eq!(
+        admin2.jobs(None, None, None).await.unwrap().jobs.len(),
+        jobs.len()
+    );
+
+    stack.compose(&["down", "-v", "-t", "2"]);
 }

@@ -232,6 +232,53 @@ async fn a_uid_range_keeps_concurrent_jobs_apart_and_kills_everything_of_a_jobs_
     .await;
 }
 
+/// Issue 56 row 2 (v1.4 "A lease to a caller that is gone": the reference runner never takes a
+/// lease it cannot start at once): with `--job-user-range`, a batch of short jobs twice the
+/// size of the range runs with one lease each; the runner never takes a job it has no free uid
+/// for (a uid frees only after its job's cleanup, later than the command's end).
+#[tokio::test]
+async fn a_uid_range_runner_never_leases_a_job_it_has_no_free_uid_for() {
+    if !crate::support::require("root", root()) {
+        return;
+    }
+    let rig = RunnerRig::new(TestApp::spawn().await, "contain-slots").await;
+    let (_config, r) = rig
+        .start_runner(
+            &["--capacity", "2"],
+            &["--job-user-range", "61760-61761", "--capacity", "2"],
+        )
+        .await;
+    connected(&r).await;
+    let n = 12;
+    let out = crate::procs::cli(
+        &rig.url(),
+        &rig.key,
+        &[
+            "job",
+            "submit",
+            "--count",
+            &n.to_string(),
+            "--",
+            "sh",
+            "-c",
+            "echo $MATRIX_INDEX",
+        ],
+        LONG,
+    )
+    .await;
+    assert_eq!(out.code, Some(0), "{out:?}");
+    let jobs = eventually(LONG, "every job completes", || async {
+        let jobs = rig.alice.jobs(None, None, None).await.ok()?.jobs;
+        (jobs.len() == n && jobs.iter().all(|j| j.state == "completed")).then_some(jobs)
+    })
+    .await;
+    let log = r.log();
+    assert!(!log.contains("no free uid"), "{log}");
+    for j in &jobs {
+        assert_eq!(j.attempts, 1, "job {} leased more than once:\n{log}", j.id);
+    }
+}
+
 /// Real uids of every live (not zombie) process.
 fn live_uids() -> Vec<u32> {
     std::fs::read_dir("/proc")

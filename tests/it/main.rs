@@ -57,4 +57,5 @@ mod transfers;
 mod transport;
 mod trust;
 mod vendor;
+mod waiting;
 mod webhooks;

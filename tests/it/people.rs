@@ -232,3 +232,215 @@ async fn attempt_numbers_agree_between_wait_get_events_and_logs() {
     assert!(lines[1].starts_with("--- attempt 2: "), "{}", logs.stdout);
     assert!(lines[3].starts_with("--- attempt 3: "), "{}", logs.stdout);
 }
+
+/// Issue 56 row 6: the command line as a newcomer uses it. A closed pipe ends `job get`
+/// quietly (no panic); a server address without a scheme works for a loopback address; a
+/// refused key says what may be wrong; every duration flag takes `5m`; an empty command is
+/// refused (by the CLI, and by the service with a 400); the 8-character id prefix the page
+/// shows works; `--json` works before the command.
+#[tokio::test]
+async fn the_command_line_forgives_what_a_newcomer_types() {
+    use std::process::Stdio;
+    let app = TestApp::spawn().await;
+    let url = app.url(0);
+    let key = app.key("acme", "alice", false).await;
+    let alice = leasehold::client::Client::new(url.clone(), Some(key.clone()));
+
+    let out = cli(
+        &url,
+        &key,
+        &["job", "submit", "--timeout", "5m", "--", "true"],
+        LONG,
+    )
+    .await;
+    assert_eq!(out.code, Some(0), "--timeout 5m: {out:?}");
+    let id: uuid::Uuid = out.stdout.trim().parse().unwrap();
+    let job = alice.job(id).await.unwrap();
+    assert_eq!(job.payload["timeout_s"].as_f64(), Some(300.0), "{job:?}");
+
+    // A closed pipe: `job get ID | head -1` once head has gone (the reader closes its end at
+    // once; job get writes only after its call answers).
+    let piped = tokio::process::Command::new("sh")
+        .args([
+            "-c",
+            r#""$0" job get "$1"; echo "status $?" >&2"#,
+            crate::procs::BIN,
+            &id.to_string(),
+        ])
+        .env("LEASEHOLD_SERVER", &url)
+        .env("LEASEHOLD_API_KEY", &key)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let piped = {
+        let mut piped = piped;
+        drop(piped.stdout.take());
+        piped.wait_with_output().await.unwrap()
+    };
+    let stderr = String::from_utf8_lossy(&piped.stderr);
+    assert!(
+        !stderr.contains("panicked")
+            && !stderr.contains("cannot reach")
+            && !stderr.contains("status 0")
+            && !stderr.contains("status 101"),
+        "ends quietly: {stderr}"
+    );
+
+    // The 8 characters the page shows (an id's end), and an id's start.
+    let whole = id.to_string();
+    for short in [&whole[28..], &whole[..8]] {
+        let got = cli(&url, &key, &["job", "get", short], LONG).await;
+        assert_eq!(got.code, Some(0), "{short}: {got:?}");
+        assert!(got.stdout.contains(&whole), "{got:?}");
+    }
+
+    // No scheme on a loopback address.
+    let bare = url.trim_start_matches("http://");
+    let listed = cli(bare, &key, &["job", "list"], LONG).await;
+    assert_eq!(listed.code, Some(0), "--server {bare}: {listed:?}");
+
+    // --json before the command.
+    let listed = cli(&url, &key, &["--json", "job", "list"], LONG).await;
+    assert_eq!(listed.code, Some(0), "{listed:?}");
+    let page: serde_json::Value = serde_json::from_str(&listed.stdout).unwrap();
+    assert_eq!(page["jobs"][0]["id"], serde_json::json!(id.to_string()));
+
+    // A refused key.
+    let refused = cli(&url, "ak_mistyped", &["job", "list"], LONG).await;
+    assert_eq!(refused.code, Some(1));
+    assert!(
+        refused.stderr.contains("mistyped") && refused.stderr.contains("revoked"),
+        "{refused:?}"
+    );
+
+    // An empty command: the CLI refuses it, and so does the service.
+    let empty = cli(&url, &key, &["job", "submit", "--", ""], LONG).await;
+    assert_eq!(empty.code, Some(1), "{empty:?}");
+    assert!(empty.stderr.contains("empty"), "{empty:?}");
+    for argv in [serde_json::json!([]), serde_json::json!([""])] {
+        let refused = alice
+            .dispatch(&leasehold::wire::Dispatch::new(
+                crate::support::personal(),
+                serde_json::json!({ "argv": argv }),
+            ))
+            .await;
+        assert_eq!(crate::support::code(refused), "bad_request");
+    }
+}
+
+/// Issue 56 row 3: the two tiers as a person meets them. `join-code create` says which tier
+/// it mints and how to mint the other; `runners list` shows both tiers with a TIER column; a
+/// dispatch no runner of its pool can take names the runner of the other tier that could;
+/// `runners revoke` finds a runner's tier by itself, and refuses another's personal runner
+/// naming its owner.
+#[tokio::test]
+async fn the_two_tiers_are_named_found_and_suggested() {
+    use leasehold::wire::Tier;
+    let app = TestApp::spawn().await;
+    let url = app.url(0);
+    let admin_key = app.key("acme", "alice", true).await;
+    let bob_key = app.key("acme", "bob", false).await;
+    let alice = leasehold::client::Client::new(url.clone(), Some(admin_key.clone()));
+
+    let code = cli(&url, &admin_key, &["join-code", "create"], LONG).await;
+    assert_eq!(code.code, Some(0), "{code:?}");
+    assert!(
+        code.stderr.contains("personal runner") && code.stderr.contains("--workspace"),
+        "says the tier and how to mint the other: {code:?}"
+    );
+
+    let (gpu_box, _) = crate::support::pair_as(
+        &alice,
+        Tier::Personal,
+        &leasehold::wire::CreateRunner {
+            label: "box2".into(),
+            capabilities: Some(vec!["gpu".into()]),
+            ..Default::default()
+        },
+    )
+    .await;
+    let (shared, _) = crate::support::pair_as(
+        &alice,
+        Tier::Workspace,
+        &leasehold::wire::CreateRunner {
+            label: "shared-1".into(),
+            ..Default::default()
+        },
+    )
+    .await;
+
+    let list = cli(&url, &admin_key, &["runners", "list"], LONG).await;
+    assert_eq!(list.code, Some(0), "{list:?}");
+    assert!(
+        list.stdout.starts_with("ID") && list.stdout.contains("TIER"),
+        "{list:?}"
+    );
+    for (r, tier) in [(&gpu_box, "personal"), (&shared, "workspace")] {
+        let line = list
+            .stdout
+            .lines()
+            .find(|l| l.contains(&r.id.to_string()))
+            .unwrap_or_else(|| panic!("{} listed: {list:?}", r.label));
+        assert!(line.contains(tier), "{line}");
+    }
+
+    let out = cli(
+        &url,
+        &admin_key,
+        &[
+            "job",
+            "submit",
+            "--pool",
+            "workspace",
+            "--require",
+            "gpu",
+            "--",
+            "true",
+        ],
+        LONG,
+    )
+    .await;
+    assert_eq!(out.code, Some(0), "{out:?}");
+    assert!(
+        out.stderr.contains("box2") && out.stderr.contains("--pool personal"),
+        "names the near miss: {out:?}"
+    );
+
+    // Bob cannot revoke alice's personal runner, and is told whose it is.
+    let refused = cli(
+        &url,
+        &bob_key,
+        &["runners", "revoke", &gpu_box.id.to_string()],
+        LONG,
+    )
+    .await;
+    assert_eq!(refused.code, Some(1), "{refused:?}");
+    assert!(refused.stderr.contains("alice"), "{refused:?}");
+    // Two runners paired in the same minute share their first 8 characters (UUIDv7): the
+    // prefix is refused naming both, and a longer one works.
+    let short = cli(
+        &url,
+        &admin_key,
+        &["runners", "revoke", &shared.id.to_string()[..8]],
+        LONG,
+    )
+    .await;
+    assert_eq!(short.code, Some(1), "{short:?}");
+    assert!(
+        short.stderr.contains("shared-1") && short.stderr.contains("box2"),
+        "{short:?}"
+    );
+    // Alice revokes the workspace runner without saying its tier, by a unique prefix.
+    let revoked = cli(
+        &url,
+        &admin_key,
+        &["runners", "revoke", &shared.id.to_string()[..23]],
+        LONG,
+    )
+    .await;
+    assert_eq!(revoked.code, Some(0), "{revoked:?}");
+    let left = alice.runners(Tier::Workspace).await.unwrap();
+    assert!(left.iter().all(|r| r.id != shared.id));
+}

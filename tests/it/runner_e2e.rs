@@ -105,7 +105,15 @@ async fn a_join_code_enrols_a_runner_whose_command_output_and_exit_code_come_bac
     assert_eq!(missing.stderr.trim(), "leasehold: not found (not_found)");
     let denied = cli(&url, "ak_nope", &["job", "list"], LONG).await;
     assert_eq!(denied.code, Some(1));
-    assert_eq!(denied.stderr.trim(), "leasehold: unauthorized");
+    // The contract's one 401, with its three causes named (issue 56 row 6).
+    assert!(
+        denied
+            .stderr
+            .starts_with("leasehold: the service refused the API key (unauthorized)")
+            && denied.stderr.lines().count() == 1,
+        "{}",
+        denied.stderr
+    );
 
     r.signal(Signal::SIGTERM);
     assert!(r.exit(LONG).await.success(), "{}", r.log());
@@ -510,6 +518,94 @@ async fn a_restarted_runner_kills_what_a_crashed_run_left_and_clears_its_work_di
         entries(&mine).is_empty().then_some(())
     })
     .await;
+}
+
+/// Issue 56 row 1: a second `runner run` of the same configuration, with another work
+/// directory, refuses to start with one line naming the running one, and the first one's job
+/// runs on; so does a copy of the configuration at another path.
+#[tokio::test]
+async fn a_second_run_of_the_same_configuration_refuses_and_kills_nothing() {
+    let rig = RunnerRig::new(TestApp::spawn().await, "e2e-twice").await;
+    let (config, first) = rig.start_runner(&[], &["--unconfined"]).await;
+    let m = marker();
+    let _cleanup = KillOnDrop(m.clone());
+    let id = rig.submit(&["--", "sh", "-c", &format!("sleep {m}")]).await;
+    let pgid = eventually(LONG, "the job runs", || async {
+        let p = processes_with(&m);
+        (p.iter().filter(|(_, s, _)| *s != 'Z').count() >= 2).then(|| p[0].2)
+    })
+    .await;
+
+    let mut second = runner(&config, &rig.dir.join("work-2"), &["--unconfined"], &[]);
+    let status = second.exit(LONG).await;
+    let log = second.log();
+    assert!(!status.success(), "{log}");
+    assert!(
+        log.contains("already running on this machine")
+            && log.contains(&format!("pid {}", first.pid())),
+        "says which process runs it: {log}"
+    );
+    assert!(!log.contains("killing"), "{log}");
+    assert!(live_in_group(pgid) > 0, "the first one's job runs on");
+
+    // A copy of the configuration at another path is the same runner: refused as well (the
+    // machine-wide lock keyed by the runner id), and it sweeps nothing.
+    let copy_dir = rig.dir.join("copy");
+    std::fs::create_dir_all(&copy_dir).unwrap();
+    let copy = copy_dir.join("runner.json");
+    std::fs::copy(&config, &copy).unwrap();
+    let mut third = runner(&copy, &rig.dir.join("work-3"), &["--unconfined"], &[]);
+    let status = third.exit(LONG).await;
+    let log = third.log();
+    assert!(!status.success(), "{log}");
+    assert!(log.contains("already running on this machine"), "{log}");
+    assert!(!log.contains("killing"), "{log}");
+    assert!(live_in_group(pgid) > 0, "the first one's job runs on");
+    let job = rig.alice.job(id).await.unwrap();
+    assert_eq!(job.state, "leased", "{}", first.log());
+    rig.alice.cancel(id).await.unwrap();
+}
+
+/// Issue 56 row 5: revoking a runner whose job is running and printing: on the first 401 the
+/// runner kills its job (reporting nothing) and exits non-zero with one line saying it was
+/// revoked, rather than shipping refused output until the lease lapses.
+#[tokio::test]
+async fn a_revoked_runner_stops_its_jobs_and_exits_saying_so() {
+    let rig = RunnerRig::new(TestApp::spawn().await, "e2e-revoked").await;
+    let (config, mut r) = rig.start_runner(&[], &["--unconfined"]).await;
+    let m = marker();
+    let _cleanup = KillOnDrop(m.clone());
+    let script = format!("while :; do echo tick; sleep 0.1; done & exec sleep {m}");
+    let id = rig.submit(&["--", "sh", "-c", &script]).await;
+    let pgid = eventually(LONG, "the job runs", || async {
+        let p = processes_with(&m);
+        p.iter().find(|(_, s, _)| *s != 'Z').map(|p| p.2)
+    })
+    .await;
+    let runner_id: Uuid = saved(&config)["runner_id"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    rig.alice
+        .revoke_runner(wire::Tier::Personal, runner_id)
+        .await
+        .unwrap();
+    let status = r.exit(LONG).await;
+    let log = r.log();
+    assert!(!status.success(), "{log}");
+    let last = log.lines().last().unwrap_or_default();
+    assert!(
+        last.contains("this runner was revoked"),
+        "its last line says it was revoked: {log}"
+    );
+    assert!(
+        log.matches("output batch refused").count() <= 1,
+        "stops at the first 401: {log}"
+    );
+    assert_eq!(live_in_group(pgid), 0, "its job is killed: {log}");
+    let job = rig.alice.job(id).await.unwrap();
+    assert_ne!(job.state, "completed", "{job:?}");
 }
 
 #[tokio::test]

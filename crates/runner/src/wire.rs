@@ -300,6 +300,11 @@ pub struct Job {
     /// before the server recorded it.
     #[serde(default)]
     pub dispatched_by: Option<DispatchedBy>,
+    /// Why a parked job waits (v1.4): `no_matching_runner`, `no_runner_online`, `all_busy`,
+    /// `not_before`, or null (about to be leased, or not parked). `GET /v1/jobs/{id}` and a
+    /// dispatch answer compute it; lists leave it null.
+    #[serde(default)]
+    pub waiting: Option<String>,
 }
 
 /// Who dispatched or last retried a job (v1.4): the API key's subject and role.

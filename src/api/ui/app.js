@@ -133,6 +133,17 @@ function commandText(j) {
   return "(" + j.kind + ")";
 }
 
+// Why a parked job waits (v1.4 `waiting`), in words.
+function waitingText(j) {
+  const words = {
+    no_matching_runner: "no runner of its target can take it (none enrolled there advertises what it requires)",
+    no_runner_online: "runners of its target could take it, but none is online",
+    all_busy: "every slot of the online runners of its target is busy",
+    not_before: "a retry's delay has not passed yet",
+  };
+  return (words[j.waiting] || j.waiting) + " (" + j.waiting + ")";
+}
+
 function target(j) {
   if (j.runner_id && j.runner_id !== "*") return "runner " + runnerName(j.runner_id);
   if (j.pool) return j.pool + " pool";
@@ -145,6 +156,27 @@ function attemptText(j) {
   const n = j.retries + 1;
   const of = j.retry && n <= j.retry.limit + 1 ? " of " + (j.retry.limit + 1) : "";
   return n + of;
+}
+
+// A reason code of the contract (a state event's reason or `after`), in words a person reads.
+const REASONS = {
+  runner_failed: "the runner could not run it",
+  exit_code: "the command exited non-zero",
+  lease_lost: "its runner went silent (lease lost)",
+  cancelled: "cancelled",
+  capability_mismatch: "the runner lacks what it requires",
+  no_runner: "no runner could take it in time",
+  queue_timeout: "it waited too long in the queue",
+  runner_revoked: "its runner was revoked",
+  secret_missing: "a secret it needs is missing",
+  retry_call: "retried by hand",
+  retry: "retried",
+  caller_gone: "the runner's lease call was gone",
+  released: "the runner gave it back",
+  lapsed: "its lease lapsed",
+};
+function reasonText(code) {
+  return REASONS[code] || (code ? String(code).replace(/_/g, " ") : "");
 }
 
 // Which attempt and lease each event belongs to (the command line's `Attempts`).
@@ -160,11 +192,11 @@ class Attempts {
       const ended = Number.isInteger(d.attempt) ? d.attempt : this.attempt;
       this.attempt = ended + 1;
       this.lease = 0;
-      this.ended = "attempt " + ended + " ended: " + (d.after || "retry");
+      this.ended = "attempt " + ended + " ended: " + reasonText(d.after || "retry");
       return null;
     }
     if (d.state === "parked") {
-      if (d.reason && d.reason !== "dispatched") this.ended = d.reason;
+      if (d.reason && d.reason !== "dispatched") this.ended = reasonText(d.reason);
       return null;
     }
     if (d.state === "leased") {
@@ -340,17 +372,33 @@ async function renderJob(id) {
     ["Status", s.text],
     ["State", job.state],
     ["Target", target(job)],
+  ];
+  if (job.required_capabilities && job.required_capabilities.length)
+    pairs.push(["Requires", job.required_capabilities.join(", ")]);
+  if (job.waiting) pairs.push(["Waiting", waitingText(job)]);
+  pairs.push(
     ["Attempt", attemptText(job)],
     ["Leases of this attempt", job.attempts + " of " + job.max_attempts],
     ["Created", new Date(job.created_at).toLocaleString()],
     ["Finished", job.finished_at ? new Date(job.finished_at).toLocaleString() : "–"],
-  ];
+  );
+  const waited = duration(job.created_at, job.leased_at);
+  if (waited) pairs.push(["Waited for a runner", waited]);
+  if (job.payload && typeof job.payload.timeout_s === "number") {
+    const t = job.payload.timeout_s;
+    pairs.push(["Timeout", t < 120 ? t + " s" : Math.floor(t / 60) + " min" + (t % 60 ? " " + Math.round(t % 60) + " s" : "")]);
+  }
   const took = duration(job.leased_at, job.finished_at);
   if (took) pairs.push(["Duration", took]);
   const exit = exitText(job);
   if (exit) pairs.push(["Exit", exit]);
   if (job.not_before) pairs.push(["Retries at", new Date(job.not_before).toLocaleString()]);
-  if (job.error) pairs.push(["Error", job.error.reason + (job.error.message ? ": " + job.error.message : "")]);
+  if (job.error) {
+    const why = reasonText(job.error.reason);
+    const m = job.error.message || "";
+    // "cancelled by alice" says it all; else the reason in words, then the message.
+    pairs.push(["Error", m.startsWith(why) ? m : m && m !== job.error.reason ? why + ": " + m : why]);
+  }
   if (job.provenance && job.provenance.runner) pairs.push(["Ran on", runnerName(job.provenance.runner)]);
   if (job.dispatched_by) pairs.push(["Dispatched by", job.dispatched_by.subject + " (" + job.dispatched_by.role + ")"]);
   pairs.push(["Id", job.id]);
@@ -364,6 +412,7 @@ async function renderJob(id) {
   facts.dataset.state = job.state;
   facts.dataset.outcome = job.outcome || "";
   renderLog(events);
+  rawLog(id, events);
   renderTimeline(job, events);
   renderEvents(events);
   renderArtifacts(id, artifacts);
@@ -371,6 +420,58 @@ async function renderJob(id) {
 
 // The log as text: each lease's standard output and error, lines in the order they were
 // shipped, under a heading naming its attempt.
+// A line's text with its ANSI colour codes (SGR: 30-37, 90-97, bold, reset) rendered as
+// spans, and every other escape sequence dropped; the text itself only ever as text.
+function paint(line) {
+  const raw = line.dataset.raw;
+  const parts = [];
+  let fg = null;
+  let bold = false;
+  let at = 0;
+  const csi = /\x1b\[([0-9;?]*)([@-~])|\x1b[@-Z\\-_]?/g;
+  const push = (text) => {
+    if (!text) return;
+    const cls = [fg !== null ? "ansi-fg-" + fg : "", bold ? "ansi-bold" : ""].filter(Boolean).join(" ");
+    parts.push(cls ? el("span", text, cls) : document.createTextNode(text));
+  };
+  for (const m of raw.matchAll(csi)) {
+    push(raw.slice(at, m.index));
+    at = m.index + m[0].length;
+    if (m[2] !== "m") continue;
+    for (const p of (m[1] || "0").split(";").map(Number)) {
+      if (p === 0) { fg = null; bold = false; }
+      else if (p === 1) bold = true;
+      else if (p === 22) bold = false;
+      else if (p === 39) fg = null;
+      else if (p >= 30 && p <= 37) fg = p - 30;
+      else if (p >= 90 && p <= 97) fg = p - 90 + 8;
+    }
+  }
+  push(raw.slice(at));
+  line.replaceChildren(...parts);
+}
+
+// A job's output as plain text (what it wrote, escape sequences stripped), behind the log's
+// "raw text" link as a file to download.
+let rawUrl = null;
+let rawText = null;
+function rawLog(id, events) {
+  const text = events
+    .filter((e) => (e.kind === "stdout" || e.kind === "stderr") && e.data)
+    .map((e) => (typeof e.data.text === "string" ? e.data.text : typeof e.data.line === "string" ? e.data.line + "\n" : ""))
+    .join("")
+    .replace(/\x1b\[[0-9;?]*[@-~]|\x1b[@-Z\\-_]?/g, "");
+  const link = $("log-raw");
+  // The same text keeps its URL (the page refreshes; a link being followed stays valid).
+  if (rawUrl && rawText === text && link.download === "job-" + id + ".log") return;
+  if (rawUrl) URL.revokeObjectURL(rawUrl);
+  rawText = text;
+  rawUrl = URL.createObjectURL(new Blob([text], { type: "text/plain" }));
+  link.href = rawUrl;
+  link.download = "job-" + id + ".log";
+  link.hidden = text === "";
+}
+
 function renderLog(events) {
   const attempts = new Attempts();
   const blocks = [];
@@ -406,10 +507,16 @@ function renderLog(events) {
         return;
       }
       if (i === 0 && open && open.dataset.stream === e.kind) {
-        open.textContent += part;
+        open.dataset.raw += part;
+        paint(open);
       } else {
-        const line = el("span", part, "line " + e.kind);
+        const line = el("span", null, "line " + e.kind);
         line.dataset.stream = e.kind;
+        line.dataset.raw = part;
+        // When the line was written (its event's time), on hover and for tools.
+        line.dataset.at = e.at || "";
+        line.title = clock(e.at);
+        paint(line);
         block.append(line);
         open = line;
       }
@@ -440,16 +547,18 @@ function renderTimeline(job, events) {
     if (l) {
       item("leased", leaseName(l) + ": started", "runner " + runnerName(l.runner), e.at);
     } else if (d.state === "parked" && d.reason === "retry") {
-      item("retry", "Attempt " + d.attempt + " ended: " + (d.after || "retry"), "parked again for a retry", e.at);
+      item("retry", "Attempt " + d.attempt + " ended: " + reasonText(d.after || "retry"), "parked again for a retry", e.at);
     } else if (d.state === "parked" && (!d.reason || d.reason === "dispatched")) {
       item("parked", "Dispatched", "waiting for a runner", e.at);
     } else if (d.state === "parked") {
-      item("parked", "Lease ended: " + d.reason, "parked again; the next lease runs it", e.at);
+      item("parked", "Lease ended: " + reasonText(d.reason), "parked again; the next lease runs it", e.at);
     } else if (d.state === "completed") {
       const s = status(job);
       item("end " + s.cls, s.text, "finished on runner " + runnerName(d.runner), e.at);
     } else {
-      item("end outcome-" + (d.state === "failed" ? "failed" : d.state), d.state + (d.reason ? ": " + d.reason : ""), d.runner ? "runner " + runnerName(d.runner) : "", e.at);
+      const title = d.state.charAt(0).toUpperCase() + d.state.slice(1);
+      const why = d.reason && d.reason !== d.state ? ": " + reasonText(d.reason) : "";
+      item("end outcome-" + (d.state === "failed" ? "failed" : d.state), title + why, d.runner ? "runner " + runnerName(d.runner) : "", e.at);
     }
   }
   $("timeline").replaceChildren(...items);

@@ -10,6 +10,7 @@
 
 pub mod artifacts;
 pub mod events;
+pub mod ids;
 pub mod jobs;
 pub mod operators;
 pub mod secrets;
@@ -48,12 +49,86 @@ impl Conn {
         let server = self.server.clone().ok_or_else(|| {
             anyhow::anyhow!("no server: pass --server URL or set LEASEHOLD_SERVER")
         })?;
+        let server = server_url(&server)?;
         let key = self
             .key
             .clone()
             .ok_or_else(|| anyhow::anyhow!("no API key: pass --key or set LEASEHOLD_API_KEY"))?;
         Client::with_trust(server, Some(key), &Trust::ca(self.ca_cert.clone()))
     }
+}
+
+/// `--server` as a base URL: as given when it has a scheme; a bare loopback address
+/// (`127.0.0.1:18431`, `localhost:8080`, as `leasehold dev` prints) gets `http://`; any other
+/// bare address is refused with the two forms to choose from (an API key is not sent over
+/// plain HTTP to another machine on a guess).
+///
+/// # Errors
+/// A bare address that is not a loopback one.
+pub fn server_url(given: &str) -> anyhow::Result<String> {
+    let given = given.trim();
+    if given.contains("://") {
+        return Ok(given.to_owned());
+    }
+    let host = given
+        .rsplit_once(':')
+        .map_or(given, |(h, _)| h)
+        .trim_start_matches('[')
+        .trim_end_matches(']');
+    let loopback = host == "localhost"
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback());
+    if loopback {
+        return Ok(format!("http://{given}"));
+    }
+    anyhow::bail!(
+        "--server {given} has no scheme: pass https://{given} (or http://{given} for a server \
+         without TLS)"
+    )
+}
+
+/// What a 401 to an API key means, for people: the contract's answer is the same whatever the
+/// cause, so name the causes.
+const UNAUTHORIZED_HINT: &str = "the service refused the API key (unauthorized): it is \
+     mistyped or truncated, revoked, or a key of another server; check --key / \
+     LEASEHOLD_API_KEY and --server / LEASEHOLD_SERVER";
+
+/// Flags of [`Conn`] given before the command (`leasehold --json job list`), moved after the
+/// command word where clap reads them; everything else is left in order.
+pub fn hoist_globals(args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+    const VALUED: [&str; 3] = ["--server", "--key", "--ca-cert"];
+    let mut moved = Vec::new();
+    let mut rest = Vec::new();
+    let mut it = args.into_iter();
+    if let Some(program) = it.next() {
+        rest.push(program);
+    }
+    while let Some(a) = it.next() {
+        let s = a.to_string_lossy();
+        if s == "--json" || VALUED.iter().any(|v| s.starts_with(&format!("{v}="))) {
+            moved.push(a);
+        } else if VALUED.contains(&s.as_ref()) {
+            moved.push(a);
+            if let Some(v) = it.next() {
+                moved.push(v);
+            }
+        } else {
+            rest.push(a);
+            rest.extend(it);
+            break;
+        }
+    }
+    if moved.is_empty() {
+        return rest;
+    }
+    // Right after the command word (`job`), whose flattened [`Conn`] takes them for every
+    // subcommand: never at the end, where `job submit CMD...` would take them as the command's.
+    let cut = rest.len().min(2);
+    let tail = rest.split_off(cut);
+    rest.extend(moved);
+    rest.extend(tail);
+    rest
 }
 
 /// The people's commands, as `main` mounts them.
@@ -155,6 +230,9 @@ fn render_chain(e: &anyhow::Error) -> String {
     for cause in e.chain() {
         if let Some(c) = cause.downcast_ref::<ClientError>() {
             match c {
+                ClientError::Api { status, .. } if *status == reqwest::StatusCode::UNAUTHORIZED => {
+                    let _ = write!(out, "{UNAUTHORIZED_HINT}");
+                }
                 ClientError::Api { code, message, .. } if message == code => {
                     let _ = write!(out, "{message}");
                 }

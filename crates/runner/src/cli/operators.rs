@@ -15,16 +15,21 @@ use crate::wire::{self, Tier};
 
 #[derive(Debug, Subcommand)]
 pub enum RunnersCommand {
-    /// Your personal runners (with --workspace: every runner paired in the workspace).
+    /// Every runner of the workspace you can see, both tiers (TIER: personal or workspace).
     List {
-        #[arg(long)]
+        /// Only your own personal runners.
+        #[arg(long, conflicts_with = "workspace")]
+        mine: bool,
+        /// Kept for scripts: the same as no flag (every runner of the workspace).
+        #[arg(long, hide = true)]
         workspace: bool,
     },
-    /// Revoke a runner: its token dies at once, its pool jobs go back to the queue.
+    /// Revoke a runner (its id or a unique prefix): its token dies at once, its pool jobs go
+    /// back to the queue. A workspace runner needs an admin key; a personal one, its owner.
     Revoke {
-        id: Uuid,
-        /// A workspace-owned runner (needs an admin key).
-        #[arg(long)]
+        id: String,
+        /// Kept for scripts: the runner's tier is found by itself.
+        #[arg(long, hide = true)]
         workspace: bool,
     },
     /// The repository targets a runner advertised, and their status.
@@ -45,10 +50,19 @@ pub enum JoinCodeCommand {
         /// The runner takes one job and its token dies once that job settles.
         #[arg(long)]
         ephemeral: bool,
-        /// Seconds the code stays valid (1..600).
-        #[arg(long, value_name = "SECONDS")]
-        ttl: Option<i64>,
+        /// How long the code stays valid (1 s..10m): `10m`, `90s`, or seconds.
+        #[arg(long, value_name = "DURATION", value_parser = crate::wire::input::parse_seconds)]
+        ttl: Option<f64>,
     },
+}
+
+/// `personal` or `workspace`, from a runner's owner (`ws:<workspace>` owns workspace runners).
+pub fn tier_of(r: &wire::Runner) -> &'static str {
+    if r.owner.starts_with("ws:") {
+        "workspace"
+    } else {
+        "personal"
+    }
 }
 
 fn tier(workspace: bool) -> Tier {
@@ -64,8 +78,8 @@ fn tier(workspace: bool) -> Tier {
 pub async fn runners(conn: &Conn, command: RunnersCommand) -> anyhow::Result<i32> {
     let client = conn.client()?;
     match command {
-        RunnersCommand::List { workspace } => {
-            let runners = client.runners(tier(workspace)).await?;
+        RunnersCommand::List { mine, workspace: _ } => {
+            let runners = client.runners(tier(!mine)).await?;
             if conn.json {
                 print_json(&wire::RunnerList { runners });
                 return Ok(0);
@@ -75,6 +89,7 @@ pub async fn runners(conn: &Conn, command: RunnersCommand) -> anyhow::Result<i32
                 .map(|r| {
                     vec![
                         r.id.to_string(),
+                        tier_of(r).to_owned(),
                         r.label.clone(),
                         r.owner.clone(),
                         r.presence.to_string(),
@@ -103,6 +118,7 @@ pub async fn runners(conn: &Conn, command: RunnersCommand) -> anyhow::Result<i32
             print_table(
                 &[
                     "ID",
+                    "TIER",
                     "LABEL",
                     "OWNER",
                     "PRESENCE",
@@ -135,12 +151,45 @@ pub async fn runners(conn: &Conn, command: RunnersCommand) -> anyhow::Result<i32
             print_targets(conn, &runner);
             Ok(0)
         }
-        RunnersCommand::Revoke { id, workspace } => {
-            client.revoke_runner(tier(workspace), id).await?;
+        RunnersCommand::Revoke { id, workspace: _ } => {
+            let roster = client.runners(Tier::Workspace).await?;
+            let id = super::ids::runner(&roster, &id)?;
+            let found = roster.iter().find(|r| r.id == id);
+            let tier = match found {
+                Some(r) if r.owner.starts_with("ws:") => Tier::Workspace,
+                Some(r) => {
+                    let mine = client.runners(Tier::Personal).await?;
+                    if !mine.iter().any(|m| m.id == id) {
+                        anyhow::bail!(
+                            "runner {id} ({}) is {}'s personal runner: only {} can revoke it",
+                            r.label,
+                            r.owner,
+                            r.owner
+                        );
+                    }
+                    Tier::Personal
+                }
+                None => anyhow::bail!("no runner {id} in this workspace (already revoked?)"),
+            };
+            match client.revoke_runner(tier, id).await {
+                Ok(()) => {}
+                Err(e) if e.status().map(|s| s.as_u16()) == Some(403) => anyhow::bail!(
+                    "runner {id} is a workspace runner: revoking it needs an admin key of this \
+                     workspace"
+                ),
+                Err(e) => return Err(e.into()),
+            }
             if conn.json {
                 print_json(&serde_json::json!({"revoked": id}));
             } else {
-                println!("runner {id} revoked");
+                println!(
+                    "{} runner {id} revoked",
+                    if tier == Tier::Workspace {
+                        "workspace"
+                    } else {
+                        "personal"
+                    }
+                );
             }
             Ok(0)
         }
@@ -183,10 +232,20 @@ pub async fn join_code(conn: &Conn, command: JoinCodeCommand) -> anyhow::Result<
     let code = client
         .create_join_code(&wire::CreateJoinCode {
             tier: tier(workspace),
-            ttl_s: ttl,
+            ttl_s: ttl.map(|t| t.round() as i64),
             ephemeral: ephemeral.then_some(true),
         })
         .await?;
+    let which = if workspace {
+        "a workspace runner (owned by the workspace: it serves --pool workspace, for every \
+         member)"
+    } else {
+        "a personal runner (yours: it serves your --pool personal jobs only); for a workspace \
+         runner that serves every member, an admin runs `leasehold join-code create --workspace`"
+    };
+    if !conn.json {
+        eprintln!("this code enrols {which}");
+    }
     if conn.json {
         print_json(&code);
     } else if let Some(payload) = &code.connect {

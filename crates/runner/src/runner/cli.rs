@@ -117,8 +117,10 @@ pub enum RunnerCommand {
         /// else.
         #[arg(long)]
         unconfined: bool,
-        /// After SIGTERM, how long running jobs may finish before they are released.
-        #[arg(long, value_name = "SECONDS", default_value_t = 600.0)]
+        /// After SIGTERM, how long running jobs may finish before they are released: `10m`,
+        /// `90s`, or seconds.
+        #[arg(long, value_name = "DURATION", default_value = "600",
+              value_parser = crate::wire::input::parse_seconds)]
         drain_timeout: f64,
         /// Parent of the per-job work directories.
         #[arg(long, env = "LEASEHOLD_WORK_DIR", value_name = "PATH")]

@@ -226,6 +226,10 @@ async fn run_tracked(
             "LEASEHOLD_RUNNER_ID".to_owned(),
             shared.runner_id.to_string(),
         );
+        job_env.insert(
+            super::holder::RUN_VAR.to_owned(),
+            shared.work.run().to_string(),
+        );
         let ctx = executor::Context {
             dir: &dir,
             sandbox: &shared.sandbox,

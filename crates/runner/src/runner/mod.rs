@@ -18,6 +18,7 @@
 //! - [`sandbox`]: direct execution or bubblewrap; the job's environment allow-list.
 //! - [`contain`]: nothing a job started outlives it (a cgroup per job, a uid per job with a
 //!   range, the sweep, the subreaper).
+//! - [`holder`]: one process per runner configuration on a machine (a lock beside it).
 //! - [`workdir`]: one locked directory per runner, one fresh directory per job.
 //! - `startup`: what a runner checks and sets up before its first lease.
 //!
@@ -34,6 +35,7 @@ pub mod config;
 pub mod contain;
 pub mod descriptors;
 pub mod executor;
+pub mod holder;
 pub mod job;
 pub mod join_url;
 pub mod mailbox;
@@ -177,6 +179,9 @@ impl Shared {
             return false;
         }
         running.insert(id, (epoch, lost.clone()));
+        if self.servers.revoked().is_cancelled() {
+            lost.cancel();
+        }
         true
     }
 
@@ -345,6 +350,17 @@ pub async fn run(opts: Options, stopper: Stopper) -> anyhow::Result<Summary> {
     // Nothing the runner was started with reaches a job (v1.3, "What a job inherits").
     descriptors::close_on_exec_above_stderr();
     let config = &opts.config;
+    // Before anything is touched (a uid's leftovers, the work directory): a second process of
+    // this runner refuses here, whatever its work directory.
+    let holder = holder::Holder::acquire(
+        &holder::lock_path(
+            opts.config_path.as_deref(),
+            &opts.work_dir,
+            config.runner_id,
+        ),
+        config.runner_id,
+        &opts.work_dir,
+    )?;
     let capacity = opts.capacity.unwrap_or(config.capacity).clamp(1, 256);
     let once = opts.once || config.ephemeral;
     let servers = Arc::new(
@@ -357,7 +373,7 @@ pub async fn run(opts: Options, stopper: Stopper) -> anyhow::Result<Summary> {
         ),
     );
 
-    let confined = startup::confine(&opts, capacity).await?;
+    let confined = startup::confine(&opts, capacity, &holder).await?;
     // After the probes: the reaper leaves alone only the children spawned by the executor.
     let _reaper = if opts.subreaper {
         Some(startup::reap_orphans()?)
@@ -379,6 +395,7 @@ pub async fn run(opts: Options, stopper: Stopper) -> anyhow::Result<Summary> {
         mailbox: mailbox::Mailbox::default(),
     });
     let _presence = AbortOnDropHandle::new(tokio::spawn(runner_heartbeat(shared.clone())));
+    let _revoked = stop_when_revoked(shared.clone(), stopper.clone());
     let _deadline = release_at_drain_deadline(&stopper, opts.drain_timeout);
 
     let mut jobs = JobTasks::default();
@@ -388,7 +405,34 @@ pub async fn run(opts: Options, stopper: Stopper) -> anyhow::Result<Summary> {
     .await;
     let summary = jobs.wait_all().await;
     tracing::info!(?summary, "runner stopped");
+    // An ephemeral runner's token dies once its job settled: that is its end, not a refusal.
+    let settled_its_one = once && summary.completed + summary.failed > 0 && summary.lost == 0;
+    if servers.revoked().is_cancelled() && !settled_its_one {
+        anyhow::bail!("{REVOKED}");
+    }
     result.map(|()| summary)
+}
+
+/// The one line a runner whose token the service refuses exits with.
+pub const REVOKED: &str = "this runner was revoked: the service refused its token (401), so      its running jobs were stopped and it exits; enrol it again with a new join code      (`leasehold runner connect CODE`) to run jobs here";
+
+/// On the first 401 of any call (the token is revoked), stop every running job at once
+/// without reporting it (no call can succeed) and stop leasing.
+fn stop_when_revoked(shared: Arc<Shared>, stopper: Stopper) -> AbortOnDropHandle<()> {
+    AbortOnDropHandle::new(tokio::spawn(async move {
+        shared.servers.revoked().cancelled().await;
+        let running: Vec<CancellationToken> = shared
+            .running
+            .lock()
+            .expect("running lock")
+            .values()
+            .map(|(_, lost)| lost.clone())
+            .collect();
+        for lost in running {
+            lost.cancel();
+        }
+        stopper.drain.cancel();
+    }))
 }
 
 /// After a drain starts, the drain deadline escalates it to a release.
@@ -430,6 +474,13 @@ async fn lease_until_stopped(
         // Every slot busy: wait for a job to end, and take the report of one that finishes
         // meanwhile into the lease call that follows at once (v1.2 `done`).
         let mut letters = Vec::new();
+        if capacity - (jobs.len() as i64) <= 0 && matches!(shared.users, Users::Pool(_)) {
+            // A job's uid is free again only once its task has cleaned up after the report
+            // (v1.4: never lease what cannot start at once): wait for a task to end, and let
+            // reports go alone rather than lease for a slot whose uid is still held.
+            jobs.one_ends_or(&stopper.drain).await;
+            continue;
+        }
         if capacity - (jobs.len() as i64) <= 0 {
             shared.mailbox.open();
             tokio::select! {
@@ -489,9 +540,7 @@ async fn lease_until_stopped(
                 }
             }
             Err(e) if e.is_unauthorized() => {
-                return Err(anyhow::anyhow!(
-                    "the service refused this runner's token (revoked?); stopping"
-                ));
+                return Err(anyhow::anyhow!("{REVOKED}"));
             }
             Err(CallError::Api(e)) if e.code() == Some("runner_outdated") => {
                 // Running jobs keep heartbeating and report as usual; no new lease until the

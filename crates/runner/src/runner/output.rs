@@ -426,6 +426,10 @@ pub async fn ship(
     finished: tokio_util::sync::CancellationToken,
 ) -> Result<(), ShipError> {
     loop {
+        // The token is dead (revoked): no batch can be taken any more, and the job is stopped.
+        if servers.revoked().is_cancelled() {
+            return Err(ShipError::Lost);
+        }
         let done = finished.is_cancelled();
         let batch = output.take_batch(done);
         if !batch.is_empty() {

@@ -8,6 +8,10 @@
 //! servers without an answer it backs off exponentially with full jitter, so a fleet of
 //! runners does not hammer a recovering service in step. Every replica serves every call, so a
 //! lease taken through one is heartbeated and completed through whichever answers.
+//!
+//! A runner's servers remember the first 401 any call got ([`Servers::revoked`]): the token is
+//! dead for every call that follows, so the runner stops at once rather than learn it call by
+//! call.
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -32,6 +36,8 @@ pub struct Servers {
     identity: Option<Identity>,
     /// When a server was last probed for the other scheme.
     probed: std::sync::Mutex<Option<Instant>>,
+    /// Cancelled by the first 401 a call of a runner gets: its token is revoked.
+    revoked: tokio_util::sync::CancellationToken,
 }
 
 /// A runner's configuration file and id.
@@ -60,6 +66,7 @@ impl Servers {
             current: AtomicUsize::new(0),
             identity: None,
             probed: std::sync::Mutex::new(None),
+            revoked: tokio_util::sync::CancellationToken::new(),
         })
     }
 
@@ -100,6 +107,13 @@ impl Servers {
         }
     }
 
+    /// Cancelled once a call of this runner got a 401: the service no longer accepts its token
+    /// (revoked, or an ephemeral runner whose job has settled). Never for servers without a
+    /// runner identity (enrolment, the CLI).
+    pub fn revoked(&self) -> &tokio_util::sync::CancellationToken {
+        &self.revoked
+    }
+
     /// The server calls go to now.
     pub fn current(&self) -> &Client {
         &self.clients[self.current.load(Ordering::Relaxed) % self.clients.len()]
@@ -132,7 +146,11 @@ impl Servers {
                 Ok(Ok(v)) => return Ok(v),
                 Ok(Err(e)) if !e.is_transient() => {
                     self.explain(idx, &e).await;
-                    return Err(CallError::Api(e));
+                    let e = CallError::Api(e);
+                    if self.identity.is_some() && e.is_unauthorized() {
+                        self.revoked.cancel();
+                    }
+                    return Err(e);
                 }
                 Ok(Err(e)) => {
                     self.explain(idx, &e).await;

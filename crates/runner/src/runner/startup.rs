@@ -92,7 +92,11 @@ pub(super) struct Confined {
 /// # Errors
 /// Nothing would confine a root runner's jobs (without `--unconfined`), a job user needs root,
 /// or the work directory, the uid range or a probe fails.
-pub(super) async fn confine(opts: &Options, capacity: i64) -> anyhow::Result<Confined> {
+pub(super) async fn confine(
+    opts: &Options,
+    capacity: i64,
+    holder: &super::holder::Holder,
+) -> anyhow::Result<Confined> {
     let config = &opts.config;
     let root = nix::unistd::Uid::effective().is_root();
     let sandboxed = opts.sandbox != Sandbox::None;
@@ -138,7 +142,13 @@ pub(super) async fn confine(opts: &Options, capacity: i64) -> anyhow::Result<Con
         }
     }
 
-    let work = WorkRoot::open(&opts.work_dir, config.runner_id, probe_user.is_some())?;
+    let work = WorkRoot::open(
+        &opts.work_dir,
+        config.runner_id,
+        probe_user.is_some(),
+        holder.run(),
+        holder.left_behind(),
+    )?;
     if let Some(user) = &probe_user {
         reachable(work.path(), user)?;
     }

@@ -2,9 +2,11 @@
 //! job inside it, removed when the job ends.
 //!
 //! Invariants: one process at a time uses a runner's directory (an exclusive `flock` on
-//! `<base>/<runner id>.lock`, held for the runner's life), so clearing left-overs at start can
-//! never touch a live job: the process groups a crashed run left behind (found by the
-//! `LEASEHOLD_RUNNER_ID` every job is started with) are killed, then their directories removed. A job directory holds `work/` (the command's default
+//! `<base>/<runner id>.lock`, held for the runner's life, beside the runner's own lock of
+//! [`super::holder`]), so clearing left-overs at start can never touch a live job: the process
+//! groups the crashed run named by that lock left behind (found by the `LEASEHOLD_RUNNER_ID`
+//! and `LEASEHOLD_RUNNER_RUN` every job is started with) are killed, then their directories
+//! removed. A job directory holds `work/` (the command's default
 //! working directory), `home/` (its `HOME`) and `tmp/` (its `TMPDIR`): everything a job
 //! writes by default is removed with it.
 //!
@@ -87,6 +89,7 @@ impl JobUser {
 /// A runner's directory, locked for as long as this value lives.
 pub struct WorkRoot {
     path: PathBuf,
+    run: Uuid,
     _lock: Flock<File>,
 }
 
@@ -101,12 +104,20 @@ pub struct JobDir {
 }
 
 impl WorkRoot {
-    /// Lock `<base>/<runner id>` and clear what a crashed run left there.
+    /// Lock `<base>/<runner id>` and clear what a crashed run left there: the processes of
+    /// the run `left` (the last holder of the runner's lock, gone) and every job directory.
+    /// `run` is this run's id ([`super::holder::Holder::run`]).
     ///
     /// # Errors
     /// The directory cannot be created, or another process holds the lock.
     /// `others`: jobs run as other users, who must be able to search (not list) it.
-    pub fn open(base: &Path, runner: Uuid, others: bool) -> anyhow::Result<Self> {
+    pub fn open(
+        base: &Path,
+        runner: Uuid,
+        others: bool,
+        run: Uuid,
+        left: Option<Uuid>,
+    ) -> anyhow::Result<Self> {
         fs::create_dir_all(base).with_context(|| format!("creating {}", base.display()))?;
         // Absolute, so a job's TMPDIR and HOME mean the same from any working directory.
         let base =
@@ -125,7 +136,9 @@ impl WorkRoot {
                 lock_path.display()
             )
         })?;
-        kill_orphans(runner);
+        if let Some(left) = left {
+            kill_orphans(runner, left);
+        }
         let path = base.join(runner.to_string());
         if path.exists() {
             for entry in fs::read_dir(&path)? {
@@ -138,11 +151,20 @@ impl WorkRoot {
         fs::create_dir_all(&path)?;
         let mode = if others { 0o711 } else { 0o700 };
         fs::set_permissions(&path, fs::Permissions::from_mode(mode))?;
-        Ok(Self { path, _lock: lock })
+        Ok(Self {
+            path,
+            run,
+            _lock: lock,
+        })
     }
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// This run's id, in every job's environment as `LEASEHOLD_RUNNER_RUN`.
+    pub fn run(&self) -> Uuid {
+        self.run
     }
 
     /// A fresh directory for `name` (a job id, or a probe), the runner's until
@@ -286,14 +308,16 @@ fn chown_tree(dir: &mut Dir, uid: Uid, gid: Gid) -> io::Result<()> {
     Ok(())
 }
 
-/// Kill the process groups of jobs a previous run of `runner` left running (it was killed
-/// before it could stop them). Only our lock holder calls this, so every process carrying this
-/// runner's id in its environment is an orphan. Processes of other users are not readable and
-/// are left alone.
-fn kill_orphans(runner: Uuid) {
+/// Kill the process groups of jobs the run `left` of `runner` left running (it was killed
+/// before it could stop them). Only the holder of the runner's lock calls this, with the run
+/// that held it last, so every process carrying both ids in its environment is an orphan of a
+/// dead run; jobs of any other process (another copy of the configuration) are left alone.
+/// Processes of other users are not readable and are left alone.
+fn kill_orphans(runner: Uuid, left: Uuid) {
     use nix::sys::signal::{kill, killpg, Signal};
     use nix::unistd::{getpgid, Pid};
     let needle = format!("LEASEHOLD_RUNNER_ID={runner}");
+    let run = format!("{}={left}", super::holder::RUN_VAR);
     let me = std::process::id() as i32;
     let my_group = getpgid(None).map_or(me, Pid::as_raw);
     let Ok(procs) = fs::read_dir("/proc") else {
@@ -309,10 +333,8 @@ fn kill_orphans(runner: Uuid) {
         let Ok(environ) = fs::read(entry.path().join("environ")) else {
             continue;
         };
-        if environ
-            .split(|&b| b == 0)
-            .any(|var| var == needle.as_bytes())
-        {
+        let has = |want: &str| environ.split(|&b| b == 0).any(|var| var == want.as_bytes());
+        if has(&needle) && has(&run) {
             let pid = Pid::from_raw(pid);
             tracing::warn!(
                 pid = pid.as_raw(),
@@ -418,7 +440,7 @@ mod tests {
             return;
         }
         let base = std::env::temp_dir().join(format!("lh-work-{}", Uuid::now_v7()));
-        let root = WorkRoot::open(&base, Uuid::now_v7(), true).unwrap();
+        let root = WorkRoot::open(&base, Uuid::now_v7(), true, Uuid::now_v7(), None).unwrap();
         let dir = root.job_dir("job").unwrap();
         let meta = fs::metadata(&dir.root).unwrap();
         assert_eq!(
@@ -509,7 +531,7 @@ mod tests {
     fn the_root_is_exclusive_and_left_overs_are_cleared() {
         let base = std::env::temp_dir().join(format!("lh-work-{}", Uuid::now_v7()));
         let runner = Uuid::now_v7();
-        let root = WorkRoot::open(&base, runner, false).unwrap();
+        let root = WorkRoot::open(&base, runner, false, Uuid::now_v7(), None).unwrap();
         let dir = root.job_dir("job").unwrap();
         let ro = dir.work.join("ro");
         fs::create_dir(&ro).unwrap();
@@ -517,11 +539,11 @@ mod tests {
         fs::set_permissions(&ro, fs::Permissions::from_mode(0o500)).unwrap();
         std::mem::forget(dir); // as a crash would
         assert!(
-            WorkRoot::open(&base, runner, false).is_err(),
+            WorkRoot::open(&base, runner, false, Uuid::now_v7(), None).is_err(),
             "second opener refused"
         );
         drop(root);
-        let root = WorkRoot::open(&base, runner, false).unwrap();
+        let root = WorkRoot::open(&base, runner, false, Uuid::now_v7(), None).unwrap();
         assert_eq!(fs::read_dir(root.path()).unwrap().count(), 0);
         drop(root);
         fs::remove_dir_all(base).unwrap();

@@ -1,6 +1,7 @@
 //! What people and pasted payloads hand us, read and echoed safely: URL schemes compared
 //! without regard to case (`HTTP://` is plain HTTP, as every HTTP client takes it), and text
-//! echoed in messages with its control characters escaped.
+//! echoed in messages with its control characters escaped, and durations as people write them
+//! (`5m`).
 //!
 //! Invariants: [`is_https`] is true only for an `https://` URL in any case, [`is_plain_http`]
 //! only for `http://` in any case, so no caller that refuses plain HTTP can be passed it in
@@ -46,6 +47,32 @@ pub fn escaped(text: &str) -> String {
         }
     }
     out
+}
+
+/// A duration flag in seconds: a number of seconds (`90`, `1.5`), or one with a unit (`ms`,
+/// `s`, `m`, `h`: `500ms`, `5m`, `1.5h`).
+///
+/// # Errors
+/// Not a non-negative number, or an unknown unit; the message shows the forms.
+pub fn parse_seconds(text: &str) -> Result<f64, String> {
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (number, unit) = t.split_at(split);
+    let n: f64 = number
+        .parse()
+        .ok()
+        .filter(|n: &f64| n.is_finite() && *n >= 0.0)
+        .ok_or_else(|| format!("{text:?}: expected a duration such as 90s, 5m, 1h or 500ms"))?;
+    let scale = match unit.trim() {
+        "" | "s" => 1.0,
+        "ms" => 0.001,
+        "m" => 60.0,
+        "h" => 3600.0,
+        _ => return Err(format!("{text:?}: the unit must be ms, s, m or h")),
+    };
+    Ok(n * scale)
 }
 
 #[cfg(test)]

@@ -80,8 +80,8 @@ pub struct SubmitArgs {
     /// Working directory, relative to the job's work directory.
     #[arg(long)]
     pub cwd: Option<String>,
-    /// Kill the command after this many seconds.
-    #[arg(long, value_name = "SECONDS")]
+    /// Kill the command after this long: `90s`, `5m`, `1h`, `500ms`, or seconds.
+    #[arg(long, value_name = "DURATION", value_parser = crate::wire::input::parse_seconds)]
     pub timeout: Option<f64>,
     /// Text written to the command's standard input.
     #[arg(long)]
@@ -140,21 +140,21 @@ pub struct SubmitArgs {
 pub enum JobCommand {
     /// Dispatch a command; prints the job id (with --wait, follows it instead).
     Submit(Box<SubmitArgs>),
-    /// Show a job.
-    Get { id: Uuid },
+    /// Show a job (its id, or a unique prefix of it such as the 8 characters the page shows).
+    Get { id: String },
     /// Cancel a job; a running command is killed by its runner at its next heartbeat.
-    Cancel { id: Uuid },
+    Cancel { id: String },
     /// Run a job again (v1.2): a finished job is parked again; a running one is superseded
     /// (its runner kills the command) and parked again.
     Retry {
-        id: Uuid,
+        id: String,
         /// Retry at most once per key (a repeat shows the job as it is).
         #[arg(long)]
         idempotency_key: Option<String>,
     },
     /// Print a job's output.
     Logs {
-        id: Uuid,
+        id: String,
         /// Keep printing until the job ends.
         #[arg(long, short)]
         follow: bool,
@@ -162,7 +162,7 @@ pub enum JobCommand {
     /// List a job's artifacts (every attempt's, newest first), or download them (`--download
     /// DIR [PATH...]`, sha256 checked: each path's newest file, or attempt `--epoch N`'s).
     Artifacts {
-        id: Uuid,
+        id: String,
         /// Only the files of the attempt leased at this epoch.
         #[arg(long, value_name = "N")]
         epoch: Option<i64>,
@@ -210,9 +210,11 @@ pub async fn run(conn: &Conn, command: JobCommand) -> anyhow::Result<i32> {
             download,
             paths,
         } => {
+            let id = super::ids::job(&client, &id).await?;
             super::artifacts::run(&client, conn.json, id, epoch, download.as_deref(), &paths).await
         }
         JobCommand::Get { id } => {
+            let id = super::ids::job(&client, &id).await?;
             let job = client.job(id).await?;
             if conn.json {
                 print_json(&job);
@@ -222,6 +224,7 @@ pub async fn run(conn: &Conn, command: JobCommand) -> anyhow::Result<i32> {
             Ok(0)
         }
         JobCommand::Cancel { id } => {
+            let id = super::ids::job(&client, &id).await?;
             let job = client.cancel(id).await?;
             if conn.json {
                 print_json(&job);
@@ -236,6 +239,7 @@ pub async fn run(conn: &Conn, command: JobCommand) -> anyhow::Result<i32> {
             id,
             idempotency_key,
         } => {
+            let id = super::ids::job(&client, &id).await?;
             let job = client.retry_job(id, idempotency_key.as_deref()).await?;
             if conn.json {
                 print_json(&job);
@@ -248,6 +252,7 @@ pub async fn run(conn: &Conn, command: JobCommand) -> anyhow::Result<i32> {
             Ok(0)
         }
         JobCommand::Logs { id, follow } => {
+            let id = super::ids::job(&client, &id).await?;
             let mode = if conn.json { Show::Json } else { Show::Output };
             if follow {
                 follow_job(&client, id, mode).await?;
@@ -367,6 +372,10 @@ pub fn parse_source(text: &str) -> Result<wire::Source, String> {
 }
 
 fn payload(args: &SubmitArgs) -> anyhow::Result<Value> {
+    anyhow::ensure!(
+        args.argv.first().is_some_and(|p| !p.trim().is_empty()),
+        "the command is empty: give the program to run after `--` (e.g. `-- make test`)"
+    );
     let mut spec = CommandSpec::new(args.argv.clone());
     for pair in &args.env {
         let (k, v) = pair
@@ -423,6 +432,7 @@ async fn submit(client: &Client, json_out: bool, args: SubmitArgs) -> anyhow::Re
         Some(key) => client.dispatch_idempotent(&req, key).await?.1,
         None => client.dispatch(&req).await?,
     };
+    warn_waiting(client, &job).await;
     if !args.wait {
         if json_out {
             print_json(&job);
@@ -452,6 +462,75 @@ async fn submit(client: &Client, json_out: bool, args: SubmitArgs) -> anyhow::Re
     Ok(exit_code(&job))
 }
 
+/// Say on stderr why a job just dispatched will wait, when a runner cannot take it now
+/// (v1.4 `waiting`; a retry's delay and a busy pool are not worth a warning at dispatch), with
+/// the near miss when there is one.
+async fn warn_waiting(client: &Client, job: &Job) {
+    if !matches!(
+        job.waiting.as_deref(),
+        Some("no_matching_runner" | "no_runner_online")
+    ) {
+        return;
+    }
+    if let Some(text) = render::waiting_text(job) {
+        eprintln!("leasehold: warning: job {} waits: {text}", job.id);
+    }
+    if job.waiting.as_deref() == Some("no_matching_runner") {
+        let target = if job.runner_id != "*" {
+            None
+        } else if job.owner.starts_with("ws:") {
+            Some(crate::wire::PoolName::Workspace)
+        } else {
+            Some(crate::wire::PoolName::Personal)
+        };
+        if let Some(hint) = near_miss(client, target, &job.required_capabilities).await {
+            eprintln!("leasehold: {hint}");
+        }
+    }
+}
+
+/// A runner of the other tier the caller could dispatch to that has what the job requires:
+/// "your personal runner box2 has gpu; --pool personal, or enrol it with a workspace code".
+/// `None` when there is none, or the lists cannot be read (this is only a hint).
+async fn near_miss(
+    client: &Client,
+    pool: Option<crate::wire::PoolName>,
+    required: &[String],
+) -> Option<String> {
+    use crate::wire::{PoolName, Tier};
+    let fits = |r: &crate::wire::Runner| required.iter().all(|c| r.capabilities.contains(c));
+    let needs = if required.is_empty() {
+        "a runner".to_owned()
+    } else {
+        required.join(", ")
+    };
+    match pool? {
+        PoolName::Workspace => {
+            let mine = client.runners(Tier::Personal).await.ok()?;
+            let r = mine.iter().find(|r| fits(r))?;
+            Some(format!(
+                "your personal runner {} ({}) has {needs}: dispatch with --pool personal, or \
+                 enrol it again with a workspace join code (an admin's `leasehold join-code \
+                 create --workspace`) to serve the workspace pool",
+                r.label,
+                &r.id.to_string()[..8]
+            ))
+        }
+        PoolName::Personal => {
+            let roster = client.runners(Tier::Workspace).await.ok()?;
+            let r = roster
+                .iter()
+                .find(|r| r.owner.starts_with("ws:") && fits(r))?;
+            Some(format!(
+                "the workspace runner {} ({}) has {needs}: dispatch with --pool workspace",
+                r.label,
+                &r.id.to_string()[..8]
+            ))
+        }
+        PoolName::Any => None,
+    }
+}
+
 /// `submit --wait` for a job no runner can take would wait forever (or until the no-runner
 /// clock fails it): ask preflight first and, when it finds a blocker, say so and dispatch
 /// nothing.
@@ -471,9 +550,17 @@ async fn refuse_a_hopeless_wait(client: &Client, req: &wire::Dispatch) -> anyhow
         .iter()
         .map(|b| format!("{}: {}", b.code, b.message))
         .collect();
+    let pool = match &req.target {
+        wire::Target::Pool { pool } => Some(*pool),
+        wire::Target::Runner { .. } => None,
+    };
+    let required = req.required_capabilities.clone().unwrap_or_default();
+    let hint = near_miss(client, pool, &required)
+        .await
+        .map_or_else(String::new, |h| format!(" ({h})"));
     anyhow::bail!(
-        "no runner can take this job ({}); nothing was dispatched. Enrol a runner for this \
-         target (leasehold join-code), or pass --wait-anyway to dispatch and wait for one",
+        "no runner can take this job ({}); nothing was dispatched{hint}. Enrol a runner for \
+         this target (leasehold join-code), or pass --wait-anyway to dispatch and wait for one",
         why.join("; ")
     )
 }
@@ -504,6 +591,12 @@ async fn submit_many(
         })
         .collect();
     let jobs = client.dispatch_batch(items).await?;
+    // A batch answer is a list (its `waiting` may be null): ask for the first copy's.
+    if let Some(first) = jobs.first() {
+        if let Ok(job) = client.job(first.id).await {
+            warn_waiting(client, &job).await;
+        }
+    }
     for job in &jobs {
         if json_out {
             print_json(job);

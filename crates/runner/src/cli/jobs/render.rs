@@ -244,6 +244,32 @@ pub(super) fn target_text(job: &Job) -> String {
     }
 }
 
+/// Why a parked job waits (v1.4 `waiting`), in words with its code, its target and what it
+/// requires; `None` when it does not wait on anything.
+pub(crate) fn waiting_text(job: &Job) -> Option<String> {
+    let code = job.waiting.as_deref()?;
+    let target = target_text(job);
+    let needs = if job.required_capabilities.is_empty() {
+        String::new()
+    } else {
+        format!(" requiring {}", job.required_capabilities.join(", "))
+    };
+    let words = match code {
+        "no_matching_runner" => format!(
+            "no runner of the {target} can take a job{needs} (none is enrolled there, or none \
+             advertises that); it stays parked until one is, then fails no_runner; enrol one \
+             (leasehold join-code create) or dispatch to another target (--pool)"
+        ),
+        "no_runner_online" => format!(
+            "runners of the {target} could take a job{needs}, but none is online; start one"
+        ),
+        "all_busy" => format!("every slot of the online runners of the {target} is busy"),
+        "not_before" => "a retry's delay has not passed yet".to_owned(),
+        other => other.to_owned(),
+    };
+    Some(format!("{code}: {words}"))
+}
+
 /// A command job's argv as a shell would read it back (words that need it in single quotes);
 /// another kind in parentheses.
 pub(super) fn command_text(job: &Job) -> String {
@@ -369,6 +395,7 @@ const DESCRIBED: &[&str] = &[
     "not_before",
     "outcome",
     "dispatched_by",
+    "waiting",
 ];
 
 /// Every other field of the job that has a value (not null, not empty), by its name: a field
@@ -453,6 +480,9 @@ pub(super) fn describe(job: &Job) {
     }
     if let Some(by) = &job.dispatched_by {
         rows.push(("by", format!("{} ({})", by.subject, by.role)));
+    }
+    if let Some(text) = waiting_text(job) {
+        rows.push(("waiting", text));
     }
     rows.push(("created", when(Some(job.created_at))));
     rows.push(("leased", when(job.leased_at)));
