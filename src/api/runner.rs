@@ -174,30 +174,63 @@ pub async fn lease(
 }
 
 /// A lease answer whose jobs stay guarded until its body has been handed to the connection
-/// (v1.4, "A lease to a caller that is gone"): the body is a stream that gives hyper the JSON,
-/// and only when hyper asks for more after it (every byte taken for writing) is the hand-over
-/// delivered. A connection closed before that drops the body, and with it the guard, which
-/// parks the jobs again (`caller_gone`).
+/// (v1.4, "A lease to a caller that is gone"): the body gives hyper the JSON as one frame (with
+/// its length, so the answer keeps its `Content-Length`), and the hand-over is delivered once
+/// hyper has taken that frame for writing (hyper drops a body whose length it has written
+/// without asking for more). A connection closed before that drops the body with its frame
+/// untaken, and with it the guard, which parks the jobs again (`caller_gone`).
 fn delivered(answer: &wire::Leased, handover: Handover) -> Response {
     let Ok(json) = serde_json::to_vec(answer) else {
         return ApiError::Internal.into_response();
     };
-    let mut json = Some(bytes::Bytes::from(json));
-    let mut guard = Some(handover);
-    let body = futures_util::stream::poll_fn(move |_| {
-        if let Some(json) = json.take() {
-            return std::task::Poll::Ready(Some(Ok::<_, std::convert::Infallible>(json)));
-        }
-        if let Some(guard) = guard.take() {
-            guard.delivered();
-        }
-        std::task::Poll::Ready(None)
-    });
     (
         [(axum::http::header::CONTENT_TYPE, "application/json")],
-        axum::body::Body::from_stream(body),
+        axum::body::Body::new(Delivered {
+            json: Some(bytes::Bytes::from(json)),
+            guard: Some(handover),
+        }),
     )
         .into_response()
+}
+
+/// The body of [`delivered`]: its one frame, then the hand-over delivered.
+struct Delivered {
+    json: Option<bytes::Bytes>,
+    guard: Option<Handover>,
+}
+
+impl http_body::Body for Delivered {
+    type Data = bytes::Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        match self.json.take() {
+            Some(json) => std::task::Poll::Ready(Some(Ok(http_body::Frame::data(json)))),
+            None => std::task::Poll::Ready(None),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.json.is_none()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        http_body::SizeHint::with_exact(self.json.as_ref().map_or(0, |j| j.len() as u64))
+    }
+}
+
+impl Drop for Delivered {
+    fn drop(&mut self) {
+        // Its frame taken: the answer is hyper's to write. Untaken: the guard gives back.
+        if self.json.is_none() {
+            if let Some(guard) = self.guard.take() {
+                guard.delivered();
+            }
+        }
+    }
 }
 
 /// The lease answer for the jobs a call took, with the values of the secrets each names, read

@@ -49,8 +49,9 @@ async fn every_statement_prepares_and_returns_what_its_mapping_reads() {
 #[tokio::test]
 async fn migrations_apply_once_under_the_lock_and_a_changed_one_is_refused() {
     use leasehold::store::migrate;
-    let app = TestApp::spawn().await;
-    let url = app.database_url.clone();
+    // A database no replica serves: a replica's loops (sweeps, webhook deliveries) would take
+    // locks on the tables the migrations drop and make, and a lost deadlock would fail a run.
+    let url = crate::support::fresh_database().await;
     let db = crate::support::connect(&url).await;
     // Start from an empty schema so the concurrent runs have real work to race over.
     db.batch_execute("DROP SCHEMA public CASCADE; CREATE SCHEMA public")

@@ -32,7 +32,7 @@ use crate::wire;
 /// The classes a workspace's runners and jobs come in: name, capabilities, exclusive set.
 const CLASSES: [(&str, &[&str], &[&str]); 5] = [
     ("plain", &[], &[]),
-    ("gpu", &["gpu"], &[]),
+    ("gpu", &["cuda12", "gpu"], &[]),
     ("arm64", &["arm64"], &[]),
     ("gpu+arm64", &["arm64", "gpu"], &[]),
     ("canary", &["canary"], &["canary"]),
@@ -100,18 +100,19 @@ pub async fn run(dep: &Deployment, args: &BenchArgs, report: &mut Report) -> any
                         os: Some("linux".into()),
                         capabilities: Some(caps.iter().map(|c| (*c).to_owned()).collect()),
                         exclusive: Some(exclusive.iter().map(|c| (*c).to_owned()).collect()),
-                        capacity: Some(1 + (i as i64 % 8)),
+                        // The first runner also takes the workspace's named jobs: room for them.
+                        capacity: Some(if i == 0 { 8 } else { 1 + (i as i64 % 8) }),
                         ..Default::default()
                     },
                 )
                 .await?;
             first.get_or_insert(created.runner.id);
             // A `gpu`-only runner is busy elsewhere: it never polls (the backlog waits).
-            if caps == ["gpu"] {
+            if caps == ["cuda12", "gpu"] {
                 continue;
             }
             let r = on.with_token(created.token);
-            let capacity = 1 + (i as i64 % 8);
+            let capacity = if i == 0 { 8 } else { 1 + (i as i64 % 8) };
             let (clock, stop, hangups) = (clock.clone(), stop.clone(), hangups.clone());
             tasks.spawn(async move { poll(r, capacity, clock, stop, hangups).await });
         }
@@ -253,10 +254,10 @@ pub async fn run(dep: &Deployment, args: &BenchArgs, report: &mut Report) -> any
         .iter()
         .filter_map(|c| ratio(1, c))
         .fold(0.0f64, f64::max);
-    // Behind the backlog: the classes that cannot run a `gpu` job (`gpu+arm64` can, and does).
+    // Behind the backlog, which no runner that polls can run.
     let behind = |c: &str| ratio(2, c);
     fleet.insert("quiet_workspaces_p99_ratio".into(), round(quiet_ratio, 3));
-    for c in ["arm64", "canary", "plain"] {
+    for c in ["arm64", "gpu+arm64", "canary", "plain"] {
         fleet.insert(
             format!("{c}_behind_backlog_p99_ratio"),
             behind(c).map_or(Value::Null, |r| round(r, 3)),
@@ -371,14 +372,15 @@ async fn steady(
     }
 }
 
-/// `n` `gpu` jobs parked in workspace `ws`'s pool, ahead of everything (ids below UUIDv7's).
+/// `n` jobs for the busy `gpu` runners (`cuda12` and `gpu`: no runner that polls can run one)
+/// parked in workspace `ws`'s pool, ahead of everything of their priority.
 async fn backlog(db: &tokio_postgres::Client, ws: &str, n: i64) -> anyhow::Result<()> {
     db.execute(
         "INSERT INTO jobs (id, workspace, owner, pool, state, kind, payload, max_attempts,
                            required_capabilities, no_runner_timeout_ms, no_runner_check_at,
                            billing_tenant)
          SELECT gen_random_uuid(), $1, 'ws:' || $1, 'workspace', 'parked', 'command',
-                '{\"argv\":[\"true\"]}', 3, '{gpu}', 86400000, now() + interval '1 day', $1
+                '{\"argv\":[\"true\"]}', 3, '{cuda12,gpu}', 86400000, now() + interval '1 day', $1
            FROM generate_series(1, $2::bigint)",
         &[&ws, &n],
     )
