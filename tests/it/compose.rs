@@ -690,6 +690,49 @@ impl Stack {
         podman_run("podman-compose", &all)
     }
 
+    /// `up -d`. podman 4.3 sometimes refuses to start a container whose dependency it created a
+    /// moment before ("depends on container ... not found in input list": seen here under load,
+    /// never twice in a row): then the half-made stack is taken down and made once more. Any
+    /// other failure, or a second one, fails the test.
+    fn up(&self) {
+        let ports = self.ports.to_str().unwrap();
+        let files = [
+            "-p",
+            &self.project,
+            "-f",
+            "docker-compose.yml",
+            "-f",
+            "deploy/local/compose.podman.yml",
+            "-f",
+            ports,
+        ];
+        let out = Command::new("podman-compose")
+            .args(files)
+            .args(["up", "-d", "--no-build"])
+            .current_dir(repo())
+            .env(
+                "CONTAINERS_CONF",
+                repo().join("deploy/local/containers.conf"),
+            )
+            .output()
+            .expect("podman-compose");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        if out.status.success() {
+            return;
+        }
+        assert!(
+            text.contains("not found in input list"),
+            "podman-compose up: {text}"
+        );
+        eprintln!("podman refused a dependency it had just made; the stack is made again");
+        self.compose(&["down", "-v", "-t", "2"]);
+        self.compose(&["up", "-d", "--no-build"]);
+    }
+
     fn container(&self, service: &str) -> String {
         format!("{}_{service}_1", self.project)
     }
@@ -753,7 +796,7 @@ async fn the_compose_stack_runs_jobs_through_a_replica_kill_and_a_database_resta
         project: format!("lh{}", &uuid::Uuid::now_v7().simple().to_string()[20..]),
         ports,
     };
-    stack.compose(&["up", "-d", "--no-build"]);
+    stack.up();
     let url = format!("http://127.0.0.1:{port}");
     let http = reqwest::Client::new();
     eventually(up_to, "the balancer answers ready", || async {
