@@ -12,12 +12,19 @@
 pub mod artifacts;
 pub mod command;
 pub mod connect;
+pub mod feed;
 pub mod input;
+pub mod stores;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 use uuid::Uuid;
+
+pub use feed::{
+    FeedEvent, FeedPage, PutWebhook, Webhook, WebhookDelivery, WebhookDeliveryList, WebhookList,
+};
+pub use stores::{Artifact, ArtifactList, ArtifactUploaded, PutSecret, SecretInfo, SecretList};
 
 /// A closed vocabulary of the contract as a Rust enum that serialises to exactly the contract's
 /// string. `as_str`, `Display` and comparison with `&str` (`job.state == "completed"`) keep the
@@ -539,96 +546,6 @@ pub struct EventList {
     pub next: i64,
 }
 
-/// One event of a workspace's feed (v1.4): a job event with its opaque feed position.
-#[derive(utoipa::ToSchema, Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct FeedEvent {
-    /// Opaque; `after=` it to read on from here.
-    pub cursor: String,
-    pub job_id: Uuid,
-    /// The event's place among its job's events.
-    pub seq: i32,
-    pub kind: String,
-    pub data: Value,
-    pub at: DateTime<Utc>,
-}
-
-/// A page of `GET /v1/events` (v1.4).
-#[derive(utoipa::ToSchema, Debug, Clone, Serialize, Deserialize)]
-pub struct FeedPage {
-    pub events: Vec<FeedEvent>,
-    /// The cursor to read on from (the last event's, or `after` when none came).
-    pub next: String,
-}
-
-/// `PUT /v1/webhooks/{name}` (v1.4).
-#[derive(utoipa::ToSchema, Debug, Clone, Serialize, Deserialize)]
-pub struct PutWebhook {
-    /// `https://...` (`http` only with `LEASEHOLD_WEBHOOK_ALLOW_HTTP=1`).
-    pub url: String,
-    /// Event kinds delivered (default `["state"]`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub kinds: Option<Vec<String>>,
-    /// Only `state` events with these states (default: every one).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub states: Option<Vec<String>>,
-}
-
-/// A webhook (v1.4); `secret` only in the answer of the call that created it.
-#[derive(utoipa::ToSchema, Debug, Clone, Serialize, Deserialize)]
-pub struct Webhook {
-    pub name: String,
-    pub url: String,
-    pub kinds: Vec<String>,
-    /// Null: every state.
-    pub states: Option<Vec<String>>,
-    /// `active`, or `disabled` (its deliveries failed for a day; a PUT enables it).
-    pub status: String,
-    pub disabled_at: Option<DateTime<Utc>>,
-    pub disabled_reason: Option<String>,
-    pub created_at: DateTime<Utc>,
-    pub updated_at: DateTime<Utc>,
-    /// `whsec_...`: the signing secret, shown once.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub secret: Option<String>,
-}
-
-#[derive(utoipa::ToSchema, Debug, Clone, Serialize, Deserialize)]
-pub struct WebhookList {
-    pub webhooks: Vec<Webhook>,
-}
-
-/// A delivery of a feed event to a webhook (v1.4).
-#[derive(utoipa::ToSchema, Debug, Clone, Serialize, Deserialize)]
-pub struct WebhookDelivery {
-    /// Also the `Leasehold-Delivery` header and the body's `delivery`.
-    pub id: Uuid,
-    /// The delivered event's feed cursor.
-    pub event_cursor: String,
-    /// `pending`, `delivered` or `failed`.
-    pub status: String,
-    /// Tries started.
-    pub attempts: i32,
-    /// The last try's HTTP status, if it got an answer.
-    pub last_status_code: Option<i32>,
-    /// The last try's error (no answer, a refused address, a non-2xx answer).
-    pub last_error: Option<String>,
-    pub last_attempt_at: Option<DateTime<Utc>>,
-    /// When it is tried next; null unless pending.
-    pub next_try_at: Option<DateTime<Utc>>,
-    /// The delivery this one re-sends (`redeliver`).
-    pub redelivery_of: Option<Uuid>,
-    pub created_at: DateTime<Utc>,
-    pub event: FeedEvent,
-}
-
-/// A page of a webhook's deliveries, newest first (v1.4).
-#[derive(utoipa::ToSchema, Debug, Clone, Serialize, Deserialize)]
-pub struct WebhookDeliveryList {
-    pub deliveries: Vec<WebhookDelivery>,
-    /// `after=` this for the next (older) page; null at the end.
-    pub next: Option<Uuid>,
-}
-
 #[derive(utoipa::ToSchema, Debug, Clone, Serialize, Deserialize)]
 pub struct CreateJoinCode {
     pub tier: Tier,
@@ -861,77 +778,4 @@ pub struct Complete {
 pub struct Fail {
     pub epoch: i64,
     pub message: String,
-}
-
-// ---- secrets ----------------------------------------------------------------------------
-
-/// `PUT /v1/secrets/{name}`.
-#[derive(utoipa::ToSchema, Clone, Serialize, Deserialize)]
-pub struct PutSecret {
-    pub value: String,
-    /// `workspace` (default: handed only to workspace-owned runners) or `any` (personal
-    /// runners too).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub runners: Option<String>,
-    /// `member` (default: any member may name it in a dispatch) or `admin` (only admins).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub dispatch: Option<String>,
-}
-
-impl std::fmt::Debug for PutSecret {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PutSecret")
-            .field("value", &"<redacted>")
-            .field("runners", &self.runners)
-            .field("dispatch", &self.dispatch)
-            .finish()
-    }
-}
-
-/// A secret as listed: never its value.
-#[derive(utoipa::ToSchema, Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct SecretInfo {
-    pub name: String,
-    /// `workspace` or `any`: which runners may receive it.
-    pub runners: String,
-    /// `member` or `admin`: who may name it in a dispatch.
-    pub dispatch: String,
-    pub created_at: DateTime<Utc>,
-    pub updated_at: DateTime<Utc>,
-}
-
-#[derive(utoipa::ToSchema, Debug, Clone, Serialize, Deserialize)]
-pub struct SecretList {
-    pub secrets: Vec<SecretInfo>,
-}
-
-// ---- artifacts (v1.2) -------------------------------------------------------------------
-
-/// `201` of `PUT /v1/runner/jobs/{id}/artifacts/{path}`.
-#[derive(utoipa::ToSchema, Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ArtifactUploaded {
-    pub path: String,
-    pub size: i64,
-    /// Lowercase hex SHA-256 of the bytes.
-    pub sha256: String,
-}
-
-/// An artifact as listed.
-#[derive(utoipa::ToSchema, Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Artifact {
-    pub path: String,
-    /// The epoch of the attempt that uploaded it (v1.3).
-    pub epoch: i64,
-    pub size: i64,
-    pub sha256: String,
-    pub created_at: DateTime<Utc>,
-}
-
-/// `GET /v1/jobs/{id}/artifacts`: a page, newest epoch first, then by path (v1.3).
-#[derive(utoipa::ToSchema, Debug, Clone, Serialize, Deserialize)]
-pub struct ArtifactList {
-    pub artifacts: Vec<Artifact>,
-    /// Set when the page is full: the next page's `after`.
-    #[serde(default)]
-    pub next: Option<String>,
 }
