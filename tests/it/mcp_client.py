@@ -84,7 +84,7 @@ async def main():
         assert admin.protocol_version >= "2025-06-18", admin.protocol_version
         tools = (await admin.list_tools()).tools
         names = [t.name for t in tools]
-        assert len(names) == 13 and set(names) == TOOLS, names
+        assert len(names) == 14 and set(names) == TOOLS, names
         for t in tools:
             assert t.input_schema["type"] == "object", t
         schemas = {t.name: t.input_schema for t in tools}
