@@ -9,7 +9,7 @@
 //! its `gpu` runners busy (here: not polling). Throughout, 1 % of lease calls hang up at random and one replica fails every
 //! `--fleet-fail-ticks`th tick (the hidden tick fault).
 //!
-//! Per class and phase: dispatch -> lease p50 / p99 / max (answer of the dispatch to the runner
+//! Per class and phase: dispatch -> lease p50 / p99 / max (the dispatch sent to the runner
 //! holding the job, both clocks this process's); jobs given back for a gone caller and the time
 //! from their lease to their `caller_gone`; capacity overcommits seen by a sampler; failed
 //! ticks; deadlocks (`pg_stat_database`). One `fleet` object in the JSON line.
@@ -146,8 +146,8 @@ pub async fn run(dep: &Deployment, args: &BenchArgs, report: &mut Report) -> any
                             idempotency_key: None,
                         })
                         .collect();
+                    let now = Instant::now();
                     if let Ok(jobs) = flood.dispatch_batch(items).await {
-                        let now = Instant::now();
                         let mut c = clock.lock().expect("clock");
                         for j in jobs {
                             c.sent.insert(j.id, (now, "flood", true));
@@ -362,12 +362,14 @@ async fn steady(
     let mut pace = tokio::time::interval(Duration::from_millis(every_ms));
     while !stop.load(Ordering::Relaxed) {
         pace.tick().await;
+        // From when the dispatch was sent: a runner may hold the job before its answer is read.
+        let sent = Instant::now();
         if let Ok(job) = on.dispatch(&d).await {
             clock
                 .lock()
                 .expect("clock")
                 .sent
-                .insert(job.id, (Instant::now(), class, false));
+                .insert(job.id, (sent, class, false));
         }
     }
 }
