@@ -156,7 +156,11 @@ impl Store {
         let ids: Vec<Uuid> = jobs.iter().map(|j| j.0).collect();
         let epochs: Vec<i64> = jobs.iter().map(|j| j.1).collect();
         let reason = why.reason();
-        self.query(sql::LEASE_GIVE_BACK, &[&ids, &epochs, &token_hash, &reason])
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 4] =
+            [&ids, &epochs, &token_hash, &reason];
+        // Its ephemeral runner's row is touched after its jobs (docs/design.md, "One lock
+        // order"): a deadlock it loses runs again.
+        self.retrying_conflicts(|| self.query(sql::LEASE_GIVE_BACK, &params))
             .await?
             .iter()
             .map(rows::moved)
