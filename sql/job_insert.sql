@@ -13,6 +13,9 @@
 -- file): a speculative insertion costs every insert that has it (19 µs here, docs/perf.md
 -- "Round 6"), and only a keyed job needs it. Store::insert_jobs sends each kind for each key,
 -- in one transaction; a keyed item whose key the workspace already used gets no row.
+-- $3 the presence window (ms): each row adds `waiting`, why the job waits (v1.4), from
+-- runners_waiting() (migration 0052) once for each class of job the call parks, so a dispatch
+-- answers it without a statement more.
 -- A row for each job parked, matched to its item by id. None: the key is not live.
 WITH k AS (
     SELECT workspace, subject, role FROM api_keys WHERE token_hash = $1 AND revoked_at IS NULL
@@ -54,5 +57,23 @@ events AS (
     SELECT id, workspace, 1, 'state',
            jsonb_build_object('state', 'parked', 'reason', 'dispatched', 'runner', NULL, 'epoch', 0)
       FROM inserted
+),
+classes AS (
+    SELECT DISTINCT workspace, owner, runner_id, pool, required_capabilities, source_key,
+                    needs_workspace_runner
+      FROM inserted
+),
+waits AS (
+    SELECT c.*, runners_waiting(c.workspace, c.owner, c.runner_id, c.pool,
+                                c.required_capabilities, c.source_key,
+                                c.needs_workspace_runner, $3) AS waiting
+      FROM classes c
 )
-SELECT * FROM inserted
+SELECT i.*, w.waiting
+  FROM inserted i
+  JOIN waits w
+    ON (w.workspace, w.owner, w.runner_id, w.pool, w.required_capabilities, w.source_key,
+        w.needs_workspace_runner)
+       IS NOT DISTINCT FROM
+       (i.workspace, i.owner, i.runner_id, i.pool, i.required_capabilities, i.source_key,
+        i.needs_workspace_runner)

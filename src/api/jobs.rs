@@ -21,7 +21,7 @@ use crate::domain::state::{JobState, Outcome};
 use crate::domain::{capabilities, owner};
 use crate::store::records::{ApiKey, Job, Runner};
 use crate::store::JobFilter;
-use crate::store::{NewJob, SecretScope};
+use crate::store::{Dispatched, NewJob, SecretScope};
 use crate::wire;
 
 /// The byte budget of a page of `GET /v1/jobs` (payload, result and error as JSON text) and of
@@ -164,6 +164,14 @@ async fn view_waiting(st: &AppState, j: Job) -> ApiResult<wire::Job> {
         None
     };
     Ok(wire::Job { waiting, ..view(j) })
+}
+
+/// [`view`] of a job its dispatch just parked, with why it waits as the insert judged it.
+fn dispatched(d: Dispatched) -> wire::Job {
+    wire::Job {
+        waiting: d.waiting,
+        ..view(d.job)
+    }
 }
 
 /// A stored retry policy (validated and normalised at dispatch); `None`, and an error logged,
@@ -384,7 +392,7 @@ pub async fn dispatch(
             .park(new_job(&key.hash, checked, None, None, false))
             .await?
         {
-            Some(parked) => Ok((StatusCode::CREATED, Json(view_waiting(&st, parked).await?))),
+            Some(parked) => Ok((StatusCode::CREATED, Json(dispatched(parked)))),
             None => Err(st.auth_failed(key.ip)),
         };
     }
@@ -412,7 +420,7 @@ pub async fn dispatch(
         needs_workspace_runner,
     );
     match st.hub.park(job.clone()).await? {
-        Some(parked) => Ok((StatusCode::CREATED, Json(view_waiting(&st, parked).await?))),
+        Some(parked) => Ok((StatusCode::CREATED, Json(dispatched(parked)))),
         None => match &job.idempotency_key {
             // A concurrent dispatch with the same key won the insert.
             Some(k) => {
@@ -507,7 +515,7 @@ pub async fn dispatch_batch(
     let mut out = Vec::with_capacity(jobs.len());
     for (job, parked) in jobs.iter().zip(parked) {
         match (parked, &job.idempotency_key) {
-            (Some(p), _) => out.push(view(p)),
+            (Some(p), _) => out.push(dispatched(p)),
             // Used before (earlier, or by an earlier item of this batch): the first job.
             (None, Some(k)) => {
                 let first = hub

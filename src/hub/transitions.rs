@@ -17,17 +17,17 @@ use super::Hub;
 use crate::store::jobs::Fenced;
 use crate::store::placement::GiveBack;
 use crate::store::records::{ApiKey, Job, Moved};
-use crate::store::{NewJob, Report, Result};
+use crate::store::{Dispatched, NewJob, Report, Result};
 
 impl Hub {
     /// Park one job; wakes a runner that can take it.
     ///
     /// # Errors
     /// The database failed. `Ok(None)`: nothing was parked (see [`crate::store::Store::park`]).
-    pub async fn park(&self, job: NewJob) -> Result<Option<Job>> {
+    pub async fn park(&self, job: NewJob) -> Result<Option<Dispatched>> {
         let parked = self.store.park(job).await?;
         if let Some(p) = &parked {
-            self.job_parked(p.id, &p.queue());
+            self.job_parked(p.job.id, &p.job.queue());
         }
         Ok(parked)
     }
@@ -38,10 +38,10 @@ impl Hub {
     /// # Errors
     /// The database failed. `None` items were not parked (see
     /// [`crate::store::Store::insert_jobs`]).
-    pub async fn park_many(&self, jobs: &[NewJob]) -> Result<Vec<Option<Job>>> {
+    pub async fn park_many(&self, jobs: &[NewJob]) -> Result<Vec<Option<Dispatched>>> {
         let parked = self.store.insert_jobs(jobs).await?;
         for p in parked.iter().flatten() {
-            self.job_parked(p.id, &p.queue());
+            self.job_parked(p.job.id, &p.job.queue());
         }
         Ok(parked)
     }

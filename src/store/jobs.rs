@@ -16,7 +16,7 @@ use uuid::Uuid;
 use super::combine::Combiner;
 use super::{rows, sql, Result, Store};
 use crate::domain::state::JobState;
-use crate::store::records::{ApiKey, Event, Job, NewJob};
+use crate::store::records::{ApiKey, Dispatched, Event, Job, NewJob};
 use crate::telemetry::traces;
 
 /// Most dispatches or reports one coalesced statement carries, and how many such statements
@@ -108,12 +108,12 @@ impl Store {
     ///
     /// # Errors
     /// The database failed; nothing was parked.
-    pub async fn insert_jobs(&self, jobs: &[NewJob]) -> Result<Vec<Option<Job>>> {
+    pub async fn insert_jobs(&self, jobs: &[NewJob]) -> Result<Vec<Option<Dispatched>>> {
         traces::statement(|| "job_insert", self.write_jobs(jobs)).await
     }
 
     /// [`Self::insert_jobs`] without a span (a combiner's batch; each caller holds one).
-    async fn write_jobs(&self, jobs: &[NewJob]) -> Result<Vec<Option<Job>>> {
+    async fn write_jobs(&self, jobs: &[NewJob]) -> Result<Vec<Option<Dispatched>>> {
         // One statement per API key and kind (only a keyed job pays for ON CONFLICT's
         // speculative insertion: job_insert.sql says why), in the order each first appears.
         let mut groups: Vec<(&'static str, &[u8], Vec<Value>)> = Vec::new();
@@ -137,12 +137,15 @@ impl Store {
             .into_iter()
             .map(|(statement, key, items)| ((statement, key), Value::Array(items)))
             .unzip();
-        let params: Vec<(&'static str, [&(dyn ToSql + Sync); 2])> = heads
+        let presence = &self.presence_window_ms;
+        let params: Vec<(&'static str, [&(dyn ToSql + Sync); 3])> = heads
             .iter()
             .zip(&arrays)
-            .map(|((statement, key), items)| (*statement, [key as &(dyn ToSql + Sync), items]))
+            .map(|((statement, key), items)| {
+                (*statement, [key as &(dyn ToSql + Sync), items, presence])
+            })
             .collect();
-        let mut parked: HashMap<Uuid, Job> = HashMap::with_capacity(jobs.len());
+        let mut parked: HashMap<Uuid, Dispatched> = HashMap::with_capacity(jobs.len());
         for row in self
             .each_in_one_transaction(&params)
             .await?
@@ -150,13 +153,14 @@ impl Store {
             .flatten()
         {
             let job = rows::job(row)?;
-            parked.insert(job.id, job);
+            let waiting = row.get("waiting");
+            parked.insert(job.id, Dispatched { job, waiting });
         }
         Ok(jobs.iter().map(|j| parked.remove(&j.id)).collect())
     }
 
     /// Park one job, coalesced with other callers' concurrent dispatches.
-    pub async fn park(&self, job: NewJob) -> Result<Option<Job>> {
+    pub async fn park(&self, job: NewJob) -> Result<Option<Dispatched>> {
         let parker = self.parker.get_or_init(|| {
             let store = self.for_combiner();
             Combiner::start(

@@ -53,7 +53,7 @@ pub use depth::JobDepth;
 pub use error::{At, StoreError};
 pub use jobs::{Beat, Failure, FenceMiss, JobFilter, Report};
 pub use placement::{AdvertisedTargets, LeaseCaller};
-pub use records::NewJob;
+pub use records::{Dispatched, NewJob};
 pub use runners::NewRunner;
 pub use secrets::{SealedSecret, SecretScope};
 
@@ -76,7 +76,7 @@ pub struct Store {
     statements: Arc<AtomicU64>,
     /// Dispatches, reports, fails and heartbeats of concurrent callers, coalesced (each started
     /// on first use).
-    parker: Arc<OnceLock<combine::Combiner<NewJob, Option<Job>>>>,
+    parker: Arc<OnceLock<combine::Combiner<NewJob, Option<Dispatched>>>>,
     reporter: Arc<OnceLock<combine::Combiner<Report, Option<Job>>>>,
     failer: Arc<OnceLock<combine::Combiner<jobs::Failure, Option<Job>>>>,
     beater: Arc<OnceLock<combine::Combiner<jobs::Beat, Option<chrono::DateTime<chrono::Utc>>>>>,

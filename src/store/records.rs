@@ -263,6 +263,15 @@ record! {
     }
 }
 
+/// A job just parked, with why it waits (v1.4 "Why a job waits"): `job_insert.sql` answers
+/// both in the dispatch's one statement.
+#[derive(Debug, Clone)]
+pub struct Dispatched {
+    pub job: Job,
+    /// `no_matching_runner`, `no_runner_online`, `all_busy`, or `None` (about to be leased).
+    pub waiting: Option<String>,
+}
+
 record! {
     /// A job as the lease claim hands it to its runner.
     #[derive(Debug, Clone)]

@@ -492,12 +492,12 @@ async fn coalesced_dispatches_of_two_callers_park_each_under_its_own_key() {
     let seen: Vec<Option<(uuid::Uuid, &str, &str, serde_json::Value)>> = parked
         .iter()
         .map(|p| {
-            p.as_ref().map(|j| {
+            p.as_ref().map(|d| {
                 (
-                    j.id,
-                    j.workspace.as_str(),
-                    j.owner.as_str(),
-                    j.payload.clone(),
+                    d.job.id,
+                    d.job.workspace.as_str(),
+                    d.job.owner.as_str(),
+                    d.job.payload.clone(),
                 )
             })
         })

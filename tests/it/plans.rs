@@ -179,7 +179,7 @@ async fn check_hot_plans(app: &TestApp) {
         (
             "job_insert",
             sql::JOB_INSERT,
-            format!("sha256('key1'::bytea), '[{item}]'"),
+            format!("sha256('key1'::bytea), '[{item}]', 30000"),
         ),
         (
             "job_fence_miss",
