@@ -5,8 +5,8 @@
 //! `no_matching_runner` while no runner of the job's target advertises what it requires (and
 //! the CLI says so at dispatch), `no_runner_online` while the fitting ones are absent,
 //! `all_busy` while every slot of the present ones is held, `not_before` during a retry's
-//! delay, and null when a fitting runner has a free slot or the job is not parked; lists leave
-//! it null.
+//! delay, and null when a fitting runner has a free slot or the job is not parked; a batch
+//! answer judges each job's class; lists leave it null.
 
 use leasehold::wire;
 use serde_json::json;
@@ -104,6 +104,42 @@ async fn a_parked_job_says_why_it_waits() {
     assert!(listed.iter().all(|j| j.waiting.is_none()));
     let done = alice.job(gpu.id).await.unwrap();
     assert_eq!((done.state.as_str(), waiting(&done)), ("failed", None));
+}
+
+/// A batch answer says why each of its jobs waits, each class judged on its own in the one
+/// statement that parks them all.
+#[tokio::test]
+async fn a_batch_answer_says_why_each_job_waits() {
+    let app = TestApp::spawn().await;
+    let alice = app.operator("acme", "alice", false).await;
+    let (_r, runner) = pair(&alice, wire::Tier::Personal, &["gpu"], 1).await;
+    runner
+        .runner_heartbeat(&wire::RunnerHeartbeat::default())
+        .await
+        .unwrap();
+    let items = [&["gpu"][..], &["arm64"], &["gpu"], &[]]
+        .iter()
+        .map(|caps| wire::BatchItem {
+            dispatch: needing(caps),
+            idempotency_key: None,
+        })
+        .collect();
+    let jobs = alice.dispatch_batch(items).await.unwrap();
+    let said: Vec<Option<&str>> = jobs.iter().map(waiting).collect();
+    assert_eq!(said, [None, Some("no_matching_runner"), None, None]);
+
+    // Its one slot held: the gpu class is busy, a class no runner has still unmatched.
+    assert_eq!(lease(&runner, 0, 1).await.len(), 1);
+    let items = [&["gpu"][..], &["arm64"]]
+        .iter()
+        .map(|caps| wire::BatchItem {
+            dispatch: needing(caps),
+            idempotency_key: None,
+        })
+        .collect();
+    let jobs = alice.dispatch_batch(items).await.unwrap();
+    let said: Vec<Option<&str>> = jobs.iter().map(waiting).collect();
+    assert_eq!(said, [Some("all_busy"), Some("no_matching_runner")]);
 }
 
 /// The CLI warns at dispatch when no runner of the target can take the job, with or without
