@@ -55,7 +55,7 @@ enum Command {
     },
 }
 
-/// Logs go to stderr; `LEASEHOLD_LOG` overrides `default` (`info` for long-running commands,
+/// Logs go to stderr (coloured on a terminal only); `LEASEHOLD_LOG` overrides `default` (`info` for long-running commands,
 /// `warn` for the people's commands, whose output is the point).
 /// With `traces`, spans also go to the OTLP endpoint when one is configured (see
 /// `telemetry::traces`); the returned handle flushes them at exit.
@@ -65,7 +65,9 @@ fn init_tracing(default: &str, traces: bool) -> Option<leasehold::telemetry::tra
     use tracing_subscriber::Layer;
     let filter = tracing_subscriber::EnvFilter::try_from_env("LEASEHOLD_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    // Colours on a terminal only: a file, a pipe or journald gets plain text.
     let logs = tracing_subscriber::fmt::layer()
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr)
         .with_filter(filter)
         .with_filter(leasehold::telemetry::logs::without_caller_data());

@@ -14,6 +14,7 @@ use std::sync::Weak;
 
 use uuid::Uuid;
 
+use super::wake_stages::WakeStages;
 use crate::store::placement::GiveBack;
 
 /// The jobs of one lease answer, given back unless [`Handover::delivered`] is called.
@@ -23,6 +24,8 @@ pub struct Handover {
     token_hash: Vec<u8>,
     /// Leased and not yet delivered: (id, epoch).
     jobs: Vec<(Uuid, i64)>,
+    /// When the tick that leased them reached each stage (observed once delivered).
+    stages: Option<WakeStages>,
 }
 
 impl Handover {
@@ -31,7 +34,14 @@ impl Handover {
             hub,
             token_hash,
             jobs,
+            stages: None,
         }
+    }
+
+    /// The same, its tick's stages to observe once it is delivered.
+    pub(super) fn with_stages(mut self, stages: WakeStages) -> Self {
+        self.stages = Some(stages);
+        self
     }
 
     /// A hand-over of nothing.
@@ -41,6 +51,11 @@ impl Handover {
 
     /// The answer reached the connection: its jobs are the caller's now.
     pub fn delivered(mut self) {
+        if let (Some(stages), Some(hub)) = (self.stages.take(), self.hub.upgrade()) {
+            if !self.jobs.is_empty() {
+                stages.written(&hub.metrics, &self.jobs);
+            }
+        }
         self.jobs.clear();
     }
 

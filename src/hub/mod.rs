@@ -27,6 +27,7 @@ pub mod sweeper;
 mod transitions;
 pub mod vacuum;
 pub mod waiters;
+pub mod wake_stages;
 pub mod webhooks;
 
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -13,6 +13,8 @@
 //! What a job waits in is its [`Lane`] (migration 0040), the key of one ordered range of
 //! `jobs_claim` or `jobs_claim_any`; a claim reads a class's lanes each from a [`Place`].
 
+use std::time::SystemTime;
+
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 use tokio_postgres::types::ToSql;
@@ -361,6 +363,8 @@ pub struct TickOutcome {
     pub done: Vec<Fenced<Job>>,
     /// What each claim did, in order.
     pub claims: Vec<ClaimOutcome>,
+    /// When its statements had answered, before its commit did.
+    pub answered: Option<SystemTime>,
 }
 
 impl Store {
@@ -446,24 +450,7 @@ impl Store {
         let claim_args: Vec<[&(dyn ToSql + Sync); 13]> = claims
             .iter()
             .zip(&claim_params)
-            .map(|(c, p)| {
-                let args: [&(dyn ToSql + Sync); 13] = [
-                    &c.runners,
-                    &c.wants,
-                    &c.since,
-                    &c.named,
-                    &lease_ttl_ms,
-                    &p.neg_priorities,
-                    &p.ids,
-                    &c.places,
-                    &c.workspace,
-                    &c.owner,
-                    &c.capabilities,
-                    &c.exclusive,
-                    &c.sources,
-                ];
-                args
-            })
+            .map(|(c, p)| p.args(c, &lease_ttl_ms))
             .collect();
 
         let mut sets: Vec<(&'static str, &[&(dyn ToSql + Sync)])> = Vec::new();
@@ -480,10 +467,10 @@ impl Store {
         for args in &claim_args {
             sets.push((sql::CLAIM, args));
         }
-        let mut rows = self
-            .retrying_conflicts(|| self.each_in_one_transaction(&sets))
-            .await?
-            .into_iter();
+        let (rows, answered) = self
+            .retrying_conflicts(|| self.each_in_one_transaction_timed(&sets))
+            .await?;
+        let mut rows = rows.into_iter();
         if lock {
             rows.next();
         }
@@ -501,7 +488,11 @@ impl Store {
             }
         }
         let claims = rows.map(runner_claims).collect();
-        Ok(TickOutcome { done, claims })
+        Ok(TickOutcome {
+            done,
+            claims,
+            answered: Some(answered),
+        })
     }
 
     /// Reject the named jobs these runners cannot run (`capability_mismatch`); the ids.
@@ -554,6 +545,54 @@ impl ClaimParams {
             neg_priorities: c.starts.iter().map(|p| p.neg_priority).collect(),
             ids: c.starts.iter().map(|p| p.id).collect(),
         }
+    }
+
+    /// `claim.sql`'s thirteen arguments for class claim `c`.
+    fn args<'a>(
+        &'a self,
+        c: &'a ClassClaim,
+        lease_ttl_ms: &'a i64,
+    ) -> [&'a (dyn ToSql + Sync); 13] {
+        [
+            &c.runners,
+            &c.wants,
+            &c.since,
+            &c.named,
+            lease_ttl_ms,
+            &self.neg_priorities,
+            &self.ids,
+            &c.places,
+            &c.workspace,
+            &c.owner,
+            &c.capabilities,
+            &c.exclusive,
+            &c.sources,
+        ]
+    }
+}
+
+/// Make a new pool connection ready for the tick: its statements prepared, and the claim's
+/// plan made by running it for no runner (it takes nothing and writes nothing). A claim's
+/// first run on a connection plans 200 lines of SQL and fills the session's caches: 10-15 ms
+/// here, where a warm one takes about 1, and it was most of a wake's p99 (issue 55,
+/// docs/perf.md). A failure (the schema not migrated yet, say) only leaves it cold.
+pub(super) async fn warm(client: &deadpool_postgres::ClientWrapper) {
+    let result = async {
+        for statement in [
+            sql::RUNNERS_LOCK_FOR_CLAIM,
+            sql::JOB_COMPLETE,
+            sql::JOB_FAIL,
+        ] {
+            client.prepare_cached(statement).await?;
+        }
+        let claim = client.prepare_cached(sql::CLAIM).await?;
+        let nobody = ClassClaim::default();
+        let params = ClaimParams::of(&nobody);
+        client.query(&claim, &params.args(&nobody, &0)).await
+    }
+    .await;
+    if let Err(e) = result {
+        tracing::debug!(error = %e, "a new connection was not warmed; its first claim plans");
     }
 }
 

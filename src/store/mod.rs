@@ -42,7 +42,7 @@ pub mod sweep;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio_postgres::types::ToSql;
@@ -133,8 +133,18 @@ impl Store {
                 recycling_method: RecyclingMethod::Fast,
             },
         );
+        // Last in, first out: the connection used last is warm (in the kernel's and
+        // PostgreSQL's caches), and one used only when many are busy at once is rarely needed.
+        // Each new one is warmed for the tick before its first use (claim::warm).
         let pool = Pool::builder(manager)
             .max_size(size.max(1))
+            .queue_mode(deadpool_postgres::QueueMode::Lifo)
+            .post_create(deadpool_postgres::Hook::async_fn(|client, _| {
+                Box::pin(async move {
+                    claim::warm(client).await;
+                    Ok(())
+                })
+            }))
             .runtime(Runtime::Tokio1)
             .timeouts(Deadlines::default().pool_timeouts())
             .build()?;
@@ -289,11 +299,24 @@ impl Store {
         &self,
         sets: &[(&'static str, P)],
     ) -> Result<Vec<Vec<Row>>> {
+        Ok(self.each_in_one_transaction_timed(sets).await?.0)
+    }
+
+    /// [`Self::each_in_one_transaction`], and when the statements had answered (before the
+    /// commit's answer: the lease stages of a wake, hub::wake_stages).
+    ///
+    /// # Errors
+    /// As [`Self::each_in_one_transaction`].
+    async fn each_in_one_transaction_timed<'p, P: AsRef<Params<'p>>>(
+        &self,
+        sets: &[(&'static str, P)],
+    ) -> Result<(Vec<Vec<Row>>, SystemTime)> {
         let Some((first, _)) = sets.first() else {
-            return Ok(Vec::new());
+            return Ok((Vec::new(), SystemTime::now()));
         };
         if let [(sql, one)] = sets {
-            return Ok(vec![self.query_untraced(sql, one.as_ref()).await?]);
+            let rows = self.query_untraced(sql, one.as_ref()).await?;
+            return Ok((vec![rows], SystemTime::now()));
         }
         self.bounded(sql::name(first), async {
             let client = self.client().await?;
@@ -320,14 +343,18 @@ impl Store {
             // sends its message when first polled, and join polls them in order), so a caller
             // that gives up half-way still leaves a whole transaction behind it, never an open
             // one (and the connection is discarded, its COMMIT cancelled: see [`Conn`]).
-            let (begin, rows, commit) = tokio::join!(
+            let (begin, (rows, answered), commit) = tokio::join!(
                 client.batch_execute("BEGIN"),
-                futures_util::future::join_all(
-                    statements
-                        .iter()
-                        .zip(sets)
-                        .map(|(stmt, (_, p))| client.query(stmt, p.as_ref()))
-                ),
+                async {
+                    let rows = futures_util::future::join_all(
+                        statements
+                            .iter()
+                            .zip(sets)
+                            .map(|(stmt, (_, p))| client.query(stmt, p.as_ref())),
+                    )
+                    .await;
+                    (rows, SystemTime::now())
+                },
                 client.batch_execute("COMMIT"),
             );
             client.release();
@@ -339,7 +366,7 @@ impl Store {
                 .map(|(row, (sql, _))| row.at(sql))
                 .collect::<Result<Vec<_>>>()?;
             commit.at(first)?;
-            Ok(rows)
+            Ok((rows, answered))
         })
         .await
     }

@@ -46,6 +46,12 @@ pub struct TaskLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StageLabel {
+    /// A stage of a lease answer with jobs (hub::wake_stages).
+    pub stage: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct StateLabel {
     pub state: &'static str,
 }
@@ -97,6 +103,13 @@ fn latency_buckets() -> Histogram {
     ))
 }
 
+fn stage_buckets() -> Histogram {
+    // 0.05 ms .. ~3.3 s, doubling: a stage of a wake is tenths of a millisecond to a few.
+    Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(
+        0.000_05, 2.0, 17,
+    ))
+}
+
 /// What the scrape reads from the replica at that moment (gauges and counters kept elsewhere).
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Snapshot {
@@ -116,6 +129,8 @@ pub struct Metrics {
     pub requests: HistogramFamily<RequestLabels>,
     pub lease_wait: Histogram,
     pub wake_latency: Histogram,
+    /// The stages of lease answers with jobs (hub::wake_stages), by stage.
+    pub lease_stages: HistogramFamily<StageLabel>,
     pub leases: Counter,
     pub redeliveries: Counter,
     /// Reports that lease calls carried in `done` (v1.2), whatever each came to.
@@ -174,6 +189,13 @@ impl Metrics {
             "leasehold_wake_latency_seconds",
             "From a parked long-poll being woken to its lease answering with jobs.",
             wake_latency.clone(),
+        );
+        let lease_stages =
+            HistogramFamily::<StageLabel>::new_with_constructor(stage_buckets as fn() -> Histogram);
+        r.register(
+            "leasehold_lease_stage_seconds",
+            "The stages of a lease answer with jobs: heard_to_tick (a park heard until the tick that claims it starts), claim (the tick's statements), commit (until the commit is durable), answer (until the answer is handed to the connection).",
+            lease_stages.clone(),
         );
         let leases = Counter::default();
         r.register(
@@ -305,6 +327,7 @@ impl Metrics {
             requests,
             lease_wait,
             wake_latency,
+            lease_stages,
             leases,
             redeliveries,
             done_reports,

@@ -89,6 +89,19 @@ async fn families_exist_move_and_stay_bounded() {
         value(&after, "leasehold_wake_latency_seconds_count", &[]),
         1.0
     );
+    // The woken lease's stages (issue 55): a park heard, its tick's statements, its commit,
+    // its answer; the first look that found nothing observed none.
+    for stage in ["heard_to_tick", "claim", "commit", "answer"] {
+        assert_eq!(
+            value(
+                &after,
+                "leasehold_lease_stage_seconds_count",
+                &[("stage", stage)]
+            ),
+            1.0,
+            "{stage}"
+        );
+    }
     assert_eq!(value(&after, "leasehold_long_polls", &[]), 0.0);
     assert_eq!(
         value(
@@ -152,6 +165,7 @@ async fn families_exist_move_and_stay_bounded() {
         "leasehold_http_request_duration_seconds",
         "leasehold_lease_wait_seconds",
         "leasehold_wake_latency_seconds",
+        "leasehold_lease_stage_seconds",
         "leasehold_leases",
         "leasehold_redeliveries",
         "leasehold_stale_reports",

@@ -208,6 +208,23 @@ impl ReplicaProcess {
         let process = ServeProcess::start(exe, database_url, env, Stdio::inherit()).await?;
         Ok(Self(process))
     }
+
+    /// [`Self::start`] with its log (stderr) written to `log`.
+    ///
+    /// # Errors
+    /// As [`Self::start`].
+    pub async fn start_logging(
+        database_url: &str,
+        env: &[(&str, String)],
+        log: std::fs::File,
+    ) -> anyhow::Result<Self> {
+        let exe = std::env::current_exe()?;
+        let env = [("LEASEHOLD_AUTH_BURST", "100000".to_owned())]
+            .into_iter()
+            .chain(env.iter().map(|(k, v)| (*k, v.clone())));
+        let process = ServeProcess::start(exe, database_url, env, Stdio::from(log)).await?;
+        Ok(Self(process))
+    }
 }
 
 impl std::ops::Deref for ReplicaProcess {

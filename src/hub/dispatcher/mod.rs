@@ -316,7 +316,9 @@ impl Dispatcher {
                     let read = ws.reads(workspace, &lane);
                     if read {
                         ws.park(workspace, &lane);
-                        ws.dirty_since.get_or_insert_with(Instant::now);
+                        let now = Instant::now();
+                        ws.dirty_since.get_or_insert(now);
+                        ws.dirty_last = Some(now);
                         if local {
                             let first = ws.local.entry(lane.clone()).or_insert(to);
                             *first = (*first).min(to);

@@ -141,6 +141,8 @@ pub(super) struct Workspace {
     pub(super) local: HashMap<Lane, Place>,
     /// When the first park since the last tick was heard of (the wake latency).
     pub(super) dirty_since: Option<Instant>,
+    /// When the last park since the last tick was heard of (a wake's stages: hub::wake_stages).
+    pub(super) dirty_last: Option<Instant>,
     /// When each runner was last served jobs here (a count of servings): a claim hands out
     /// slots to the least recently served first, however many calls each holds open.
     pub(super) served: HashMap<Uuid, u64>,

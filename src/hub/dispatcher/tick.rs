@@ -5,7 +5,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Instant, SystemTime};
 
 use tokio::sync::oneshot;
 use uuid::Uuid;
@@ -14,6 +14,7 @@ use super::state::{Class, Parked, Places, Stage, Workspace};
 use super::{Aftermath, Answer, Applied, Dispatcher, State};
 use crate::hub::handover::Handover;
 use crate::hub::notifier::Notice;
+use crate::hub::wake_stages::WakeStages;
 use crate::store::claim::{
     ClaimOutcome, ClassClaim, Lane, Place, ReportOf, RunnerClaim, Slot, TickOutcome,
 };
@@ -48,12 +49,25 @@ impl Dispatcher {
                 leased: Vec::new(),
                 armed: true,
             };
+            let (started_at, started) = (Instant::now(), SystemTime::now());
             let out = crate::telemetry::traces::statement(
                 || "dispatcher tick",
                 self.store
                     .tick(&plan.reports, &plan.claims, self.lease_ttl_ms),
             )
             .await;
+            let stages = out.as_ref().ok().and_then(|o| o.answered).map(|claimed| {
+                let wall = |at: Instant| started - started_at.saturating_duration_since(at);
+                WakeStages {
+                    heard: plan
+                        .dirty_since
+                        .zip(plan.dirty_last)
+                        .map(|(first, last)| (wall(first), wall(last))),
+                    started,
+                    claimed,
+                    durable: SystemTime::now(),
+                }
+            });
             if let Ok(out) = &out {
                 guard.leased = out
                     .claims
@@ -68,7 +82,7 @@ impl Dispatcher {
                     .collect();
             }
             self.fault();
-            let (answers, mut aftermath, forward) = self.settle(&workspace, &plan, out);
+            let (answers, mut aftermath, forward) = self.settle(&workspace, &plan, out, stages);
             // Every job leased is in an answer's hand-over now, or an orphan to give back.
             guard.armed = false;
             if !aftermath.unfit.is_empty() {
@@ -136,6 +150,7 @@ impl Dispatcher {
                 // Parks here that no runner here is left to read: another replica may have one.
                 untold.extend(std::mem::take(&mut ws.local));
                 ws.dirty_since = None;
+                ws.dirty_last = None;
                 if ws.waiters.is_empty() {
                     workspaces.remove(name);
                 }
@@ -144,10 +159,12 @@ impl Dispatcher {
         }
         let local = std::mem::take(&mut ws.local);
         let dirty_since = ws.dirty_since.take();
+        let dirty_last = ws.dirty_last.take();
         let parks = ws.parks;
         let mut plan = Plan {
             waiters: due.clone(),
             dirty_since,
+            dirty_last,
             ..Plan::default()
         };
         // Group by class; within a class, a runner once (its calls' wants summed), in the order
@@ -265,6 +282,7 @@ impl Dispatcher {
         name: &str,
         plan: &Plan,
         out: Result<TickOutcome>,
+        stages: Option<WakeStages>,
     ) -> (
         Vec<(oneshot::Sender<Result<Answer>>, Result<Answer>)>,
         Aftermath,
@@ -354,7 +372,7 @@ impl Dispatcher {
                 leased_any |= !rc.claimed.is_empty();
                 after.leased.extend(rc.claimed.iter().map(|c| c.id));
                 let ids = by_runner.remove(&rc.id).unwrap_or_default();
-                self.hand_out(ws, &ids, rc, &mut answers, &mut after);
+                self.hand_out(ws, &ids, rc, stages, &mut answers, &mut after);
             }
             // A runner the claim did not answer for is gone.
             for runner in claim.runners.iter().filter(|r| !live.contains(r)) {
@@ -422,6 +440,7 @@ impl Dispatcher {
         ws: &mut Workspace,
         ids: &[u64],
         rc: RunnerClaim,
+        stages: Option<WakeStages>,
         answers: &mut Vec<(oneshot::Sender<Result<Answer>>, Result<Answer>)>,
         after: &mut Aftermath,
     ) {
@@ -476,11 +495,14 @@ impl Dispatcher {
             let Some(mut w) = ws.remove(id) else {
                 continue;
             };
-            let handover = Handover::new(
+            let mut handover = Handover::new(
                 self.hub.clone(),
                 w.token_hash.clone(),
                 mine.iter().map(|c| (c.id, c.epoch)).collect(),
             );
+            if let (Some(stages), false) = (stages, mine.is_empty()) {
+                handover = handover.with_stages(stages);
+            }
             if let Some(reply) = w.reply.take() {
                 answers.push((
                     reply,
@@ -580,4 +602,5 @@ struct Plan {
     /// Lanes a local park made dirty that this tick reads, each with its earliest park's place.
     forward: Vec<(Lane, Place)>,
     dirty_since: Option<Instant>,
+    dirty_last: Option<Instant>,
 }
