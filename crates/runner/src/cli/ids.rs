@@ -16,11 +16,10 @@ use crate::wire;
 /// How many of the newest jobs an id's end is looked for among.
 pub const SCAN_JOBS: usize = 5000;
 
-/// The hex digits of a prefix (hyphens dropped), when `text` can be the start of an id.
+/// The hex digits of a prefix (hyphens dropped), when `text` can be the start of an id but is
+/// not a whole one.
 fn prefix_of(text: &str) -> Option<String> {
-    let hex: String = text.chars().filter(|c| *c != '-').collect();
-    let hex = hex.to_ascii_lowercase();
-    (hex.len() >= 4 && hex.len() < 32 && hex.chars().all(|c| c.is_ascii_hexdigit())).then_some(hex)
+    crate::wire::input::id_digits(text).filter(|hex| hex.len() < 32)
 }
 
 fn not_an_id(text: &str, what: &str) -> anyhow::Error {
@@ -48,6 +47,7 @@ pub async fn job(client: &Client, text: &str) -> anyhow::Result<Uuid> {
             limit: Some(2),
             after: Some(after),
             newest_first: false,
+            search: None,
         })
         .await?;
     let mut hits: Vec<Uuid> = page
@@ -88,6 +88,7 @@ async fn ending_with(client: &Client, end: &str) -> anyhow::Result<Vec<Uuid>> {
                 limit: Some(500),
                 after,
                 newest_first: true,
+                search: None,
             })
             .await?;
         seen += page.jobs.len();

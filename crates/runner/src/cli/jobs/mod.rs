@@ -285,6 +285,7 @@ pub async fn run(conn: &Conn, command: JobCommand) -> anyhow::Result<i32> {
                 limit,
                 after,
                 newest_first: !oldest_first,
+                search: None,
             };
             let page = client.list_jobs(&query).await?;
             if conn.json {
