@@ -433,6 +433,47 @@ async fn list_searches_by_command_text_or_id_and_pages() {
     }
 }
 
+/// Issue 56 row 7: a Runner names the jobs it holds leased now (`current_jobs`, ascending), in
+/// the roster, a tier's list and its own heartbeat's answer; a settled job leaves it.
+#[tokio::test]
+async fn a_runner_names_the_jobs_it_holds_now() {
+    let app = TestApp::spawn().await;
+    let alice = app.operator("acme", "alice", true).await;
+    let (mine, r) = pair(&alice, Tier::Personal, &[], 3).await;
+    let (theirs, w) = pair(&alice, Tier::Workspace, &[], 1).await;
+    assert!(mine.current_jobs.is_empty() && theirs.current_jobs.is_empty());
+    for i in 0..2 {
+        dispatch(&alice, personal(), json!(i)).await;
+    }
+    dispatch(&alice, workspace_pool(), json!(2)).await;
+    let mut held: Vec<_> = lease(&r, 1000, 3)
+        .await
+        .iter()
+        .map(|l| (l.id, l.epoch))
+        .collect();
+    held.sort();
+    let w_held = lease(&w, 1000, 1).await.remove(0).id;
+
+    let roster = alice.runners(Tier::Workspace).await.unwrap();
+    let of = |id| roster.iter().find(|x| x.id == id).unwrap().clone();
+    assert_eq!(
+        of(mine.id).current_jobs,
+        held.iter().map(|h| h.0).collect::<Vec<_>>()
+    );
+    assert_eq!(of(mine.id).active_leases, 2);
+    assert_eq!(of(theirs.id).current_jobs, [w_held]);
+    let personal_list = alice.runners(Tier::Personal).await.unwrap();
+    assert_eq!(personal_list[0].current_jobs, of(mine.id).current_jobs);
+
+    r.complete(held[0].0, held[0].1, json!(null)).await.unwrap();
+    let beat = r
+        .runner_heartbeat(&wire::RunnerHeartbeat::default())
+        .await
+        .unwrap();
+    assert_eq!(beat.runner.current_jobs, [held[1].0]);
+    assert_eq!(beat.runner.active_leases, 1);
+}
+
 #[tokio::test]
 async fn pool_and_preflight_report_what_the_caller_could_target() {
     let app = TestApp::spawn().await;
