@@ -182,6 +182,14 @@ struct Page {
 
 impl Page {
     async fn call(&mut self, method: &str, params: Value) -> Value {
+        let v = self.answer(method, params).await;
+        assert!(v.get("error").is_none(), "{method}: {v}");
+        v["result"].clone()
+    }
+
+    /// The whole answer to a command: `result`, or `error` (as when a reload closed the
+    /// context the command ran in).
+    async fn answer(&mut self, method: &str, params: Value) -> Value {
         self.next += 1;
         let id = self.next;
         let msg = json!({"id": id, "method": method, "params": params}).to_string();
@@ -195,8 +203,7 @@ impl Page {
             let Message::Text(text) = frame else { continue };
             let v: Value = serde_json::from_str(&text).unwrap();
             if v["id"] == id {
-                assert!(v.get("error").is_none(), "{method}: {v}");
-                return v["result"].clone();
+                return v;
             }
         }
     }
@@ -213,11 +220,18 @@ impl Page {
         r["result"]["value"].clone()
     }
 
-    /// Wait until `expr` is true in the page.
+    /// Wait until `expr` is true in the page. An evaluation a navigation cut short (the page
+    /// reloading) or that threw (the page not drawn yet) counts as not yet.
     async fn until(&mut self, expr: &str, what: &str) {
         let end = tokio::time::Instant::now() + Duration::from_secs(20);
         loop {
-            if self.eval(expr).await == json!(true) {
+            let v = self
+                .answer(
+                    "Runtime.evaluate",
+                    json!({"expression": expr, "returnByValue": true, "awaitPromise": true}),
+                )
+                .await;
+            if v["result"]["result"]["value"] == json!(true) {
                 return;
             }
             assert!(
@@ -246,8 +260,10 @@ impl Page {
             .await;
         self.until("document.readyState === 'complete'", "the page")
             .await;
+        // The reload runs after this evaluation has answered: one cut short by it is an error.
         self.eval(&format!(
-            "sessionStorage.setItem('leasehold.key', '{key}'); location.reload(); true"
+            "sessionStorage.setItem('leasehold.key', '{key}'); \
+             setTimeout(() => location.reload(), 0); true"
         ))
         .await;
         self.until(
@@ -818,7 +834,8 @@ async fn the_page_shows_live_activity_and_the_webhooks() {
     page.until("document.readyState === 'complete'", "the page")
         .await;
     page.eval(&format!(
-        "sessionStorage.setItem('leasehold.key', '{key}'); location.reload(); true"
+        "sessionStorage.setItem('leasehold.key', '{key}'); \
+         setTimeout(() => location.reload(), 0); true"
     ))
     .await;
     page.until(
@@ -872,7 +889,7 @@ async fn a_waiting_jobs_page_says_why_and_what_it_requires() {
         .await;
     page.eval(&format!(
         "sessionStorage.setItem('leasehold.key', '{key}'); location.hash = '#job={}'; \
-         location.reload(); true",
+         setTimeout(() => location.reload(), 0); true",
         job.id
     ))
     .await;
@@ -931,7 +948,7 @@ async fn a_jobs_colours_are_rendered_not_shown_as_escapes() {
         .await;
     page.eval(&format!(
         "sessionStorage.setItem('leasehold.key', '{key}'); location.hash = '#job={}'; \
-         location.reload(); true",
+         setTimeout(() => location.reload(), 0); true",
         job.id
     ))
     .await;
