@@ -21,11 +21,19 @@ let lastRoster = null; // the last runners the server listed
 let lastGood = null; // when the server last answered
 const labels = new Map(); // runner id -> label, from the last roster
 
+// The list's page, read newest first by the API's cursor (`order=desc&after=`): the cursor it
+// is read from (null: the newest jobs), the cursors of the newer pages before it, and the
+// cursor of the next older page (null: there is none). A page is read from its cursor at every
+// refresh, so it stays put while newer jobs arrive.
+const list = { after: null, back: [], older: null };
+
 function key() {
   return sessionStorage.getItem(KEY);
 }
 
 class Unauthorized extends Error {}
+// The server refused the call as asked (a 4xx but 401): its message says why.
+class Refused extends Error {}
 
 async function api(path, method) {
   const init = {
@@ -42,7 +50,7 @@ async function api(path, method) {
   const body = await res.json().catch(() => null);
   if (!res.ok) {
     const msg = body && body.error ? body.error.code + ": " + body.error.message : res.statusText;
-    throw new Error(msg);
+    throw res.status >= 400 && res.status < 500 ? new Refused(msg) : new Error(msg);
   }
   return body;
 }
@@ -249,7 +257,7 @@ function renderRunners(runners, stale) {
   $("runners-empty").hidden = runners.length > 0;
 }
 
-function renderJobs(jobs) {
+function renderJobs(jobs, refused) {
   const body = $("jobs").tBodies[0];
   const rows = jobs.map((j) => {
     const tr = el("tr");
@@ -275,17 +283,76 @@ function renderJobs(jobs) {
     return tr;
   });
   body.replaceChildren(...rows);
+  const search = $("filter-search").value.trim();
   const filtered = $("filter-state").value || $("filter-outcome").value;
-  $("jobs-empty").textContent = filtered ? "No jobs match these filters." : "No jobs yet.";
+  $("jobs-empty").textContent = refused
+    ? "Search refused: " + refused
+    : search
+      ? "No job matches \u201c" + search + "\u201d" + (filtered ? " and these filters" : "") + " (its command or id)."
+      : filtered
+        ? "No jobs match these filters."
+        : list.after
+          ? "No older jobs."
+          : "No jobs yet.";
   $("jobs-empty").hidden = jobs.length > 0;
+  $("jobs-newer").disabled = list.after === null;
+  $("jobs-older").disabled = list.older === null;
+  $("jobs-page").textContent = list.after === null ? "Newest" : "Page " + (list.back.length + 1);
 }
 
-async function recentJobs() {
-  let q = "/v1/jobs?order=desc&limit=" + RECENT;
+// The list's query: its filters, its search and its page, one more job than it shows (so a
+// full last page needs no empty page after it to say it is the last).
+function listQuery() {
+  let q = "/v1/jobs?order=desc&limit=" + (RECENT + 1);
   for (const [name, id] of [["state", "filter-state"], ["outcome", "filter-outcome"]]) {
     if ($(id).value) q += "&" + name + "=" + encodeURIComponent($(id).value);
   }
-  return (await api(q)).jobs;
+  const search = $("filter-search").value.trim();
+  if (search) q += "&q=" + encodeURIComponent(search);
+  if (list.after) q += "&after=" + list.after;
+  return q;
+}
+
+// The list's page as `query` reads it: its jobs, the next older page's cursor, and why the
+// server refused the search (a 400 names `q`), if it did.
+async function recentJobs(query) {
+  let page;
+  try {
+    page = await api(query);
+  } catch (e) {
+    if (e instanceof Refused) return { jobs: [], older: null, refused: e.message };
+    throw e;
+  }
+  let jobs = page.jobs;
+  let older = page.next; // the 4 MiB budget may end a page early
+  if (jobs.length > RECENT) {
+    jobs = jobs.slice(0, RECENT);
+    older = jobs[RECENT - 1].id;
+  }
+  return { jobs, older, refused: null };
+}
+
+// The list from its first page, its filters or search changed.
+function listAgain() {
+  list.after = null;
+  list.back = [];
+  list.older = null;
+  refresh();
+}
+
+function listOlder() {
+  if (!list.older) return;
+  list.back.push(list.after);
+  list.after = list.older;
+  list.older = null;
+  refresh();
+}
+
+function listNewer() {
+  if (list.after === null) return;
+  list.after = list.back.pop() || null;
+  list.older = null;
+  refresh();
 }
 
 function fail(e) {
@@ -303,19 +370,30 @@ function fail(e) {
   $("status").textContent = "Could not refresh: " + e.message;
 }
 
+// One refresh at a time; one asked for meanwhile (a search typed, a page turned) runs after it.
 let busy = false;
+let again = false;
 async function refresh() {
-  if (busy) return;
+  if (busy) {
+    again = true;
+    return;
+  }
   busy = true;
   try {
-    const [pool, roster, jobs] = await Promise.all([api("/v1/pool"), api("/v1/workspace/runners"), recentJobs()]);
+    const query = listQuery();
+    const [pool, roster, page] = await Promise.all([api("/v1/pool"), api("/v1/workspace/runners"), recentJobs(query)]);
+    const jobs = page.jobs;
     lastGood = new Date();
     lastRoster = roster.runners;
     $("offline").hidden = true;
     delete document.body.dataset.stale;
     renderPool(pool);
+    // A page read for a query since changed is not drawn: the refresh asked for runs next.
+    if (query === listQuery()) {
+      list.older = page.older;
+      renderJobs(jobs, page.refused);
+    }
     renderRunners(roster.runners, false);
-    renderJobs(jobs);
     renderWebhooks();
     if (selected) await renderJob(selected);
     const ws = roster.runners.length ? roster.runners[0].workspace : jobs.length ? jobs[0].workspace : null;
@@ -325,10 +403,15 @@ async function refresh() {
     }
     $("status").textContent = "Updated " + lastGood.toLocaleTimeString();
     document.body.dataset.ready = "true";
+    document.body.dataset.refreshes = String(Number(document.body.dataset.refreshes || 0) + 1);
   } catch (e) {
     fail(e);
   } finally {
     busy = false;
+    if (again) {
+      again = false;
+      refresh();
+    }
   }
 }
 
@@ -355,8 +438,20 @@ document.addEventListener("DOMContentLoaded", () => {
   });
   $("job-retry").addEventListener("click", () => act("retry"));
   $("job-cancel").addEventListener("click", () => act("cancel"));
-  for (const id of ["filter-state", "filter-outcome"]) $(id).addEventListener("change", () => refresh());
-  $("job-filters").addEventListener("submit", (ev) => ev.preventDefault());
+  for (const id of ["filter-state", "filter-outcome"]) $(id).addEventListener("change", listAgain);
+  // The search runs as it is typed, a moment after the last key, or at once on Enter.
+  let typing = null;
+  $("filter-search").addEventListener("input", () => {
+    clearTimeout(typing);
+    typing = setTimeout(listAgain, 250);
+  });
+  $("job-filters").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    clearTimeout(typing);
+    listAgain();
+  });
+  $("jobs-older").addEventListener("click", listOlder);
+  $("jobs-newer").addEventListener("click", listNewer);
   document.addEventListener("keydown", (ev) => {
     if (ev.key === "Escape" && selected) $("job-close").click();
   });
