@@ -12,7 +12,7 @@
 //! line writes them (issue 52 row 5): `e\u{202e}gnp.exe` cannot pass for another name.
 //!
 //! The job list pages 25 at a time by the API's cursor and searches by a command's text or an
-//! id's 8 characters (issue 56 row 7).
+//! id's 8 characters, and a runner's row links the jobs it holds (issue 56 row 7).
 //!
 //! Skips, saying why, only where no Chromium can be started (`LEASEHOLD_CHROMIUM` names
 //! another binary).
@@ -1108,4 +1108,75 @@ async fn the_jobs_list_pages_older_and_newer_and_searches() {
     .await;
     page.eval(&search("")).await;
     page.until(&shows(&now_newest), "the newest again").await;
+}
+
+/// Issue 56 row 7: a runner's row shows the jobs it holds now, each a link to its page; a job
+/// it settles leaves the row.
+#[tokio::test]
+async fn a_runner_row_links_the_jobs_it_holds() {
+    let Some(browser) = Browser::or_skip("runner_jobs").await else {
+        return;
+    };
+    let app = TestApp::spawn().await;
+    let url = app.url(0);
+    let key = app.key("acme", "alice", false).await;
+    let operator = leasehold::client::Client::new(url.clone(), Some(key.clone()));
+    let (runner, rc) = pair(&operator, wire::Tier::Personal, &[], 2).await;
+    let (idle, _idle_client) = pair(&operator, wire::Tier::Personal, &[], 1).await;
+    for word in ["first", "second"] {
+        dispatch(&operator, personal(), json!({"argv": ["echo", word]})).await;
+    }
+    let mut held = lease(&rc, 5_000, 2).await;
+    held.sort_by_key(|l| l.id);
+    assert_eq!(held.len(), 2);
+
+    let mut page = browser.page().await;
+    page.signed_in(&url, &key).await;
+    let links = |runner: uuid::Uuid| {
+        format!(
+            "JSON.stringify([...document.querySelectorAll('tr[data-runner=\"{runner}\"] a[data-job]')]\
+             .map(a => a.dataset.job + ' ' + a.textContent))"
+        )
+    };
+    let want: Vec<String> = held
+        .iter()
+        .map(|l| format!("{} {}", l.id, &l.id.to_string()[28..]))
+        .collect();
+    page.until(
+        &format!(
+            "{} === '{}'",
+            links(runner.id),
+            serde_json::to_string(&want).unwrap()
+        ),
+        "the runner's two jobs",
+    )
+    .await;
+    assert_eq!(page.eval(&links(idle.id)).await, json!("[]"));
+    page.screenshot("runner-jobs.png").await;
+
+    // A link opens the job's page.
+    page.eval(&format!(
+        "document.querySelector('tr[data-runner=\"{}\"] a[data-job=\"{}\"]').click(); true",
+        runner.id, held[1].id
+    ))
+    .await;
+    page.until(
+        &format!(
+            "!document.getElementById('job').hidden && location.hash === '#job={}' && \
+             document.getElementById('job-facts').dataset.state === 'leased'",
+            held[1].id
+        ),
+        "the held job's page",
+    )
+    .await;
+
+    rc.complete(held[0].id, held[0].epoch, json!({"exit_code": 0}))
+        .await
+        .unwrap();
+    let one = serde_json::to_string(&want[1..]).unwrap();
+    page.until(
+        &format!("{} === '{one}'", links(runner.id)),
+        "the settled job gone from the row",
+    )
+    .await;
 }

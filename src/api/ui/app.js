@@ -20,6 +20,7 @@ let selected = null; // id of the job shown
 let lastRoster = null; // the last runners the server listed
 let lastGood = null; // when the server last answered
 const labels = new Map(); // runner id -> label, from the last roster
+const commands = new Map(); // job id -> its command as shown, for the jobs the board names
 
 // The list's page, read newest first by the API's cursor (`order=desc&after=`): the cursor it
 // is read from (null: the newest jobs), the cursors of the newer pages before it, and the
@@ -242,7 +243,7 @@ function renderRunners(runners, stale) {
     meter.value = r.active_leases;
     meter.setAttribute("aria-label", r.active_leases + " of " + r.capacity + " slots in use");
     slots.append(meter);
-    tr.append(slots);
+    tr.append(slots, running(r.current_jobs || []));
     const caps = el("td");
     const exclusive = new Set(r.exclusive || []);
     for (const c of r.capabilities) caps.append(el("span", c, exclusive.has(c) ? "cap exclusive" : "cap"));
@@ -255,6 +256,44 @@ function renderRunners(runners, stale) {
   });
   body.replaceChildren(...rows);
   $("runners-empty").hidden = runners.length > 0;
+}
+
+// The jobs a runner holds now (its `current_jobs`), each a link to its page, with its command
+// once the board knows it.
+function running(ids) {
+  const cell = el("td", null, "running");
+  for (const id of ids) {
+    const link = el("a", short(id));
+    link.href = "#job=" + id;
+    link.dataset.job = id;
+    link.title = id;
+    link.setAttribute("aria-label", "Show job " + id);
+    link.addEventListener("click", (ev) => {
+      ev.preventDefault();
+      select(id);
+    });
+    cell.append(link);
+    if (commands.has(id)) cell.append(el("span", commands.get(id), "sub"));
+  }
+  if (ids.length === 0) cell.append(el("span", "idle", "sub"));
+  return cell;
+}
+
+// The commands of the jobs the runners hold that the board has not seen yet: one read each,
+// once (a command never changes), at most 50 a refresh.
+async function learnCommands(runners) {
+  const held = new Set(runners.flatMap((r) => r.current_jobs || []));
+  const unknown = [...held].filter((id) => !commands.has(id)).slice(0, 50);
+  await Promise.all(
+    unknown.map((id) =>
+      api("/v1/jobs/" + id)
+        .then((j) => commands.set(id, commandText(j)))
+        .catch((e) => {
+          if (e instanceof Unauthorized) throw e;
+        }),
+    ),
+  );
+  for (const id of [...commands.keys()]) if (!held.has(id) && commands.size > 500) commands.delete(id);
 }
 
 function renderJobs(jobs, refused) {
@@ -276,6 +315,7 @@ function renderJobs(jobs, refused) {
     const st = el("td");
     st.append(badge(s.text, s.cls));
     tr.append(st);
+    commands.set(j.id, commandText(j));
     const cmd = el("td", commandText(j), "command-cell");
     cmd.title = commandText(j);
     tr.append(cmd, el("td", target(j)), el("td", attemptText(j)), el("td", ago(j.created_at)));
@@ -393,6 +433,7 @@ async function refresh() {
       list.older = page.older;
       renderJobs(jobs, page.refused);
     }
+    await learnCommands(roster.runners);
     renderRunners(roster.runners, false);
     renderWebhooks();
     if (selected) await renderJob(selected);
