@@ -1,6 +1,9 @@
 -- A page of a workspace's jobs by ascending id: $1 workspace, $2 state or NULL,
 -- $3 exclusive lower bound id or NULL, $4 page size, $5 byte budget, $6 outcome or NULL (v1.3:
--- `job_outcome()`, migration 0037). The page also ends before
+-- `job_outcome()`, migration 0037), $7 search text or NULL (leasehold's `q`,
+-- docs/contract-notes.md): a `command` job whose argv joined with spaces holds it in any case,
+-- or, when $8 (its hex digits, hyphens dropped, lower case: 4..32 of them) is not NULL, a job
+-- whose id's hex digits start or end with $8. The page also ends before
 -- the first job that would start past $5 bytes of payload, result and error (as JSON text)
 -- counted over the jobs before it, so it always holds at least one job, and a replica never
 -- reads a page much larger than the budget (docs/contract-notes.md, "Memory per request is
@@ -18,6 +21,16 @@ WITH page AS (
        AND ($2::text IS NULL OR j.state = $2)
        AND ($3::uuid IS NULL OR j.id > $3)
        AND ($6::text IS NULL OR job_outcome(j.state, j.result) = $6)
+       AND ($7::text IS NULL
+            OR ($8::text IS NOT NULL
+                AND (starts_with(replace(j.id::text, '-', ''), $8)
+                     OR right(replace(j.id::text, '-', ''), length($8)) = $8))
+            OR strpos(lower(CASE WHEN j.kind = 'command'
+                                      AND jsonb_typeof(j.payload -> 'argv') = 'array'
+                                 THEN (SELECT string_agg(w.word, ' ' ORDER BY w.n)
+                                         FROM jsonb_array_elements_text(j.payload -> 'argv')
+                                              WITH ORDINALITY AS w(word, n)) END),
+                      lower($7)) > 0)
      ORDER BY j.id
      LIMIT $4
 )

@@ -16,6 +16,8 @@ UPDATE runners r
  WHERE r.id = $1 AND r.revoked_at IS NULL
 RETURNING r.id, r.owner, r.workspace, r.label, r.os, r.version, r.capabilities, r.capacity,
           (SELECT count(*) FROM jobs j WHERE j.leased_by = r.id AND j.state = 'leased') AS active_leases,
+          ARRAY(SELECT j.id FROM jobs j WHERE j.leased_by = r.id AND j.state = 'leased'
+                 ORDER BY j.id) AS current_jobs,
           runner_presence(r.last_seen_at, $5) AS presence,
           r.last_seen_at, r.created_at, r.approved_by, r.ephemeral,
           r.outdated, r.exclusive,

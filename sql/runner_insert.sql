@@ -9,6 +9,7 @@ INSERT INTO runners AS r (id, owner, workspace, label, os, version, capabilities
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, CASE WHEN $12 THEN now() END, $14,
         $15)
 RETURNING r.id, r.owner, r.workspace, r.label, r.os, r.version, r.capabilities, r.capacity,
-          0::bigint AS active_leases, runner_presence(r.last_seen_at, $13) AS presence,
+          0::bigint AS active_leases, '{}'::uuid[] AS current_jobs,
+          runner_presence(r.last_seen_at, $13) AS presence,
           r.last_seen_at, r.created_at, r.approved_by, r.ephemeral, r.outdated, r.exclusive,
           '[]'::jsonb AS repo_targets

@@ -1,6 +1,8 @@
 -- The roster: every live runner paired in workspace $1, both tiers. $2 presence window ms.
 SELECT r.id, r.owner, r.workspace, r.label, r.os, r.version, r.capabilities, r.capacity,
        (SELECT count(*) FROM jobs j WHERE j.leased_by = r.id AND j.state = 'leased') AS active_leases,
+       ARRAY(SELECT j.id FROM jobs j WHERE j.leased_by = r.id AND j.state = 'leased'
+              ORDER BY j.id) AS current_jobs,
        runner_presence(r.last_seen_at, $2) AS presence,
        r.last_seen_at, r.created_at, r.approved_by, r.ephemeral,
        r.outdated, r.exclusive,

@@ -30,6 +30,10 @@ use crate::wire;
 /// and however large the items (issue 18, row 7).
 pub const LIST_PAGE_BYTES: usize = 4 * 1024 * 1024;
 
+/// The most characters of `GET /v1/jobs?q=`: longer than any command a person would type to
+/// find a job, short enough that a search costs no more than reading the page it walks.
+pub const MAX_SEARCH_CHARS: usize = 200;
+
 fn wait_duration(st: &AppState, query: &QueryMap, default_ms: i64) -> ApiResult<Duration> {
     let ms = query.int("wait_ms", 0, 60_000)?.unwrap_or(default_ms);
     Ok(Duration::from_millis(
@@ -590,11 +594,20 @@ pub async fn list(
         Some("desc") => true,
         Some(_) => return Err(ApiError::bad("order: must be asc or desc")),
     };
+    // `q`, leasehold's own (docs/contract-notes.md, "Searching the job list").
+    let search = query.get("q");
+    validate::opt_text("q", search, MAX_SEARCH_CHARS)?;
+    let id_digits = search.and_then(crate::wire::input::id_digits);
     let (jobs, cut) = st
         .hub
         .jobs(
             &key.workspace,
-            JobFilter { state, outcome },
+            JobFilter {
+                state,
+                outcome,
+                search,
+                id_digits: id_digits.as_deref(),
+            },
             after,
             limit,
             descending,

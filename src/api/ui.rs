@@ -20,6 +20,16 @@ const FILES: &[(&str, &str, &[u8])] = &[
         "text/javascript; charset=utf-8",
         include_bytes!("ui/app.js"),
     ),
+    (
+        "job.js",
+        "text/javascript; charset=utf-8",
+        include_bytes!("ui/job.js"),
+    ),
+    (
+        "feed.js",
+        "text/javascript; charset=utf-8",
+        include_bytes!("ui/feed.js"),
+    ),
     ("icon.svg", "image/svg+xml", include_bytes!("ui/icon.svg")),
 ];
 

@@ -84,6 +84,7 @@ pub fn runner(r: Runner) -> wire::Runner {
         outdated: r.outdated,
         exclusive: r.exclusive,
         repo_targets: r.repo_targets.into_iter().map(repo_target).collect(),
+        current_jobs: r.current_jobs,
     }
 }
 

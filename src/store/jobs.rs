@@ -67,11 +67,16 @@ pub struct Beat {
 }
 
 /// What `GET /v1/jobs` filters on: a state and an outcome (`job_outcome()` in SQL), each
-/// `None` for any.
+/// `None` for any, and a search (`q`).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct JobFilter<'a> {
     pub state: Option<&'a str>,
     pub outcome: Option<&'a str>,
+    /// Text a `command` job's argv (joined with spaces) holds in any case.
+    pub search: Option<&'a str>,
+    /// With `search`: its hex digits (lower case, 4..32) when it can be an id or a start or
+    /// end of one; a job whose id starts or ends with them matches too.
+    pub id_digits: Option<&'a str>,
 }
 
 /// Why a fenced runner call matched no row.
@@ -213,11 +218,18 @@ impl Store {
             sql::JOBS_LIST
         };
         let budget = budget as i64;
-        let JobFilter { state, outcome } = filter;
+        let JobFilter {
+            state,
+            outcome,
+            search,
+            id_digits,
+        } = filter;
         let rows = self
             .query(
                 statement,
-                &[&workspace, &state, &after, &limit, &budget, &outcome],
+                &[
+                    &workspace, &state, &after, &limit, &budget, &outcome, &search, &id_digits,
+                ],
             )
             .await?;
         let scanned: i64 = rows.first().map_or(0, |r| r.get("scanned"));

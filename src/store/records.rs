@@ -147,6 +147,8 @@ record! {
         pub capabilities: Vec<String> = "capabilities",
         pub capacity: i32 = "capacity",
         pub active_leases: i64 = "active_leases",
+        /// The jobs it holds leased now, by ascending id (as many as `active_leases`).
+        pub current_jobs: Vec<Uuid> = "current_jobs",
         pub presence: String = "presence",
         pub last_seen_at: Option<DateTime<Utc>> = "last_seen_at",
         pub created_at: DateTime<Utc> = "created_at",

@@ -11,6 +11,9 @@
 //! A command's control and bidirectional formatting characters read escaped, as the command
 //! line writes them (issue 52 row 5): `e\u{202e}gnp.exe` cannot pass for another name.
 //!
+//! The job list pages 25 at a time by the API's cursor and searches by a command's text or an
+//! id's 8 characters, and a runner's row links the jobs it holds (issue 56 row 7).
+//!
 //! Skips, saying why, only where no Chromium can be started (`LEASEHOLD_CHROMIUM` names
 //! another binary).
 
@@ -182,6 +185,14 @@ struct Page {
 
 impl Page {
     async fn call(&mut self, method: &str, params: Value) -> Value {
+        let v = self.answer(method, params).await;
+        assert!(v.get("error").is_none(), "{method}: {v}");
+        v["result"].clone()
+    }
+
+    /// The whole answer to a command: `result`, or `error` (as when a reload closed the
+    /// context the command ran in).
+    async fn answer(&mut self, method: &str, params: Value) -> Value {
         self.next += 1;
         let id = self.next;
         let msg = json!({"id": id, "method": method, "params": params}).to_string();
@@ -195,8 +206,7 @@ impl Page {
             let Message::Text(text) = frame else { continue };
             let v: Value = serde_json::from_str(&text).unwrap();
             if v["id"] == id {
-                assert!(v.get("error").is_none(), "{method}: {v}");
-                return v["result"].clone();
+                return v;
             }
         }
     }
@@ -213,11 +223,18 @@ impl Page {
         r["result"]["value"].clone()
     }
 
-    /// Wait until `expr` is true in the page.
+    /// Wait until `expr` is true in the page. An evaluation a navigation cut short (the page
+    /// reloading) or that threw (the page not drawn yet) counts as not yet.
     async fn until(&mut self, expr: &str, what: &str) {
         let end = tokio::time::Instant::now() + Duration::from_secs(20);
         loop {
-            if self.eval(expr).await == json!(true) {
+            let v = self
+                .answer(
+                    "Runtime.evaluate",
+                    json!({"expression": expr, "returnByValue": true, "awaitPromise": true}),
+                )
+                .await;
+            if v["result"]["result"]["value"] == json!(true) {
                 return;
             }
             assert!(
@@ -246,8 +263,10 @@ impl Page {
             .await;
         self.until("document.readyState === 'complete'", "the page")
             .await;
+        // The reload runs after this evaluation has answered: one cut short by it is an error.
         self.eval(&format!(
-            "sessionStorage.setItem('leasehold.key', '{key}'); location.reload(); true"
+            "sessionStorage.setItem('leasehold.key', '{key}'); \
+             setTimeout(() => location.reload(), 0); true"
         ))
         .await;
         self.until(
@@ -818,7 +837,8 @@ async fn the_page_shows_live_activity_and_the_webhooks() {
     page.until("document.readyState === 'complete'", "the page")
         .await;
     page.eval(&format!(
-        "sessionStorage.setItem('leasehold.key', '{key}'); location.reload(); true"
+        "sessionStorage.setItem('leasehold.key', '{key}'); \
+         setTimeout(() => location.reload(), 0); true"
     ))
     .await;
     page.until(
@@ -872,7 +892,7 @@ async fn a_waiting_jobs_page_says_why_and_what_it_requires() {
         .await;
     page.eval(&format!(
         "sessionStorage.setItem('leasehold.key', '{key}'); location.hash = '#job={}'; \
-         location.reload(); true",
+         setTimeout(() => location.reload(), 0); true",
         job.id
     ))
     .await;
@@ -931,7 +951,7 @@ async fn a_jobs_colours_are_rendered_not_shown_as_escapes() {
         .await;
     page.eval(&format!(
         "sessionStorage.setItem('leasehold.key', '{key}'); location.hash = '#job={}'; \
-         location.reload(); true",
+         setTimeout(() => location.reload(), 0); true",
         job.id
     ))
     .await;
@@ -976,4 +996,187 @@ async fn a_jobs_colours_are_rendered_not_shown_as_escapes() {
         .await,
         json!(format!("job-{}.log|true|ok plain bad\n", job.id))
     );
+}
+
+/// The ids of the jobs the page's list shows, top to bottom, as a JSON array.
+const LISTED: &str =
+    "JSON.stringify([...document.querySelectorAll('#jobs tbody tr')].map(r => r.dataset.job))";
+
+/// The ids of `jobs` as the page's list would show them, as a JSON array.
+fn listed(jobs: &[wire::Job]) -> String {
+    serde_json::to_string(&jobs.iter().map(|j| j.id.to_string()).collect::<Vec<_>>()).unwrap()
+}
+
+/// Issue 56 row 7: the list shows 25 jobs a page: Older and Newer move through the rest by the
+/// API's cursor (a page stays put while newer jobs arrive), and a search finds jobs by their
+/// command's text in any case or by the 8 characters of an id the page shows.
+#[tokio::test]
+async fn the_jobs_list_pages_older_and_newer_and_searches() {
+    let Some(browser) = Browser::or_skip("jobs_paging").await else {
+        return;
+    };
+    let app = TestApp::spawn().await;
+    let url = app.url(0);
+    let key = app.key("acme", "alice", false).await;
+    let operator = leasehold::client::Client::new(url.clone(), Some(key.clone()));
+    let items = (0..60)
+        .map(|i| wire::BatchItem {
+            dispatch: wire::Dispatch::new(
+                personal(),
+                json!({"argv": ["echo", format!("Job-{i}")]}),
+            ),
+            idempotency_key: None,
+        })
+        .collect();
+    let jobs = operator.dispatch_batch(items).await.unwrap();
+    let newest: Vec<wire::Job> = jobs.iter().rev().cloned().collect();
+
+    let mut page = browser.page().await;
+    page.signed_in(&url, &key).await;
+    let shows = |want: &[wire::Job]| format!("{LISTED} === '{}'", listed(want));
+    page.until(&shows(&newest[..25]), "the newest 25").await;
+    let button = |id: &str| format!("document.getElementById('{id}')");
+    assert_eq!(
+        page.eval(&format!("{}.disabled", button("jobs-newer")))
+            .await,
+        json!(true),
+        "nothing is newer than the newest"
+    );
+    page.eval(&format!("{}.click(); true", button("jobs-older")))
+        .await;
+    page.until(&shows(&newest[25..50]), "the next 25, older")
+        .await;
+    // A page stays put while newer jobs arrive: it is read from its cursor at every refresh.
+    let refreshes = "Number(document.body.dataset.refreshes)";
+    let seen = page.eval(refreshes).await.as_u64().unwrap();
+    let late = dispatch(&operator, personal(), json!({"argv": ["echo", "late"]})).await;
+    page.until(&format!("{refreshes} >= {}", seen + 2), "two refreshes")
+        .await;
+    assert_eq!(page.eval(LISTED).await, json!(listed(&newest[25..50])));
+    page.eval(&format!("{}.click(); true", button("jobs-older")))
+        .await;
+    page.until(&shows(&newest[50..]), "the oldest 10").await;
+    assert_eq!(
+        page.eval(&format!("{}.disabled", button("jobs-older")))
+            .await,
+        json!(true),
+        "nothing is older than the oldest"
+    );
+    page.eval(&format!("{}.click(); true", button("jobs-newer")))
+        .await;
+    page.until(&shows(&newest[25..50]), "back to the middle")
+        .await;
+    page.eval(&format!("{}.click(); true", button("jobs-newer")))
+        .await;
+    let mut now_newest = vec![late.clone()];
+    now_newest.extend_from_slice(&newest[..24]);
+    page.until(&shows(&now_newest), "the newest, the late job on top")
+        .await;
+
+    // A search, typed as a person types it: a command's text in any case, then an id's end.
+    let search = |text: &str| {
+        format!(
+            "{{ const s = document.getElementById('filter-search'); s.value = {}; \
+             s.dispatchEvent(new Event('input')); }} true",
+            json!(text)
+        )
+    };
+    page.eval(&search("job-4")).await;
+    let fours: Vec<wire::Job> = newest
+        .iter()
+        .filter(|j| j.payload["argv"][1].as_str().unwrap().starts_with("Job-4"))
+        .cloned()
+        .collect();
+    assert_eq!(fours.len(), 11);
+    page.until(&shows(&fours), "the jobs whose command holds job-4")
+        .await;
+    page.screenshot("jobs-search.png").await;
+    let seventh = &jobs[7];
+    page.eval(&search(&seventh.id.to_string()[28..])).await;
+    page.until(
+        &shows(std::slice::from_ref(seventh)),
+        "the job by its 8 characters",
+    )
+    .await;
+    page.eval(&search("no such job")).await;
+    page.until(
+        "document.querySelectorAll('#jobs tbody tr').length === 0 && \
+         !document.getElementById('jobs-empty').hidden && \
+         document.getElementById('jobs-empty').textContent.includes('match')",
+        "no job found, said so",
+    )
+    .await;
+    page.eval(&search("")).await;
+    page.until(&shows(&now_newest), "the newest again").await;
+}
+
+/// Issue 56 row 7: a runner's row shows the jobs it holds now, each a link to its page; a job
+/// it settles leaves the row.
+#[tokio::test]
+async fn a_runner_row_links_the_jobs_it_holds() {
+    let Some(browser) = Browser::or_skip("runner_jobs").await else {
+        return;
+    };
+    let app = TestApp::spawn().await;
+    let url = app.url(0);
+    let key = app.key("acme", "alice", false).await;
+    let operator = leasehold::client::Client::new(url.clone(), Some(key.clone()));
+    let (runner, rc) = pair(&operator, wire::Tier::Personal, &[], 2).await;
+    let (idle, _idle_client) = pair(&operator, wire::Tier::Personal, &[], 1).await;
+    for word in ["first", "second"] {
+        dispatch(&operator, personal(), json!({"argv": ["echo", word]})).await;
+    }
+    let mut held = lease(&rc, 5_000, 2).await;
+    held.sort_by_key(|l| l.id);
+    assert_eq!(held.len(), 2);
+
+    let mut page = browser.page().await;
+    page.signed_in(&url, &key).await;
+    let links = |runner: uuid::Uuid| {
+        format!(
+            "JSON.stringify([...document.querySelectorAll('tr[data-runner=\"{runner}\"] a[data-job]')]\
+             .map(a => a.dataset.job + ' ' + a.textContent))"
+        )
+    };
+    let want: Vec<String> = held
+        .iter()
+        .map(|l| format!("{} {}", l.id, &l.id.to_string()[28..]))
+        .collect();
+    page.until(
+        &format!(
+            "{} === '{}'",
+            links(runner.id),
+            serde_json::to_string(&want).unwrap()
+        ),
+        "the runner's two jobs",
+    )
+    .await;
+    assert_eq!(page.eval(&links(idle.id)).await, json!("[]"));
+    page.screenshot("runner-jobs.png").await;
+
+    // A link opens the job's page.
+    page.eval(&format!(
+        "document.querySelector('tr[data-runner=\"{}\"] a[data-job=\"{}\"]').click(); true",
+        runner.id, held[1].id
+    ))
+    .await;
+    page.until(
+        &format!(
+            "!document.getElementById('job').hidden && location.hash === '#job={}' && \
+             document.getElementById('job-facts').dataset.state === 'leased'",
+            held[1].id
+        ),
+        "the held job's page",
+    )
+    .await;
+
+    rc.complete(held[0].id, held[0].epoch, json!({"exit_code": 0}))
+        .await
+        .unwrap();
+    let one = serde_json::to_string(&want[1..]).unwrap();
+    page.until(
+        &format!("{} === '{one}'", links(runner.id)),
+        "the settled job gone from the row",
+    )
+    .await;
 }

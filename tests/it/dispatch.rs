@@ -310,6 +310,170 @@ async fn list_pages_by_ascending_id_with_a_state_filter() {
     );
 }
 
+/// A page of `GET /v1/jobs?q=` (issue 56 row 7), as `searched` asks for it.
+async fn searched(
+    client: &leasehold::client::Client,
+    q: &str,
+    limit: Option<u32>,
+    after: Option<uuid::Uuid>,
+    newest_first: bool,
+) -> (Vec<uuid::Uuid>, Option<uuid::Uuid>) {
+    let page = client
+        .list_jobs(&leasehold::client::JobQuery {
+            search: Some(q),
+            limit,
+            after,
+            newest_first,
+            ..Default::default()
+        })
+        .await
+        .unwrap_or_else(|e| panic!("q={q:?}: {e}"));
+    (page.jobs.iter().map(|j| j.id).collect(), page.next)
+}
+
+/// Issue 56 row 7: `q` finds the jobs whose command (its argv joined with spaces) holds the
+/// text in any case, or whose id is the text or starts or ends with its hex digits (as the
+/// page shows ids); it pages like the list, in either order, beside the other filters, and
+/// only ever over the caller's workspace. A bad `q` is the contract's 400 naming it.
+#[tokio::test]
+async fn list_searches_by_command_text_or_id_and_pages() {
+    let app = TestApp::spawn().await;
+    let key = app.key("acme", "alice", false).await;
+    let alice = leasehold::client::Client::new(app.url(0), Some(key.clone()));
+    let argv = |words: &[&str]| json!({ "argv": words });
+    let build = dispatch(&alice, personal(), argv(&["make", "Build", "--jobs=4"])).await;
+    let test = dispatch(&alice, personal(), argv(&["cargo", "test"])).await;
+    // Payloads a search must read past without failing: an argv that is not a list, none.
+    dispatch(&alice, personal(), json!({ "argv": "make build" })).await;
+    dispatch(&alice, personal(), json!(7)).await;
+    let docs = dispatch(&alice, personal(), argv(&["make", "build-docs"])).await;
+    let bob = app.operator("beta", "bob", false).await;
+    dispatch(&bob, personal(), argv(&["make", "build"])).await;
+
+    // The command's text, in any case; words joined with one space.
+    assert_eq!(
+        searched(&alice, "BUILD", None, None, false).await.0,
+        [build.id, docs.id]
+    );
+    assert_eq!(
+        searched(&alice, "make build", None, None, false).await.0,
+        [build.id, docs.id]
+    );
+    assert_eq!(
+        searched(&alice, "jobs=4", None, None, false).await.0,
+        [build.id]
+    );
+    assert_eq!(
+        searched(&alice, "no such words", None, None, false).await,
+        (vec![], None)
+    );
+
+    // Paged like every list: `next` is the last id of a full page, in either order.
+    let (first, next) = searched(&alice, "build", Some(1), None, false).await;
+    assert_eq!((first, next), (vec![build.id], Some(build.id)));
+    let (second, next) = searched(&alice, "build", Some(1), next, false).await;
+    assert_eq!((second, next), (vec![docs.id], Some(docs.id)));
+    assert_eq!(
+        searched(&alice, "build", Some(1), next, false).await,
+        (vec![], None)
+    );
+    let (newest, next) = searched(&alice, "build", Some(1), None, true).await;
+    assert_eq!((newest, next), (vec![docs.id], Some(docs.id)));
+    assert_eq!(
+        searched(&alice, "build", Some(5), next, true).await.0,
+        [build.id]
+    );
+
+    // An id: whole, in any case, or the start or end of its hex digits (the page shows the
+    // last 8).
+    let hex = test.id.simple().to_string();
+    for q in [
+        test.id.to_string(),
+        test.id.to_string().to_uppercase(),
+        hex.clone(),
+        hex[24..].to_owned(),
+        hex[..31].to_owned(),
+        test.id.to_string()[..34].to_owned(),
+    ] {
+        assert_eq!(
+            searched(&alice, &q, None, None, false).await.0,
+            [test.id],
+            "q={q}"
+        );
+    }
+
+    // Beside the state filter.
+    alice.cancel(docs.id).await.unwrap();
+    let parked = alice
+        .list_jobs(&leasehold::client::JobQuery {
+            state: Some("parked"),
+            search: Some("build"),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        parked.jobs.iter().map(|j| j.id).collect::<Vec<_>>(),
+        [build.id]
+    );
+
+    // Refused, each as the contract's 400 naming `q`: empty, too long, a control character.
+    for q in ["", &"x".repeat(201), "a%07b"] {
+        let answer = reqwest::Client::new()
+            .get(format!("{}/v1/jobs?q={q}", app.url(0)))
+            .bearer_auth(&key)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.status().as_u16(), 400, "q={q}");
+        let body: serde_json::Value = answer.json().await.unwrap();
+        assert_eq!(body["error"]["code"], "bad_request", "{body}");
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(message.starts_with("q: "), "{message}");
+    }
+}
+
+/// Issue 56 row 7: a Runner names the jobs it holds leased now (`current_jobs`, ascending), in
+/// the roster, a tier's list and its own heartbeat's answer; a settled job leaves it.
+#[tokio::test]
+async fn a_runner_names_the_jobs_it_holds_now() {
+    let app = TestApp::spawn().await;
+    let alice = app.operator("acme", "alice", true).await;
+    let (mine, r) = pair(&alice, Tier::Personal, &[], 3).await;
+    let (theirs, w) = pair(&alice, Tier::Workspace, &[], 1).await;
+    assert!(mine.current_jobs.is_empty() && theirs.current_jobs.is_empty());
+    for i in 0..2 {
+        dispatch(&alice, personal(), json!(i)).await;
+    }
+    dispatch(&alice, workspace_pool(), json!(2)).await;
+    let mut held: Vec<_> = lease(&r, 1000, 3)
+        .await
+        .iter()
+        .map(|l| (l.id, l.epoch))
+        .collect();
+    held.sort();
+    let w_held = lease(&w, 1000, 1).await.remove(0).id;
+
+    let roster = alice.runners(Tier::Workspace).await.unwrap();
+    let of = |id| roster.iter().find(|x| x.id == id).unwrap().clone();
+    assert_eq!(
+        of(mine.id).current_jobs,
+        held.iter().map(|h| h.0).collect::<Vec<_>>()
+    );
+    assert_eq!(of(mine.id).active_leases, 2);
+    assert_eq!(of(theirs.id).current_jobs, [w_held]);
+    let personal_list = alice.runners(Tier::Personal).await.unwrap();
+    assert_eq!(personal_list[0].current_jobs, of(mine.id).current_jobs);
+
+    r.complete(held[0].0, held[0].1, json!(null)).await.unwrap();
+    let beat = r
+        .runner_heartbeat(&wire::RunnerHeartbeat::default())
+        .await
+        .unwrap();
+    assert_eq!(beat.runner.current_jobs, [held[1].0]);
+    assert_eq!(beat.runner.active_leases, 1);
+}
+
 #[tokio::test]
 async fn pool_and_preflight_report_what_the_caller_could_target() {
     let app = TestApp::spawn().await;

@@ -356,6 +356,60 @@ pub async fn rpc(url: &str, key: &str, body: Value) -> reqwest::Response {
         .unwrap()
 }
 
+/// Issue 56 row 7: `list_jobs` searches as the list does (`q`: a command's text in any case,
+/// an id's end as the page shows it), says so in its description, and a bad `q` is a refused
+/// tool result naming it.
+#[tokio::test]
+async fn list_jobs_searches_by_a_commands_text_or_an_ids_end() {
+    let app = TestApp::spawn().await;
+    let url = app.url(0);
+    let key = app.key("acme", "alice", false).await;
+    let alice = Client::new(&url, Some(key.clone()));
+    let mut ids = Vec::new();
+    for argv in [json!(["make", "Build"]), json!(["cargo", "test"])] {
+        let job = wire::Dispatch::new(crate::support::personal(), json!({ "argv": argv }));
+        ids.push(alice.dispatch(&job).await.unwrap().id);
+    }
+    let tools = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"});
+    let body: Value = rpc(&url, &key, tools).await.json().await.unwrap();
+    let list_jobs = body["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "list_jobs")
+        .unwrap()
+        .clone();
+    assert!(
+        list_jobs["inputSchema"]["properties"]["q"].is_object(),
+        "{list_jobs}"
+    );
+    let said = list_jobs["description"].as_str().unwrap();
+    assert!(said.contains("`q`"), "{said}");
+
+    let short = ids[1].to_string()[28..].to_owned();
+    for (q, want) in [
+        ("build", vec![json!(ids[0])]),
+        (short.as_str(), vec![json!(ids[1])]),
+    ] {
+        let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+            "name": "list_jobs", "arguments": {"q": q}}});
+        let body: Value = rpc(&url, &key, call).await.json().await.unwrap();
+        let found: Vec<Value> = body["result"]["structuredContent"]["jobs"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{body}"))
+            .iter()
+            .map(|j| j["id"].clone())
+            .collect();
+        assert_eq!(found, want, "{q}: {body}");
+    }
+    let call = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {
+        "name": "list_jobs", "arguments": {"q": ""}}});
+    let body: Value = rpc(&url, &key, call).await.json().await.unwrap();
+    assert_eq!(body["result"]["isError"], true, "{body}");
+    let text = body["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(text.starts_with("bad_request: q: "), "{text}");
+}
+
 /// Without an SDK: a tool call needs no session (none is issued), a long-poll tool gets its
 /// `wait_ms` beyond the request deadline as the route would, and the transport's own refusals
 /// are the contract's error JSON.

@@ -444,3 +444,79 @@ async fn the_two_tiers_are_named_found_and_suggested() {
     let left = alice.runners(Tier::Workspace).await.unwrap();
     assert!(left.iter().all(|r| r.id != shared.id));
 }
+
+/// Issue 56 row 7: `job list --search` finds jobs by their command's text in any case, and its
+/// `more:` line keeps the search (quoted as a shell reads it); the 8 characters the page shows
+/// name a job however many jobs came after it (the CLI searches for an id's end instead of
+/// reading the newest 5000).
+#[tokio::test]
+async fn job_list_searches_and_a_short_id_is_found_behind_5000_newer_jobs() {
+    use leasehold::wire::{BatchItem, Dispatch};
+    use serde_json::json;
+    let app = TestApp::spawn().await;
+    let url = app.url(0);
+    let key = app.key("acme", "alice", false).await;
+    let alice = leasehold::client::Client::new(url.clone(), Some(key.clone()));
+    let personal = crate::support::personal;
+    let deploy = |words: &[&str]| Dispatch::new(personal(), json!({ "argv": words }));
+    let old = alice
+        .dispatch(&deploy(&["make", "deploy", "--env=prod"]))
+        .await
+        .unwrap();
+    let filler = BatchItem {
+        dispatch: Dispatch::new(personal(), json!({ "argv": ["true"] })),
+        idempotency_key: None,
+    };
+    for _ in 0..5 {
+        alice
+            .dispatch_batch(vec![filler.clone(); 1000])
+            .await
+            .unwrap();
+    }
+    let newer = alice
+        .dispatch(&deploy(&["make", "Deploy docs"]))
+        .await
+        .unwrap();
+
+    let first = cli(
+        &url,
+        &key,
+        &["job", "list", "--search", "DEPLOY", "--limit", "1"],
+        LONG,
+    )
+    .await;
+    assert_eq!(first.code, Some(0), "{first:?}");
+    assert_eq!(first.stdout.lines().count(), 2, "{first:?}");
+    assert!(first.stdout.contains(&newer.id.to_string()), "{first:?}");
+    let more = format!(
+        "more: leasehold job list --after {} --search DEPLOY",
+        newer.id
+    );
+    assert!(first.stderr.contains(&more), "{first:?}");
+    let after = newer.id.to_string();
+    let rest = cli(
+        &url,
+        &key,
+        &["job", "list", "--after", &after, "--search", "DEPLOY"],
+        LONG,
+    )
+    .await;
+    assert_eq!(rest.stdout.lines().count(), 2, "{rest:?}");
+    assert!(rest.stdout.contains(&old.id.to_string()), "{rest:?}");
+    let spaced = cli(
+        &url,
+        &key,
+        &["job", "list", "--search", "make deploy", "--limit", "1"],
+        LONG,
+    )
+    .await;
+    assert!(
+        spaced.stderr.contains("--search 'make deploy'"),
+        "{spaced:?}"
+    );
+
+    let whole = old.id.to_string();
+    let got = cli(&url, &key, &["job", "get", &whole[28..]], LONG).await;
+    assert_eq!(got.code, Some(0), "{got:?}");
+    assert!(got.stdout.contains(&whole), "{got:?}");
+}

@@ -186,16 +186,16 @@ async fn check_hot_plans(app: &TestApp) {
             sql::JOB_FENCE_MISS,
             format!("{job}, {token}"),
         ),
-        // The jobs list, filtered by state and outcome (v1.3) or not.
+        // The jobs list, filtered by state and outcome (v1.3) or not, searched (`q`) or not.
         (
             "jobs_list",
             sql::JOBS_LIST,
-            "'acme', 'completed', NULL, 100, 4194304, 'failed'".into(),
+            "'acme', 'completed', NULL, 100, 4194304, 'failed', NULL, NULL".into(),
         ),
         (
             "jobs_list_desc",
             sql::JOBS_LIST_DESC,
-            format!("'acme', NULL, {job}, 100, 4194304, 'failed'"),
+            format!("'acme', NULL, {job}, 100, 4194304, 'failed', 'make 01a2', '01a2'"),
         ),
         // A page of the workspace feed (v1.4): one range per kind.
         (

@@ -116,6 +116,9 @@ pub struct JobQuery<'a> {
     pub after: Option<Uuid>,
     /// `order=desc` (v1.1): newest first, `after` then meaning older than it.
     pub newest_first: bool,
+    /// `q` (leasehold's own, docs/contract-notes.md): jobs whose id is this or starts or ends
+    /// with its hex digits, or whose command holds this text in any case.
+    pub search: Option<&'a str>,
 }
 
 /// `text` as a query string value: unreserved characters as they are, every other byte
@@ -373,7 +376,11 @@ impl Client {
     /// `GET /v1/jobs` with `query`.
     pub async fn list_jobs(&self, query: &JobQuery<'_>) -> Result<wire::JobList> {
         let mut q = Vec::new();
-        for (name, value) in [("state", query.state), ("outcome", query.outcome)] {
+        for (name, value) in [
+            ("state", query.state),
+            ("outcome", query.outcome),
+            ("q", query.search),
+        ] {
             if let Some(v) = value {
                 q.push(format!("{name}={}", percent_encoded(v)));
             }

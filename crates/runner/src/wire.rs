@@ -179,6 +179,10 @@ pub struct Runner {
     /// v1.1: repositories this runner advertised, and whether each is approved for it.
     #[serde(default)]
     pub repo_targets: Vec<RepoTarget>,
+    /// The jobs it holds leased now, by ascending id (leasehold's own, beside
+    /// `active_leases`: docs/contract-notes.md); `[]` from a server before it.
+    #[serde(default)]
+    pub current_jobs: Vec<Uuid>,
 }
 
 /// A repository target as recorded for a runner.

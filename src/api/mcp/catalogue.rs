@@ -68,7 +68,7 @@ fn specs() -> Vec<Spec> {
         spec("get_job", Method::GET, "/v1/jobs/{id}", Read,
             "Get a job by id (GET /v1/jobs/{id}); with `wait_ms`, answers as soon as the job is terminal or the wait ends."),
         spec("list_jobs", Method::GET, "/v1/jobs", Read,
-            "List the workspace's jobs by id (GET /v1/jobs), optionally of one `state`; page with `after` (the previous answer's `next`); `order` desc lists the newest first."),
+            "List the workspace's jobs by id (GET /v1/jobs), optionally of one `state` or `outcome`; `q` finds jobs whose command holds a text (any case) or whose id is it or starts or ends with it (the 8 characters people see); page with `after` (the previous answer's `next`); `order` desc lists the newest first."),
         spec("job_events", Method::GET, "/v1/jobs/{id}/events", Read,
             "Read a job's events after a seq (GET /v1/jobs/{id}/events): state transitions and what its runner appended (output lines); page with `after` (the previous answer's `next`)."),
         spec("cancel_job", Method::POST, "/v1/jobs/{id}/cancel", Destructive,

@@ -3,15 +3,16 @@
 //
 // What it shows is held to Buildkite's job page and River's UI: a job's status is its outcome
 // (a failed command is red, with its exit code), its log reads as text per attempt, its
-// attempts and retries are a timeline, and a member may retry or cancel it. Attempts are
-// numbered as the command line numbers them (crates/runner/src/cli/jobs/render.rs, `Attempts`):
-// attempt N is the job's N-th try (its retries + 1), and a try's leases are counted within it.
+// attempts and retries are a timeline, and a member may retry or cancel it.
+//
+// Three scripts, loaded in order and sharing one global scope: this one signs in, reads the
+// API and draws the board (jobs, runners, pool) and what every part says of a job; job.js
+// draws one job's page; feed.js the workspace's live activity and its webhooks.
 "use strict";
 
 const KEY = "leasehold.key";
 const REFRESH_MS = 2000;
 const RECENT = 25;
-const EVENT_PAGES = 20; // at most 20 pages of 1000 events are read for one job
 
 const $ = (id) => document.getElementById(id);
 let timer = null;
@@ -19,12 +20,21 @@ let selected = null; // id of the job shown
 let lastRoster = null; // the last runners the server listed
 let lastGood = null; // when the server last answered
 const labels = new Map(); // runner id -> label, from the last roster
+const commands = new Map(); // job id -> its command as shown, for the jobs the board names
+
+// The list's page, read newest first by the API's cursor (`order=desc&after=`): the cursor it
+// is read from (null: the newest jobs), the cursors of the newer pages before it, and the
+// cursor of the next older page (null: there is none). A page is read from its cursor at every
+// refresh, so it stays put while newer jobs arrive.
+const list = { after: null, back: [], older: null };
 
 function key() {
   return sessionStorage.getItem(KEY);
 }
 
 class Unauthorized extends Error {}
+// The server refused the call as asked (a 4xx but 401): its message says why.
+class Refused extends Error {}
 
 async function api(path, method) {
   const init = {
@@ -41,7 +51,7 @@ async function api(path, method) {
   const body = await res.json().catch(() => null);
   if (!res.ok) {
     const msg = body && body.error ? body.error.code + ": " + body.error.message : res.statusText;
-    throw new Error(msg);
+    throw res.status >= 400 && res.status < 500 ? new Refused(msg) : new Error(msg);
   }
   return body;
 }
@@ -158,61 +168,6 @@ function attemptText(j) {
   return n + of;
 }
 
-// A reason code of the contract (a state event's reason or `after`), in words a person reads.
-const REASONS = {
-  runner_failed: "the runner could not run it",
-  exit_code: "the command exited non-zero",
-  lease_lost: "its runner went silent (lease lost)",
-  cancelled: "cancelled",
-  capability_mismatch: "the runner lacks what it requires",
-  no_runner: "no runner could take it in time",
-  queue_timeout: "it waited too long in the queue",
-  runner_revoked: "its runner was revoked",
-  secret_missing: "a secret it needs is missing",
-  retry_call: "retried by hand",
-  retry: "retried",
-  caller_gone: "the runner's lease call was gone",
-  released: "the runner gave it back",
-  lapsed: "its lease lapsed",
-};
-function reasonText(code) {
-  return REASONS[code] || (code ? String(code).replace(/_/g, " ") : "");
-}
-
-// Which attempt and lease each event belongs to (the command line's `Attempts`).
-class Attempts {
-  constructor() {
-    this.attempt = 1;
-    this.lease = 0;
-    this.ended = null;
-  }
-  // A state event's data; returns the lease that starts, if one does.
-  onState(d) {
-    if (d.state === "parked" && d.reason === "retry") {
-      const ended = Number.isInteger(d.attempt) ? d.attempt : this.attempt;
-      this.attempt = ended + 1;
-      this.lease = 0;
-      this.ended = "attempt " + ended + " ended: " + reasonText(d.after || "retry");
-      return null;
-    }
-    if (d.state === "parked") {
-      if (d.reason && d.reason !== "dispatched") this.ended = reasonText(d.reason);
-      return null;
-    }
-    if (d.state === "leased") {
-      this.lease += 1;
-      const after = this.ended;
-      this.ended = null;
-      return { attempt: this.attempt, lease: this.lease, runner: d.runner, epoch: d.epoch, after };
-    }
-    return null;
-  }
-}
-
-function leaseName(l) {
-  return "Attempt " + l.attempt + (l.lease > 1 ? ", lease " + l.lease : "");
-}
-
 // ---- drawing --------------------------------------------------------------------------------
 
 function showSignIn(message) {
@@ -288,7 +243,7 @@ function renderRunners(runners, stale) {
     meter.value = r.active_leases;
     meter.setAttribute("aria-label", r.active_leases + " of " + r.capacity + " slots in use");
     slots.append(meter);
-    tr.append(slots);
+    tr.append(slots, running(r.current_jobs || []));
     const caps = el("td");
     const exclusive = new Set(r.exclusive || []);
     for (const c of r.capabilities) caps.append(el("span", c, exclusive.has(c) ? "cap exclusive" : "cap"));
@@ -303,7 +258,45 @@ function renderRunners(runners, stale) {
   $("runners-empty").hidden = runners.length > 0;
 }
 
-function renderJobs(jobs) {
+// The jobs a runner holds now (its `current_jobs`), each a link to its page, with its command
+// once the board knows it.
+function running(ids) {
+  const cell = el("td", null, "running");
+  for (const id of ids) {
+    const link = el("a", short(id));
+    link.href = "#job=" + id;
+    link.dataset.job = id;
+    link.title = id;
+    link.setAttribute("aria-label", "Show job " + id);
+    link.addEventListener("click", (ev) => {
+      ev.preventDefault();
+      select(id);
+    });
+    cell.append(link);
+    if (commands.has(id)) cell.append(el("span", commands.get(id), "sub"));
+  }
+  if (ids.length === 0) cell.append(el("span", "idle", "sub"));
+  return cell;
+}
+
+// The commands of the jobs the runners hold that the board has not seen yet: one read each,
+// once (a command never changes), at most 50 a refresh.
+async function learnCommands(runners) {
+  const held = new Set(runners.flatMap((r) => r.current_jobs || []));
+  const unknown = [...held].filter((id) => !commands.has(id)).slice(0, 50);
+  await Promise.all(
+    unknown.map((id) =>
+      api("/v1/jobs/" + id)
+        .then((j) => commands.set(id, commandText(j)))
+        .catch((e) => {
+          if (e instanceof Unauthorized) throw e;
+        }),
+    ),
+  );
+  for (const id of [...commands.keys()]) if (!held.has(id) && commands.size > 500) commands.delete(id);
+}
+
+function renderJobs(jobs, refused) {
   const body = $("jobs").tBodies[0];
   const rows = jobs.map((j) => {
     const tr = el("tr");
@@ -322,6 +315,7 @@ function renderJobs(jobs) {
     const st = el("td");
     st.append(badge(s.text, s.cls));
     tr.append(st);
+    commands.set(j.id, commandText(j));
     const cmd = el("td", commandText(j), "command-cell");
     cmd.title = commandText(j);
     tr.append(cmd, el("td", target(j)), el("td", attemptText(j)), el("td", ago(j.created_at)));
@@ -329,342 +323,76 @@ function renderJobs(jobs) {
     return tr;
   });
   body.replaceChildren(...rows);
+  const search = $("filter-search").value.trim();
   const filtered = $("filter-state").value || $("filter-outcome").value;
-  $("jobs-empty").textContent = filtered ? "No jobs match these filters." : "No jobs yet.";
+  $("jobs-empty").textContent = refused
+    ? "Search refused: " + refused
+    : search
+      ? "No job matches \u201c" + search + "\u201d" + (filtered ? " and these filters" : "") + " (its command or id)."
+      : filtered
+        ? "No jobs match these filters."
+        : list.after
+          ? "No older jobs."
+          : "No jobs yet.";
   $("jobs-empty").hidden = jobs.length > 0;
+  $("jobs-newer").disabled = list.after === null;
+  $("jobs-older").disabled = list.older === null;
+  $("jobs-page").textContent = list.after === null ? "Newest" : "Page " + (list.back.length + 1);
 }
 
-async function recentJobs() {
-  let q = "/v1/jobs?order=desc&limit=" + RECENT;
+// The list's query: its filters, its search and its page, one more job than it shows (so a
+// full last page needs no empty page after it to say it is the last).
+function listQuery() {
+  let q = "/v1/jobs?order=desc&limit=" + (RECENT + 1);
   for (const [name, id] of [["state", "filter-state"], ["outcome", "filter-outcome"]]) {
     if ($(id).value) q += "&" + name + "=" + encodeURIComponent($(id).value);
   }
-  return (await api(q)).jobs;
+  const search = $("filter-search").value.trim();
+  if (search) q += "&q=" + encodeURIComponent(search);
+  if (list.after) q += "&after=" + list.after;
+  return q;
 }
 
-async function allEvents(id) {
-  let events = [];
-  let after = 0;
-  for (let i = 0; i < EVENT_PAGES; i++) {
-    const page = await api("/v1/jobs/" + id + "/events?after=" + after);
-    events = events.concat(page.events);
-    if (page.events.length === 0 || page.next === after) break;
-    after = page.next;
-    if (page.events.length < 1000) break;
-  }
-  return events;
-}
-
-async function renderJob(id) {
-  const [job, events, artifacts] = await Promise.all([
-    api("/v1/jobs/" + id),
-    allEvents(id),
-    api("/v1/jobs/" + id + "/artifacts"),
-  ]);
-  if (selected !== id) return;
-  const s = status(job);
-  $("job-badge").replaceChildren(badge(s.text, s.cls + " big"));
-  $("job-command").textContent = commandText(job);
-  $("job-cancel").hidden = job.state !== "parked" && job.state !== "leased";
-  $("job-retry").hidden = job.state === "parked";
-  const facts = $("job-facts");
-  const pairs = [
-    ["Status", s.text],
-    ["State", job.state],
-    ["Target", target(job)],
-  ];
-  if (job.required_capabilities && job.required_capabilities.length)
-    pairs.push(["Requires", job.required_capabilities.join(", ")]);
-  if (job.waiting) pairs.push(["Waiting", waitingText(job)]);
-  pairs.push(
-    ["Attempt", attemptText(job)],
-    ["Leases of this attempt", job.attempts + " of " + job.max_attempts],
-    ["Created", new Date(job.created_at).toLocaleString()],
-    ["Finished", job.finished_at ? new Date(job.finished_at).toLocaleString() : "–"],
-  );
-  const waited = duration(job.created_at, job.leased_at);
-  if (waited) pairs.push(["Waited for a runner", waited]);
-  if (job.payload && typeof job.payload.timeout_s === "number") {
-    const t = job.payload.timeout_s;
-    pairs.push(["Timeout", t < 120 ? t + " s" : Math.floor(t / 60) + " min" + (t % 60 ? " " + Math.round(t % 60) + " s" : "")]);
-  }
-  const took = duration(job.leased_at, job.finished_at);
-  if (took) pairs.push(["Duration", took]);
-  const exit = exitText(job);
-  if (exit) pairs.push(["Exit", exit]);
-  if (job.not_before) pairs.push(["Retries at", new Date(job.not_before).toLocaleString()]);
-  if (job.error) {
-    const why = reasonText(job.error.reason);
-    const m = job.error.message || "";
-    // "cancelled by alice" says it all; else the reason in words, then the message.
-    pairs.push(["Error", m.startsWith(why) ? m : m && m !== job.error.reason ? why + ": " + m : why]);
-  }
-  if (job.provenance && job.provenance.runner) pairs.push(["Ran on", runnerName(job.provenance.runner)]);
-  if (job.dispatched_by) pairs.push(["Dispatched by", job.dispatched_by.subject + " (" + job.dispatched_by.role + ")"]);
-  pairs.push(["Id", job.id]);
-  facts.replaceChildren(
-    ...pairs.map(([k, v]) => {
-      const d = el("div");
-      d.append(el("dt", k), el("dd", v));
-      return d;
-    }),
-  );
-  facts.dataset.state = job.state;
-  facts.dataset.outcome = job.outcome || "";
-  renderLog(events);
-  rawLog(id, events);
-  renderTimeline(job, events);
-  renderEvents(events);
-  renderArtifacts(id, artifacts);
-}
-
-// The log as text: each lease's standard output and error, lines in the order they were
-// shipped, under a heading naming its attempt.
-// A line's text with its ANSI colour codes (SGR: 30-37, 90-97, bold, reset) rendered as
-// spans, and every other escape sequence dropped; the text itself only ever as text.
-function paint(line) {
-  const raw = line.dataset.raw;
-  const parts = [];
-  let fg = null;
-  let bold = false;
-  let at = 0;
-  const csi = /\x1b\[([0-9;?]*)([@-~])|\x1b[@-Z\\-_]?/g;
-  const push = (text) => {
-    if (!text) return;
-    const cls = [fg !== null ? "ansi-fg-" + fg : "", bold ? "ansi-bold" : ""].filter(Boolean).join(" ");
-    parts.push(cls ? el("span", text, cls) : document.createTextNode(text));
-  };
-  for (const m of raw.matchAll(csi)) {
-    push(raw.slice(at, m.index));
-    at = m.index + m[0].length;
-    if (m[2] !== "m") continue;
-    for (const p of (m[1] || "0").split(";").map(Number)) {
-      if (p === 0) { fg = null; bold = false; }
-      else if (p === 1) bold = true;
-      else if (p === 22) bold = false;
-      else if (p === 39) fg = null;
-      else if (p >= 30 && p <= 37) fg = p - 30;
-      else if (p >= 90 && p <= 97) fg = p - 90 + 8;
-    }
-  }
-  push(raw.slice(at));
-  line.replaceChildren(...parts);
-}
-
-// A job's output as plain text (what it wrote, escape sequences stripped), behind the log's
-// "raw text" link as a file to download.
-let rawUrl = null;
-let rawText = null;
-function rawLog(id, events) {
-  const text = events
-    .filter((e) => (e.kind === "stdout" || e.kind === "stderr") && e.data)
-    .map((e) => (typeof e.data.text === "string" ? e.data.text : typeof e.data.line === "string" ? e.data.line + "\n" : ""))
-    .join("")
-    .replace(/\x1b\[[0-9;?]*[@-~]|\x1b[@-Z\\-_]?/g, "");
-  const link = $("log-raw");
-  // The same text keeps its URL (the page refreshes; a link being followed stays valid).
-  if (rawUrl && rawText === text && link.download === "job-" + id + ".log") return;
-  if (rawUrl) URL.revokeObjectURL(rawUrl);
-  rawText = text;
-  rawUrl = URL.createObjectURL(new Blob([text], { type: "text/plain" }));
-  link.href = rawUrl;
-  link.download = "job-" + id + ".log";
-  link.hidden = text === "";
-}
-
-function renderLog(events) {
-  const attempts = new Attempts();
-  const blocks = [];
-  let block = null;
-  let open = null; // the last line, while it has no newline yet
-  const start = (title, sub) => {
-    const section = el("section", null, "log-block");
-    const head = el("h4");
-    head.append(el("span", title), el("span", sub || "", "sub"));
-    const pre = el("pre", null, "log");
-    pre.tabIndex = 0;
-    section.append(head, pre);
-    blocks.push(section);
-    block = pre;
-    open = null;
-  };
-  for (const e of events) {
-    if (e.kind === "state" && e.data) {
-      const l = attempts.onState(e.data);
-      if (l) start(leaseName(l), "runner " + runnerName(l.runner) + " · epoch " + l.epoch + (l.after ? " · after " + l.after : ""));
-      continue;
-    }
-    if (e.kind !== "stdout" && e.kind !== "stderr") continue;
-    const d = e.data || {};
-    const text = typeof d.text === "string" ? d.text : typeof d.line === "string" ? d.line + "\n" : null;
-    if (text === null) continue;
-    if (!block) start("Output", "");
-    const parts = text.split("\n");
-    parts.forEach((part, i) => {
-      const last = i === parts.length - 1;
-      if (last && part === "") {
-        open = null;
-        return;
-      }
-      if (i === 0 && open && open.dataset.stream === e.kind) {
-        open.dataset.raw += part;
-        paint(open);
-      } else {
-        const line = el("span", null, "line " + e.kind);
-        line.dataset.stream = e.kind;
-        line.dataset.raw = part;
-        // When the line was written (its event's time), on hover and for tools.
-        line.dataset.at = e.at || "";
-        line.title = clock(e.at);
-        paint(line);
-        block.append(line);
-        open = line;
-      }
-      if (!last) open = null;
-    });
-  }
-  for (const b of blocks) {
-    const pre = b.querySelector("pre");
-    if (!pre.firstChild) pre.append(el("span", "no output", "none"));
-  }
-  if (blocks.length === 0) blocks.push(el("p", "No output yet.", "empty"));
-  $("log").replaceChildren(...blocks);
-}
-
-// What happened to the job, in order: dispatch, each lease, what ended it, how the job ended.
-function renderTimeline(job, events) {
-  const attempts = new Attempts();
-  const items = [];
-  const item = (cls, title, sub, at) => {
-    const li = el("li", null, cls);
-    li.append(el("span", title, "what"), el("span", sub, "sub"), el("time", clock(at), "sub"));
-    items.push(li);
-  };
-  for (const e of events) {
-    if (e.kind !== "state" || !e.data) continue;
-    const d = e.data;
-    const l = attempts.onState(d);
-    if (l) {
-      item("leased", leaseName(l) + ": started", "runner " + runnerName(l.runner), e.at);
-    } else if (d.state === "parked" && d.reason === "retry") {
-      item("retry", "Attempt " + d.attempt + " ended: " + reasonText(d.after || "retry"), "parked again for a retry", e.at);
-    } else if (d.state === "parked" && (!d.reason || d.reason === "dispatched")) {
-      item("parked", "Dispatched", "waiting for a runner", e.at);
-    } else if (d.state === "parked") {
-      item("parked", "Lease ended: " + reasonText(d.reason), "parked again; the next lease runs it", e.at);
-    } else if (d.state === "completed") {
-      const s = status(job);
-      item("end " + s.cls, s.text, "finished on runner " + runnerName(d.runner), e.at);
-    } else {
-      const title = d.state.charAt(0).toUpperCase() + d.state.slice(1);
-      const why = d.reason && d.reason !== d.state ? ": " + reasonText(d.reason) : "";
-      item("end outcome-" + (d.state === "failed" ? "failed" : d.state), title + why, d.runner ? "runner " + runnerName(d.runner) : "", e.at);
-    }
-  }
-  $("timeline").replaceChildren(...items);
-}
-
-// Every event, as the API gives it (for what the log and timeline leave out).
-function renderEvents(events) {
-  const list = events.map((e) => {
-    const li = el("li");
-    li.append(el("span", "#" + e.seq, "seq"), el("span", e.kind, "kind"));
-    let text;
-    if (e.kind === "state" && e.data) {
-      text = [e.data.state, e.data.reason, e.data.epoch !== null && e.data.epoch !== undefined ? "epoch " + e.data.epoch : null]
-        .filter(Boolean)
-        .join(" · ");
-    } else if (e.data && typeof e.data.text === "string") {
-      text = e.data.text;
-    } else if (e.data && typeof e.data.line === "string") {
-      text = e.data.line;
-    } else {
-      text = JSON.stringify(e.data);
-    }
-    li.append(el("span", text, "data"), el("time", ago(e.at), "sub"));
-    return li;
-  });
-  $("events").replaceChildren(...list);
-}
-
-// A job's artifacts (newest attempt first), each a download link to its attempt's file. The
-// API needs the key in a header, so a click fetches the bytes and hands them to the browser as
-// a file.
-function renderArtifacts(id, page) {
-  const items = page.artifacts.map((a) => {
-    const li = el("li");
-    const link = el("a", a.path);
-    link.href = "/v1/jobs/" + id + "/artifacts/" + a.path + "?epoch=" + a.epoch;
-    link.dataset.path = a.path;
-    link.dataset.epoch = a.epoch;
-    link.addEventListener("click", (ev) => {
-      ev.preventDefault();
-      download(link.href, a.path.split("/").pop()).catch(fail);
-    });
-    li.append(
-      link,
-      el("span", "epoch " + a.epoch, "sub"),
-      el("span", size(a.size), "sub"),
-      el("code", a.sha256.slice(0, 12), "sub"),
-    );
-    return li;
-  });
-  if (items.length === 0) items.push(el("li", "none", "sub"));
-  // The first page (100); the rest with `leasehold job artifacts ID`.
-  if (page.next) items.push(el("li", "… more: leasehold job artifacts " + id, "sub"));
-  $("artifacts").replaceChildren(...items);
-}
-
-function size(n) {
-  const units = ["B", "KiB", "MiB", "GiB"];
-  let i = 0;
-  while (n >= 1024 && i < units.length - 1) {
-    n /= 1024;
-    i++;
-  }
-  return (i === 0 ? n : n.toFixed(1)) + " " + units[i];
-}
-
-async function download(href, name) {
-  const res = await fetch(href, { headers: { Authorization: "Bearer " + key() }, cache: "no-store" });
-  if (res.status === 401) throw new Unauthorized();
-  if (!res.ok) throw new Error("download: " + res.status);
-  const url = URL.createObjectURL(await res.blob());
-  const a = document.createElement("a");
-  a.href = url;
-  a.download = name;
-  document.body.append(a);
-  a.click();
-  a.remove();
-  setTimeout(() => URL.revokeObjectURL(url), 60000);
-}
-
-async function select(id) {
-  selected = id;
-  history.replaceState(null, "", "#job=" + id);
-  $("job").hidden = false;
-  $("job-said").textContent = "";
-  $("job-title").textContent = "Job " + short(id);
-  $("job-title").title = id;
-  for (const tr of $("jobs").tBodies[0].rows) tr.classList.toggle("selected", tr.dataset.job === id);
-  await renderJob(id).catch(fail);
-  $("job-title").focus();
-}
-
-// Retry or cancel the job shown, as its member may (POST /v1/jobs/{id}/retry|cancel).
-async function act(what) {
-  const id = selected;
-  if (!id) return;
+// The list's page as `query` reads it: its jobs, the next older page's cursor, and why the
+// server refused the search (a 400 names `q`), if it did.
+async function recentJobs(query) {
+  let page;
   try {
-    const job = await api("/v1/jobs/" + id + "/" + what, "POST");
-    $("job-said").textContent =
-      what === "retry" ? "Retried: attempt " + attemptText(job) + " is parked." : "Cancel: the job is " + job.state + ".";
-    await renderJob(id);
-    await refresh();
+    page = await api(query);
   } catch (e) {
-    if (e instanceof Unauthorized) return fail(e);
-    $("job-said").textContent = what + " refused: " + e.message;
+    if (e instanceof Refused) return { jobs: [], older: null, refused: e.message };
+    throw e;
   }
+  let jobs = page.jobs;
+  let older = page.next; // the 4 MiB budget may end a page early
+  if (jobs.length > RECENT) {
+    jobs = jobs.slice(0, RECENT);
+    older = jobs[RECENT - 1].id;
+  }
+  return { jobs, older, refused: null };
+}
+
+// The list from its first page, its filters or search changed.
+function listAgain() {
+  list.after = null;
+  list.back = [];
+  list.older = null;
+  refresh();
+}
+
+function listOlder() {
+  if (!list.older) return;
+  list.back.push(list.after);
+  list.after = list.older;
+  list.older = null;
+  refresh();
+}
+
+function listNewer() {
+  if (list.after === null) return;
+  list.after = list.back.pop() || null;
+  list.older = null;
+  refresh();
 }
 
 function fail(e) {
@@ -682,19 +410,31 @@ function fail(e) {
   $("status").textContent = "Could not refresh: " + e.message;
 }
 
+// One refresh at a time; one asked for meanwhile (a search typed, a page turned) runs after it.
 let busy = false;
+let again = false;
 async function refresh() {
-  if (busy) return;
+  if (busy) {
+    again = true;
+    return;
+  }
   busy = true;
   try {
-    const [pool, roster, jobs] = await Promise.all([api("/v1/pool"), api("/v1/workspace/runners"), recentJobs()]);
+    const query = listQuery();
+    const [pool, roster, page] = await Promise.all([api("/v1/pool"), api("/v1/workspace/runners"), recentJobs(query)]);
+    const jobs = page.jobs;
     lastGood = new Date();
     lastRoster = roster.runners;
     $("offline").hidden = true;
     delete document.body.dataset.stale;
     renderPool(pool);
+    // A page read for a query since changed is not drawn: the refresh asked for runs next.
+    if (query === listQuery()) {
+      list.older = page.older;
+      renderJobs(jobs, page.refused);
+    }
+    await learnCommands(roster.runners);
     renderRunners(roster.runners, false);
-    renderJobs(jobs);
     renderWebhooks();
     if (selected) await renderJob(selected);
     const ws = roster.runners.length ? roster.runners[0].workspace : jobs.length ? jobs[0].workspace : null;
@@ -704,10 +444,15 @@ async function refresh() {
     }
     $("status").textContent = "Updated " + lastGood.toLocaleTimeString();
     document.body.dataset.ready = "true";
+    document.body.dataset.refreshes = String(Number(document.body.dataset.refreshes || 0) + 1);
   } catch (e) {
     fail(e);
   } finally {
     busy = false;
+    if (again) {
+      again = false;
+      refresh();
+    }
   }
 }
 
@@ -734,125 +479,23 @@ document.addEventListener("DOMContentLoaded", () => {
   });
   $("job-retry").addEventListener("click", () => act("retry"));
   $("job-cancel").addEventListener("click", () => act("cancel"));
-  for (const id of ["filter-state", "filter-outcome"]) $(id).addEventListener("change", () => refresh());
-  $("job-filters").addEventListener("submit", (ev) => ev.preventDefault());
+  for (const id of ["filter-state", "filter-outcome"]) $(id).addEventListener("change", listAgain);
+  // The search runs as it is typed, a moment after the last key, or at once on Enter.
+  let typing = null;
+  $("filter-search").addEventListener("input", () => {
+    clearTimeout(typing);
+    typing = setTimeout(listAgain, 250);
+  });
+  $("job-filters").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    clearTimeout(typing);
+    listAgain();
+  });
+  $("jobs-older").addEventListener("click", listOlder);
+  $("jobs-newer").addEventListener("click", listNewer);
   document.addEventListener("keydown", (ev) => {
     if (ev.key === "Escape" && selected) $("job-close").click();
   });
   if (key()) showBoard();
   else showSignIn();
 });
-
-// ---- The workspace's activity, live from the feed (v1.4), and its webhooks (admin).
-// EventSource cannot send a bearer token, so the stream is read with fetch: each frame's `id:`
-// is the event's cursor, sent back as Last-Event-ID when the stream ends and is opened again.
-
-const ACTIVITY_KEPT = 100;
-let activity = null; // { abort, cursor }
-
-function activityLine(e) {
-  const li = el("li");
-  const what =
-    e.kind === "state"
-      ? [e.data.state, e.data.reason !== e.data.state ? e.data.reason : null, e.data.by ? "by " + e.data.by : null]
-          .filter(Boolean)
-          .join(" ")
-      : typeof e.data === "object" && e.data && Object.keys(e.data).length === 1
-        ? String(Object.values(e.data)[0])
-        : JSON.stringify(e.data);
-  const link = el("a", short(e.job_id));
-  link.href = "#job=" + e.job_id;
-  link.addEventListener("click", (ev) => {
-    ev.preventDefault();
-    select(e.job_id);
-  });
-  li.append(el("time", clock(e.at)), " ", link, " ", el("span", e.kind, "kind"), " ", el("span", what));
-  return li;
-}
-
-function activityShow(events) {
-  const list = $("activity");
-  for (const e of events) list.prepend(activityLine(e));
-  while (list.children.length > ACTIVITY_KEPT) list.lastChild.remove();
-  $("activity-empty").hidden = list.children.length > 0;
-}
-
-async function activityStart() {
-  activityStop();
-  const me = { abort: new AbortController(), cursor: null };
-  activity = me;
-  while (activity === me) {
-    const headers = { Authorization: "Bearer " + key(), Accept: "text/event-stream" };
-    if (me.cursor) headers["Last-Event-ID"] = me.cursor;
-    try {
-      const res = await fetch("/v1/events?limit=1000", { headers, cache: "no-store", signal: me.abort.signal });
-      if (!res.ok || !res.body) throw new Error(res.statusText);
-      const reader = res.body.getReader();
-      const text = new TextDecoder();
-      let buffer = "";
-      for (;;) {
-        const { value, done } = await reader.read();
-        if (done) break;
-        buffer += text.decode(value, { stream: true });
-        let end;
-        const got = [];
-        while ((end = buffer.indexOf("\n\n")) >= 0) {
-          const frame = buffer.slice(0, end);
-          buffer = buffer.slice(end + 2);
-          const data = frame.split("\n").find((l) => l.startsWith("data: "));
-          if (!data) continue; // a comment line
-          const e = JSON.parse(data.slice(6));
-          me.cursor = e.cursor;
-          got.push(e);
-        }
-        if (got.length) activityShow(got);
-      }
-    } catch (e) {
-      if (activity !== me) return;
-      await new Promise((r) => setTimeout(r, REFRESH_MS));
-    }
-  }
-}
-
-function activityStop() {
-  if (activity) activity.abort.abort();
-  activity = null;
-}
-
-async function renderWebhooks() {
-  let list;
-  try {
-    list = await api("/v1/webhooks");
-  } catch (e) {
-    $("webhooks-section").hidden = true; // a member's key: webhooks are the admins'
-    return;
-  }
-  $("webhooks-section").hidden = false;
-  const rows = await Promise.all(
-    list.webhooks.map(async (w) => {
-      const page = await api("/v1/webhooks/" + encodeURIComponent(w.name) + "/deliveries?limit=5").catch(() => ({ deliveries: [] }));
-      const tr = el("tr");
-      const last = el("td");
-      for (const d of page.deliveries) {
-        const kind = d.status === "delivered" ? "outcome-succeeded" : d.status === "failed" ? "outcome-failed" : "info";
-        const b = badge(d.status + (d.last_status_code ? " " + d.last_status_code : ""), kind);
-        b.title = (d.last_error || "") + (d.next_try_at ? " (next try " + clock(d.next_try_at) + ")" : "");
-        last.append(b, " ");
-      }
-      const sends = w.kinds.join(", ") + (w.states ? " (" + w.states.join(", ") + ")" : "");
-      const state = el("td");
-      state.append(badge(w.status, w.status === "active" ? "outcome-succeeded" : "outcome-failed"));
-      tr.append(
-        el("td", w.name),
-        state,
-        el("td", sends),
-        el("td", w.url),
-        last,
-      );
-      if (w.disabled_reason) tr.title = w.disabled_reason;
-      return tr;
-    }),
-  );
-  $("webhooks").tBodies[0].replaceChildren(...rows);
-  $("webhooks-empty").hidden = rows.length > 0;
-}

@@ -1,8 +1,10 @@
 //! Ids as people type them: a whole UUID, or a unique start or end of one (the page shows an
 //! id's last 8 characters). Jobs are found through the list call: ids are time-ordered, so
 //! every id with a given start sits just after that start padded with zeros (one page of two
-//! tells unique from ambiguous); an end is looked for among the newest jobs (up to
-//! [`SCAN_JOBS`]). Runners are found in the lists the caller may read.
+//! tells unique from ambiguous); an end is searched for (`q`), so the server walks every job of
+//! the workspace and answers those whose id or command holds it (a server before `q` answers
+//! every job: then the newest [`SCAN_JOBS`] are looked at). Runners are found in the lists the
+//! caller may read.
 //!
 //! Invariant: a prefix resolves only when exactly one visible object has it; otherwise the
 //! error says none or names the candidates, and nothing is called on a guess.
@@ -13,14 +15,14 @@ use uuid::Uuid;
 use crate::client::{Client, JobQuery};
 use crate::wire;
 
-/// How many of the newest jobs an id's end is looked for among.
+/// How many listed jobs an id's end is looked for among: the search's matches, or the newest
+/// jobs from a server that does not search.
 pub const SCAN_JOBS: usize = 5000;
 
-/// The hex digits of a prefix (hyphens dropped), when `text` can be the start of an id.
+/// The hex digits of a prefix (hyphens dropped), when `text` can be the start of an id but is
+/// not a whole one.
 fn prefix_of(text: &str) -> Option<String> {
-    let hex: String = text.chars().filter(|c| *c != '-').collect();
-    let hex = hex.to_ascii_lowercase();
-    (hex.len() >= 4 && hex.len() < 32 && hex.chars().all(|c| c.is_ascii_hexdigit())).then_some(hex)
+    crate::wire::input::id_digits(text).filter(|hex| hex.len() < 32)
 }
 
 fn not_an_id(text: &str, what: &str) -> anyhow::Error {
@@ -48,6 +50,7 @@ pub async fn job(client: &Client, text: &str) -> anyhow::Result<Uuid> {
             limit: Some(2),
             after: Some(after),
             newest_first: false,
+            search: None,
         })
         .await?;
     let mut hits: Vec<Uuid> = page
@@ -61,10 +64,7 @@ pub async fn job(client: &Client, text: &str) -> anyhow::Result<Uuid> {
     }
     match hits.as_slice() {
         [one] => Ok(*one),
-        [] => bail!(
-            "no job of this workspace has an id starting or ending {text} (ends are looked for \
-             among the newest {SCAN_JOBS} jobs)"
-        ),
+        [] => bail!("no job of this workspace has an id starting or ending {text}"),
         _ => bail!(
             "several jobs have an id starting or ending {text} (such as {}): give more of the id",
             hits.iter()
@@ -75,7 +75,7 @@ pub async fn job(client: &Client, text: &str) -> anyhow::Result<Uuid> {
     }
 }
 
-/// The newest jobs (up to [`SCAN_JOBS`]) whose id ends with the hex digits `end`; two at most.
+/// The jobs whose id ends with the hex digits `end`, newest first; two at most.
 async fn ending_with(client: &Client, end: &str) -> anyhow::Result<Vec<Uuid>> {
     let mut hits = Vec::new();
     let mut after = None;
@@ -88,6 +88,7 @@ async fn ending_with(client: &Client, end: &str) -> anyhow::Result<Vec<Uuid>> {
                 limit: Some(500),
                 after,
                 newest_first: true,
+                search: Some(end),
             })
             .await?;
         seen += page.jobs.len();

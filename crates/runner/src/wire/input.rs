@@ -1,7 +1,7 @@
 //! What people and pasted payloads hand us, read and echoed safely: URL schemes compared
 //! without regard to case (`HTTP://` is plain HTTP, as every HTTP client takes it), and text
-//! echoed in messages with its control characters escaped, and durations as people write them
-//! (`5m`).
+//! echoed in messages with its control characters escaped, durations as people write them
+//! (`5m`), and ids as people type them (a start or end of one, hyphens or not).
 //!
 //! Invariants: [`is_https`] is true only for an `https://` URL in any case, [`is_plain_http`]
 //! only for `http://` in any case, so no caller that refuses plain HTTP can be passed it in
@@ -75,9 +75,36 @@ pub fn parse_seconds(text: &str) -> Result<f64, String> {
     Ok(n * scale)
 }
 
+/// The hex digits of `text` (hyphens dropped, lower case) when it can be a whole id or a start
+/// or end of one: 4 to 32 hex digits. The CLI resolves a short id with it, and the job list's
+/// search (`q`) matches ids by it, so both read the same text as an id.
+pub fn id_digits(text: &str) -> Option<String> {
+    let hex: String = text
+        .trim()
+        .chars()
+        .filter(|c| *c != '-')
+        .map(|c| c.to_ascii_lowercase())
+        .collect();
+    ((4..=32).contains(&hex.len()) && hex.chars().all(|c| c.is_ascii_hexdigit())).then_some(hex)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn id_digits_are_four_to_thirty_two_hex_digits_without_hyphens() {
+        assert_eq!(id_digits("01A2499E").as_deref(), Some("01a2499e"));
+        assert_eq!(
+            id_digits(" 01a2499e-80db ").as_deref(),
+            Some("01a2499e80db")
+        );
+        let whole = "01a2499e-80db-7000-8000-0123456789ab";
+        assert_eq!(id_digits(whole).map(|h| h.len()), Some(32));
+        for bad in ["", "01a", "xyz12345", "make", &format!("{whole}0")] {
+            assert!(id_digits(bad).is_none(), "{bad}");
+        }
+    }
 
     #[test]
     fn schemes_are_compared_without_regard_to_case() {

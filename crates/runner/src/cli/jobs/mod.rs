@@ -193,6 +193,10 @@ pub enum JobCommand {
         /// Oldest first instead.
         #[arg(long)]
         oldest_first: bool,
+        /// Only jobs whose command holds TEXT (in any case), or whose id is TEXT or starts or
+        /// ends with it (the 8 characters the page shows).
+        #[arg(long, value_name = "TEXT")]
+        search: Option<String>,
     },
 }
 
@@ -278,6 +282,7 @@ pub async fn run(conn: &Conn, command: JobCommand) -> anyhow::Result<i32> {
             limit,
             after,
             oldest_first,
+            search,
         } => {
             let query = JobQuery {
                 state: state.as_deref(),
@@ -285,6 +290,7 @@ pub async fn run(conn: &Conn, command: JobCommand) -> anyhow::Result<i32> {
                 limit,
                 after,
                 newest_first: !oldest_first,
+                search: search.as_deref(),
             };
             let page = client.list_jobs(&query).await?;
             if conn.json {
@@ -324,6 +330,10 @@ pub async fn run(conn: &Conn, command: JobCommand) -> anyhow::Result<i32> {
                 }
                 if oldest_first {
                     again.push_str(" --oldest-first");
+                }
+                if let Some(text) = &search {
+                    again.push_str(" --search ");
+                    again.push_str(&crate::wire::input::escaped(&command::shell_word(text)));
                 }
                 eprintln!("more: {again}");
             }
