@@ -32,7 +32,7 @@ async fn a_short_bench_run_reports_every_scenario_it_was_asked_for() {
     let figures = bench(
         &[
             "--scenario",
-            "throughput,artifacts,retention",
+            "throughput,artifacts,retention,wake,drain",
             "--seconds",
             "1",
             "--runners",
@@ -47,6 +47,10 @@ async fn a_short_bench_run_reports_every_scenario_it_was_asked_for() {
             "1000",
             "--retention-churn-seconds",
             "6",
+            "--wake-jobs",
+            "40",
+            "--drain-jobs",
+            "2000",
         ],
         Vec::new(),
     )
@@ -55,6 +59,8 @@ async fn a_short_bench_run_reports_every_scenario_it_was_asked_for() {
         "e2e_jobs_per_s",
         "artifact_upload_mib_s",
         "artifact_download_mib_s",
+        "wake_p99_ms",
+        "drain_jobs_per_s",
     ] {
         assert!(figures[key].is_number(), "{key} missing: {figures}");
     }
@@ -62,6 +68,12 @@ async fn a_short_bench_run_reports_every_scenario_it_was_asked_for() {
         figures["e2e_per_job"].is_object() && figures["retention"]["ratio"].is_number(),
         "statements per job or the retention figure missing: {figures}"
     );
+    // Every wake's stages were joined from the replica's log (issue 55).
+    let stages = &figures["wake_stages"];
+    assert_eq!(stages["wakes"], 40, "{stages}");
+    for stage in ["before_tick", "claim", "commit", "answer", "client"] {
+        assert_eq!(stages[stage]["n"], 40, "{stage}: {stages}");
+    }
 }
 
 #[tokio::test]

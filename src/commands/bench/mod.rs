@@ -8,6 +8,7 @@
 mod artifacts;
 mod churn;
 mod depth;
+mod drain;
 mod feed;
 mod fleet;
 mod idle;
@@ -40,8 +41,9 @@ pub struct Report {
 #[derive(Debug, Clone, Args)]
 pub struct BenchArgs {
     /// Scenarios, comma-separated: throughput, wake, idle, depth, churn, redelivery,
-    /// unfit-head, fleet, artifacts, retention, soak, or all (every one but soak, which runs
-    /// for --soak-seconds, and fleet, which runs two phases of --seconds on three replicas).
+    /// unfit-head, fleet, artifacts, retention, feed, drain, soak, or all (every one but soak,
+    /// which runs for --soak-seconds, and fleet, which runs two phases of --seconds on three
+    /// replicas).
     #[arg(long, default_value = "all")]
     pub scenario: String,
     /// Use this PostgreSQL server (its role must be allowed to create databases) instead of a
@@ -63,6 +65,9 @@ pub struct BenchArgs {
     /// Jobs per lease call in the batch phase.
     #[arg(long, default_value_t = 10)]
     pub batch: i64,
+    /// Jobs parked at once in the drain scenario.
+    #[arg(long, default_value_t = 50_000)]
+    pub drain_jobs: usize,
     /// Jobs dispatched one by one in the wake scenario.
     #[arg(long, default_value_t = 2000)]
     pub wake_jobs: usize,
@@ -166,6 +171,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         "artifacts",
         "retention",
         "feed",
+        "drain",
         "soak",
     ];
     let chosen: Vec<&str> = if args.scenario == "all" {
@@ -205,6 +211,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
             "retention" => retention::run(&deployment, &args, &mut report).await,
             "soak" => soak::run(&deployment, &args, &mut report).await,
             "feed" => feed::run(&deployment, &args, &mut report).await,
+            "drain" => drain::run(&deployment, &args, &mut report).await,
             _ => unreachable!("checked above"),
         };
         done_progress();
