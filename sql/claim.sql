@@ -186,9 +186,9 @@ ephemeral AS (
        AND r.ephemeral_job IS NULL
 ),
 events AS (
-    INSERT INTO job_events (job_id, seq, kind, data) SELECT id, event_seq, 'state',
-        jsonb_build_object('state', 'leased', 'reason', NULL, 'runner', leased_by, 'epoch', epoch)
-      FROM leased
+    INSERT INTO job_events (job_id, workspace, seq, kind, data) SELECT id, workspace, event_seq,
+        'state', jsonb_build_object('state', 'leased', 'reason', NULL, 'runner', leased_by,
+                                    'epoch', epoch) FROM leased
 ),
 -- An answered lease survives a crash: one that leased commits durably (the lock let others
 -- skip it).

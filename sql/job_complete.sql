@@ -70,8 +70,8 @@ seen AS (
                      ORDER BY s.id FOR NO KEY UPDATE OF s SKIP LOCKED)
 ),
 events AS (
-    INSERT INTO job_events (job_id, seq, kind, data)
-    SELECT id, event_seq, 'state',
+    INSERT INTO job_events (job_id, workspace, seq, kind, data)
+    SELECT id, workspace, event_seq, 'state',
            CASE WHEN state = 'parked' THEN
                jsonb_build_object('state', 'parked', 'reason', 'retry', 'after', 'exit_code',
                                   'attempt', retries, 'runner', reporter, 'epoch', epoch)
