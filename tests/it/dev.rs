@@ -10,6 +10,10 @@
 //! another user planted where its database would move (issue 52 row 1): it stops, naming the
 //! place, prints no `DATABASE_URL`, and leaves what it found as it was.
 //!
+//! A `dev` killed outright (SIGKILL) leaves no PostgreSQL behind: its watchdog stops the
+//! postmaster that runs in its data directory (a pid planted in `postmaster.pid` is never
+//! signalled: tooling::private_pg::watchdog).
+//!
 //! Ctrl-C in `dev`'s terminal (SIGINT to its whole process group) gives the local runner's
 //! jobs back before anything stops, so the next `dev` runs them at once, and `job logs` shows
 //! where each lease's output starts (issue 47 item 4).
@@ -166,6 +170,34 @@ async fn ready(base: &str) -> u16 {
     reqwest::get(format!("{base}/readyz"))
         .await
         .map_or(0, |r| r.status().as_u16())
+}
+
+#[tokio::test]
+async fn a_dev_killed_outright_leaves_no_postgresql_behind() {
+    let dir = TempDir::new("dev-killed");
+    let data = dir.join("state/dev-pg");
+    let mut dev = Dev::start(&data, "127.0.0.1:0", dir.join("dev.log"))
+        .await
+        .unwrap_or_else(|e| panic!("dev starts: {e:?}"));
+    let pid_file = dev.pg_data().join("postmaster.pid");
+    let postmaster: i32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .lines()
+        .next()
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    kill(
+        Pid::from_raw(i32::try_from(dev.pid()).unwrap()),
+        Signal::SIGKILL,
+    )
+    .unwrap();
+    dev.child.wait().await.unwrap();
+    eventually(LONG, "the watchdog stops dev's PostgreSQL", || async {
+        kill(Pid::from_raw(postmaster), None).is_err().then_some(())
+    })
+    .await;
 }
 
 #[tokio::test]

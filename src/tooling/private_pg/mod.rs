@@ -27,6 +27,7 @@
 //! (a regular file, one link, its owner) before root reads or writes them; the server's log
 //! in the shared temporary directory is made afresh (`O_EXCL`), never opened where it lies.
 
+use std::ffi::OsStr;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -35,9 +36,11 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 
 mod files;
+mod watchdog;
 
 use files::*;
 pub use files::{read_password, relocated};
+pub use watchdog::{spawn_watchdog, STOP_POSTMASTER};
 
 /// Settings for a throw-away test or bench server: durability off, many connections.
 const FAST: &[&str] = &[
@@ -444,22 +447,23 @@ impl PrivatePg {
     }
 
     fn start_watchdog(&mut self, temporary: bool) -> anyhow::Result<()> {
-        let me = std::process::id();
-        let dir = self.dir.display();
-        let cleanup = if temporary {
-            format!("rm -rf '{dir}'")
-        } else {
-            String::new()
-        };
-        // Runs as our own user, so it can watch our pid; it signals whichever postmaster the
-        // pid file names, so it follows restarts.
+        let me = std::process::id().to_string();
+        let dir = self.dir.canonicalize()?;
+        // Runs as our own user, so it can watch our pid; it stops the postmaster that runs in
+        // the data directory when we are gone (whichever one: it follows restarts), and
+        // removes a temporary directory.
         let script = format!(
-            "while kill -0 {me} 2>/dev/null; do sleep 1; done; \
-             pid=$(head -n 1 '{dir}/postmaster.pid' 2>/dev/null); \
-             if [ -n \"$pid\" ]; then kill -INT \"$pid\" 2>/dev/null; \
-               while kill -0 \"$pid\" 2>/dev/null; do sleep 0.2; done; fi; {cleanup}"
+            "{STOP_POSTMASTER}\
+             while kill -0 \"$1\" 2>/dev/null; do sleep 1; done; \
+             pid=$(stop_postmaster \"$2\" INT); \
+             if [ -n \"$pid\" ]; then while kill -0 \"$pid\" 2>/dev/null; do sleep 0.2; done; fi; \
+             if [ \"$3\" = temporary ]; then rm -rf \"$2\"; fi"
         );
-        self.watchdog = Some(spawn_watchdog(&script)?);
+        let keep = if temporary { "temporary" } else { "kept" };
+        self.watchdog = Some(spawn_watchdog(
+            &script,
+            &[OsStr::new(&me), dir.as_os_str(), OsStr::new(keep)],
+        )?);
         self.temporary = temporary;
         Ok(())
     }
@@ -666,21 +670,4 @@ fn postmaster_alive(pid: u32) -> bool {
 /// There is no such user.
 pub fn postgres_owner() -> anyhow::Result<(u32, u32)> {
     postgres_ids()
-}
-
-/// Start a detached `sh -c script` that outlives this process: the watchdog that stops a
-/// private server (or cluster) once its owner is gone, however it died.
-///
-/// # Errors
-/// `sh` could not be started.
-pub fn spawn_watchdog(script: &str) -> std::io::Result<Child> {
-    let mut cmd = Command::new("sh");
-    // Out of the terminal's foreground group, like the server it watches.
-    std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
-    cmd.arg("-c")
-        .arg(script)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
 }

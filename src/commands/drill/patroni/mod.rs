@@ -338,16 +338,22 @@ impl PatroniCluster {
     }
 
     fn start_watchdog(&mut self) -> anyhow::Result<()> {
-        let me = std::process::id();
-        let root = self.root.display();
+        use crate::tooling::private_pg::{spawn_watchdog, STOP_POSTMASTER};
+        let me = std::process::id().to_string();
+        let root = self.root.canonicalize()?;
+        // The pids file is ours (the root directory is); each postmaster is signalled only if
+        // it runs in its data directory (tooling::private_pg::watchdog).
         let script = format!(
-            "while kill -0 {me} 2>/dev/null; do sleep 1; done; \
-             for p in $(cat '{root}/pids' 2>/dev/null); do kill -9 \"$p\" 2>/dev/null; done; \
-             for f in '{root}'/n*/data/postmaster.pid; do \
-               p=$(head -n 1 \"$f\" 2>/dev/null); [ -n \"$p\" ] && kill -QUIT \"$p\" 2>/dev/null; done; \
-             sleep 2; rm -rf '{root}'"
+            "{STOP_POSTMASTER}\
+             while kill -0 \"$1\" 2>/dev/null; do sleep 1; done; \
+             for p in $(cat \"$2/pids\" 2>/dev/null); do kill -9 \"$p\" 2>/dev/null; done; \
+             for d in \"$2\"/n*/data; do stop_postmaster \"$d\" QUIT; done; \
+             sleep 2; rm -rf \"$2\""
         );
-        self.watchdog = Some(crate::tooling::private_pg::spawn_watchdog(&script)?);
+        self.watchdog = Some(spawn_watchdog(
+            &script,
+            &[std::ffi::OsStr::new(&me), root.as_os_str()],
+        )?);
         Ok(())
     }
 
