@@ -180,6 +180,35 @@ impl Drop for Planted {
     }
 }
 
+/// Noticed beside issue 52 row 1: as root, a data directory the `postgres` user already owns is
+/// not walked again with `chown -R` (what that user put in it would change hands): a
+/// root-owned file in it stays root's across a second start.
+#[tokio::test]
+async fn as_root_a_second_start_walks_nothing_the_postgres_user_owns() {
+    use std::os::unix::fs::MetadataExt;
+    if !as_root("as_root_a_second_start_walks_nothing_the_postgres_user_owns") {
+        return;
+    }
+    let base = std::env::temp_dir().join(format!("lh-pg-owned-{}", Uuid::now_v7()));
+    std::fs::create_dir(&base).unwrap();
+    std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let data = base.join("data");
+    let mut first = start_kept(data.clone()).await.expect("first start");
+    first.stop();
+    drop(first);
+    let planted = data.join("root-owned");
+    std::fs::write(&planted, "root's").unwrap();
+    let mut second = start_kept(data.clone()).await.expect("second start");
+    assert_eq!(
+        std::fs::metadata(&planted).unwrap().uid(),
+        0,
+        "a file in a directory the postgres user owns did not change hands"
+    );
+    second.stop();
+    drop(second);
+    let _ = std::fs::remove_dir_all(&base);
+}
+
 fn as_root(test: &str) -> bool {
     let missing = (!nix::unistd::geteuid().is_root())
         .then(|| "not running as root (nothing is relocated)".to_owned());

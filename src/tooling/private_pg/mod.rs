@@ -333,13 +333,19 @@ impl PrivatePg {
                 // that user controls.
                 return Self::new(moved, bin, owner, durable, temporary, extra);
             }
-            let status = Command::new("chown")
-                .arg("-R")
-                .arg(format!("{uid}:{gid}"))
-                .arg(&dir)
-                .status()?;
-            if !status.success() {
-                bail!("chown of {} failed", dir.display());
+            // A directory the postgres user owns already is its own: root never walks a tree
+            // that user controls (a file it links in would change hands). One of another user
+            // (a cluster first made without root) is handed over whole.
+            let top = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(&dir)?);
+            if top != uid {
+                let status = Command::new("chown")
+                    .arg("-R")
+                    .arg(format!("{uid}:{gid}"))
+                    .arg(&dir)
+                    .status()?;
+                if !status.success() {
+                    bail!("chown of {} failed", dir.display());
+                }
             }
         }
         Self::new(dir, bin, owner, durable, temporary, extra)
