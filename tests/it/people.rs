@@ -361,7 +361,7 @@ async fn the_two_tiers_are_named_found_and_suggested() {
         },
     )
     .await;
-    let (shared, _) = crate::support::pair_as(
+    let (shared, shared_runner) = crate::support::pair_as(
         &alice,
         Tier::Workspace,
         &leasehold::wire::CreateRunner {
@@ -385,6 +385,30 @@ async fn the_two_tiers_are_named_found_and_suggested() {
             .unwrap_or_else(|| panic!("{} listed: {list:?}", r.label));
         assert!(line.contains(tier), "{line}");
     }
+    // What a runner holds now, by the end of each job's id (as the page shows it).
+    assert!(
+        list.stdout.lines().next().unwrap().contains("RUNNING"),
+        "{list:?}"
+    );
+    let held = alice
+        .dispatch(&leasehold::wire::Dispatch::new(
+            crate::support::workspace_pool(),
+            serde_json::json!({"argv": ["true"]}),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(
+        crate::support::lease(&shared_runner, 1000, 1).await.len(),
+        1
+    );
+    let list = cli(&url, &admin_key, &["runners", "list"], LONG).await;
+    let line = list
+        .stdout
+        .lines()
+        .find(|l| l.contains(&shared.id.to_string()))
+        .unwrap_or_else(|| panic!("shared-1 listed: {list:?}"));
+    let end = held.id.to_string();
+    assert!(line.contains(&end[end.len() - 8..]), "{line}");
 
     let out = cli(
         &url,

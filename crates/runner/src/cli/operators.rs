@@ -73,6 +73,21 @@ fn tier(workspace: bool) -> Tier {
     }
 }
 
+/// The jobs a runner holds now, each by its id's last 8 characters (as the page shows them;
+/// `job get` takes them), or `-`.
+fn running(jobs: &[uuid::Uuid]) -> String {
+    if jobs.is_empty() {
+        return "-".into();
+    }
+    jobs.iter()
+        .map(|id| {
+            let id = id.simple().to_string();
+            id[id.len() - 8..].to_owned()
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 /// # Errors
 /// The service refused the call or could not be reached.
 pub async fn runners(conn: &Conn, command: RunnersCommand) -> anyhow::Result<i32> {
@@ -94,6 +109,7 @@ pub async fn runners(conn: &Conn, command: RunnersCommand) -> anyhow::Result<i32
                         r.owner.clone(),
                         r.presence.to_string(),
                         format!("{}/{}", r.active_leases, r.capacity),
+                        running(&r.current_jobs),
                         if r.capabilities.is_empty() {
                             "-".into()
                         } else if r.exclusive.is_empty() {
@@ -123,6 +139,7 @@ pub async fn runners(conn: &Conn, command: RunnersCommand) -> anyhow::Result<i32
                     "OWNER",
                     "PRESENCE",
                     "LEASES",
+                    "RUNNING",
                     "CAPABILITIES",
                     "VERSION",
                     "LAST SEEN",
