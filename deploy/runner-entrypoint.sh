@@ -11,23 +11,45 @@ wait_ready() {
 case "${1:-}" in
 bootstrap)
     wait_ready
-    if [ -f "$shared/join-code" ]; then
+    if [ -s "$shared/join-code" ]; then
         echo "already bootstrapped; the admin key was printed on the first run"
         exit 0
     fi
     key=$(leasehold admin create-key --workspace demo --subject admin --role admin | tail -n 1)
     echo "admin key for workspace 'demo' (shown once): $key"
-    LEASEHOLD_API_KEY=$key leasehold join-code create --workspace --ttl 600 --json \
-        | sed -n 's/.*"code": *"\([^"]*\)".*/\1/p' > "$shared/join-code.tmp"
+    # Replicas may still be starting (the balancer's checks flap while they reach the
+    # database): ask again until a code comes back, and never leave an empty one.
+    code=""
+    tries=0
+    until [ -n "$code" ]; do
+        code=$(LEASEHOLD_API_KEY=$key leasehold join-code create --workspace --ttl 600 --json \
+            | sed -n 's/.*"code": *"\([^"]*\)".*/\1/p') || code=""
+        if [ -z "$code" ]; then
+            tries=$((tries + 1))
+            if [ "$tries" -ge 120 ]; then
+                echo "no join code after $tries tries" >&2
+                exit 1
+            fi
+            sleep 1
+        fi
+    done
+    printf '%s\n' "$code" > "$shared/join-code.tmp"
     mv "$shared/join-code.tmp" "$shared/join-code"
     ;;
 runner)
     config=/var/lib/leasehold/runner/runner.json
     wait_ready
     if [ ! -f "$config" ]; then
-        until [ -f "$shared/join-code" ]; do sleep 1; done
-        leasehold runner connect "$(cat "$shared/join-code")" --server "$LEASEHOLD_SERVER" \
-            --label compose-runner --capacity 2 --capability linux --config "$config"
+        until [ -s "$shared/join-code" ]; do sleep 1; done
+        # The balancer may still flap while replicas start: enrol again until it answers (a
+        # refused enrolment does not use the code up).
+        tries=0
+        until leasehold runner connect "$(cat "$shared/join-code")" --server "$LEASEHOLD_SERVER" \
+            --label compose-runner --capacity 2 --capability linux --config "$config"; do
+            tries=$((tries + 1))
+            [ "$tries" -lt 60 ] || exit 1
+            sleep 2
+        done
     fi
     # Each job runs as a uid of its own from 60000-60063 (one per slot), which cannot read the
     # token, another job's environment or directory, and whose processes all die with the job
