@@ -66,16 +66,7 @@ pub async fn run(dep: &Deployment, args: &BenchArgs, report: &mut Report) -> any
                 if leased.jobs.is_empty() && reported == 0 {
                     return;
                 }
-                done = leased
-                    .jobs
-                    .iter()
-                    .map(|j| wire::DoneReport {
-                        id: j.id,
-                        epoch: j.epoch,
-                        result: Some(json!({"exit_code": 0})),
-                        fail: None,
-                    })
-                    .collect();
+                done = super::throughput::reports(&leased.jobs);
             }
         });
     }

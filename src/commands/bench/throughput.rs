@@ -30,6 +30,19 @@ use crate::wire;
 pub(super) const CYCLE_SQL: &str = include_str!("../../../bench/cycle.sql");
 const CYCLE_SCHEMA: &str = include_str!("../../../bench/schema.sql");
 
+/// The reports a bench runner's next lease carries for the jobs its last one gave: each
+/// completed with exit code 0.
+pub(super) fn reports(jobs: &[wire::LeasedJob]) -> Vec<wire::DoneReport> {
+    jobs.iter()
+        .map(|j| wire::DoneReport {
+            id: j.id,
+            epoch: j.epoch,
+            result: Some(json!({"exit_code": 0})),
+            fail: None,
+        })
+        .collect()
+}
+
 pub async fn run(dep: &Deployment, args: &BenchArgs, report: &mut Report) -> anyhow::Result<()> {
     let Report { json: out, table } = report;
     progress("throughput: the pgbench reference cycle");
@@ -323,16 +336,7 @@ pub(super) async fn end_to_end(
                 };
                 let applied = leased.done.iter().filter(|d| d.status == 200).count();
                 completed.fetch_add(applied as u64, Ordering::Relaxed);
-                done = leased
-                    .jobs
-                    .iter()
-                    .map(|j| wire::DoneReport {
-                        id: j.id,
-                        epoch: j.epoch,
-                        result: Some(json!({"exit_code": 0})),
-                        fail: None,
-                    })
-                    .collect();
+                done = reports(&leased.jobs);
             }
             // What the last lease gave is reported alone, so its slots are free for the next
             // phase that drives these runners.
